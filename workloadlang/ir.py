@@ -1,0 +1,507 @@
+"""The typed intermediate representation of a `.wl` workload.
+
+Input: produced by `workloadlang.parse` (Lark tree -> IR lowering).
+Output: consumed by `workloadlang.check` (semantic checks) and `workloadlang.plan` (the planner).
+
+Every node is a frozen pydantic model carrying the `Span` it came from, so a diagnostic, a planned
+request or a failed gate can always name its `.wl` line. Unions are tagged with a `kind` field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Node(BaseModel):
+    """Base of every IR node: frozen, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Span(Node):
+    """A source range: 1-based line and column of the first character, and of one past the last."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+# ---------------------------------------------------------------- values and expressions
+
+UnitKind = Literal["number", "duration", "ratio"]
+"""The dimension of a literal: plain or k/M-suffixed counts are numbers, `500ms` a duration
+(seconds), `95%` a ratio (0.95)."""
+
+
+class Num(Node):
+    kind: Literal["num"] = "num"
+    value: float
+    unit: UnitKind = "number"
+    text: str  # as written, e.g. "8k", "1.5M", "500ms", "95%"
+    span: Span
+
+
+class Str(Node):
+    kind: Literal["str"] = "str"
+    value: str
+    span: Span
+
+
+class Bool(Node):
+    kind: Literal["bool"] = "bool"
+    value: bool
+    span: Span
+
+
+class Ref(Node):
+    """`$name`: a param, a derived param, a loop variable or a calibration result."""
+
+    kind: Literal["ref"] = "ref"
+    name: str
+    span: Span
+
+
+class BinOp(Node):
+    kind: Literal["binop"] = "binop"
+    op: Literal["+", "-", "*", "/", "//", "%", "==", "!=", "<", "<=", ">", ">=", "and", "or"]
+    left: Expr
+    right: Expr
+    span: Span
+
+
+class Neg(Node):
+    kind: Literal["neg"] = "neg"
+    operand: Expr
+    span: Span
+
+
+class Not(Node):
+    kind: Literal["not"] = "not"
+    operand: Expr
+    span: Span
+
+
+class Call(Node):
+    """A built-in function: ceil, floor, round, min, max, abs, and `if(cond, a, b)`."""
+
+    kind: Literal["call"] = "call"
+    func: str
+    args: tuple[Expr, ...]
+    span: Span
+
+
+class Null(Node):
+    """`null`: no value; an option whose value is null is left out of the request."""
+
+    kind: Literal["null"] = "null"
+    span: Span
+
+
+class ListExpr(Node):
+    """`[a, b, c]`: a list value (for list params and `for x in [...]`)."""
+
+    kind: Literal["listexpr"] = "listexpr"
+    items: tuple[Expr, ...]
+    span: Span
+
+
+class ObjExpr(Node):
+    """`{ key = value, ... }`: a JSON object value (request options)."""
+
+    kind: Literal["obj"] = "obj"
+    items: tuple[Option, ...]
+    span: Span
+
+
+Expr = Annotated[
+    Union[Num, Str, Bool, Null, Ref, BinOp, Neg, Not, Call, ListExpr, ObjExpr],
+    Field(discriminator="kind"),
+]
+
+
+# ---------------------------------------------------------------- params
+
+ParamType = Literal["int", "float", "tokens", "duration", "ratio", "bool", "string"]
+
+
+class Range(Node):
+    """`in LO..HI`; either bound may be absent (`in 1..`)."""
+
+    low: Expr | None = None
+    high: Expr | None = None
+    span: Span
+
+
+class Param(Node):
+    """`name: type [list] [= default] [in lo..hi] [one of "a", "b"] [doc "..."]`.
+
+    No default means required. A default that references other params is a derived value.
+    `choices` restricts a string param to a set. `is_list` makes it a list of `type`
+    (`lengths: tokens list = [50k, 100k]`; on the command line `--lengths 50k,100k`); `in` then
+    applies to each element.
+    """
+
+    name: str
+    type: ParamType
+    is_list: bool = False
+    default: Expr | None = None
+    range: Range | None = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+    span: Span
+
+
+# ---------------------------------------------------------------- message content
+
+class TextPart(Node):
+    """A literal string."""
+
+    kind: Literal["text"] = "text"
+    value: str
+    span: Span
+
+
+class FillerPart(Node):
+    """`filler TOKENS [needle at DEPTH]`: salted synthetic text of TOKENS tokens, optionally with a
+    needle sentence inserted at a depth (a ratio of the filler)."""
+
+    kind: Literal["filler"] = "filler"
+    tokens: Expr
+    needle_at: Expr | None = None
+    span: Span
+
+
+ContentPart = Annotated[Union[TextPart, FillerPart], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- request options
+
+class Option(Node):
+    """`key = value` in an `options { }` block (or an object value); the value is any expression,
+    including objects and lists; a null value leaves the key out of the request."""
+
+    key: str
+    value: Expr
+    span: Span
+
+
+# ---------------------------------------------------------------- checks on the reply
+
+class Expect(Node):
+    """`expect reply contains needle` or `expect reply contains "text"`."""
+
+    what: Literal["needle", "text"]
+    text: str = ""
+    span: Span
+
+
+# ---------------------------------------------------------------- statements
+
+class Message(Node):
+    """`system ...`, `user ...`, `assistant ...`: append a message to the current conversation."""
+
+    kind: Literal["message"] = "message"
+    role: Literal["system", "user", "assistant"]
+    parts: tuple[ContentPart, ...]
+    span: Span
+
+
+ReplyMode = Literal["replay", "synthetic", "drop"]
+
+
+class Reply(Node):
+    """`reply MAX [replay|synthetic|drop] [abort after N] [as NAME] [label L] [options {..}] [expect ..]`.
+
+    Sends the conversation so far as one request. `replay` (default) appends the reply verbatim as
+    the next assistant turn; `synthetic` appends a stand-in of the same length; `drop` appends
+    nothing. With `abort after N` the client closes the stream after N streamed tokens and the
+    partial turn (content and reasoning) is what gets appended.
+    """
+
+    kind: Literal["reply"] = "reply"
+    max_tokens: Expr
+    mode: ReplyMode = "replay"
+    abort_after: Expr | None = None
+    name: str | None = None
+    label: str | None = None
+    options: tuple[Option, ...] = ()
+    expect: tuple[Expect, ...] = ()
+    span: Span
+
+
+class Probe(Node):
+    """`probe [MAX] [as NAME] [label L] [options {..}]`: a prefill-only request (max_tokens 1 unless
+    given); its reply is never appended."""
+
+    kind: Literal["probe"] = "probe"
+    max_tokens: Expr | None = None
+    name: str | None = None
+    label: str | None = None
+    options: tuple[Option, ...] = ()
+    span: Span
+
+
+class Resend(Node):
+    """`resend NAME[idx] [max_tokens N] [label L]`: send exactly the prompt of an earlier named
+    request again (same bytes)."""
+
+    kind: Literal["resend"] = "resend"
+    name: str
+    index: Expr | None = None
+    max_tokens: Expr | None = None
+    label: str | None = None
+    span: Span
+
+
+class Wait(Node):
+    """`wait DURATION`: pause this session (a settle time)."""
+
+    kind: Literal["wait"] = "wait"
+    duration: Expr
+    span: Span
+
+
+class Turn(Node):
+    """`turn NAME { ... }`: a labelled group; requests inside get label NAME unless they set one."""
+
+    kind: Literal["turn"] = "turn"
+    name: str
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+class Phase(Node):
+    """`phase NAME { ... }`: a barrier across all sessions at its start and its end."""
+
+    kind: Literal["phase"] = "phase"
+    name: str
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+StopOn = Literal["miss", "hit", "error"]
+
+
+class For(Node):
+    """`for VAR in [reverse] LO..HI [until miss|hit|error] [label L] { ... }` (HI exclusive), or
+    `for VAR in [reverse] LIST ...` over a list value.
+
+    `until` stops the loop early at run time, after the first request of an iteration whose
+    outcome matches; the remaining iterations are skipped (and recorded as skipped).
+    """
+
+    kind: Literal["for"] = "for"
+    var: str
+    low: Expr | None = None
+    high: Expr | None = None
+    over: Expr | None = None
+    reverse: bool = False
+    until: StopOn | None = None
+    label: str | None = None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+class Repeat(Node):
+    """`repeat N [as VAR] [label L] { ... }`: a for loop from 0."""
+
+    kind: Literal["repeat"] = "repeat"
+    count: Expr
+    var: str | None = None
+    label: str | None = None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+class Grow(Node):
+    """`grow until SIZE by STEP [as VAR] [label L] { ... }`: ceil(SIZE / STEP) iterations (at least
+    one). Growth is counted in new planned tokens; replayed replies come on top."""
+
+    kind: Literal["grow"] = "grow"
+    until: Expr
+    by: Expr
+    var: str | None = None
+    label: str | None = None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+class Spawn(Node):
+    """`spawn N cold|fork [as VAR] [label L] { ... }`: N sub-conversations run one after another.
+
+    `cold` starts each from an empty conversation; `fork` from a copy of the parent's. Either way
+    the parent's conversation is untouched afterwards.
+    """
+
+    kind: Literal["spawn"] = "spawn"
+    count: Expr
+    mode: Literal["cold", "fork"] = "cold"
+    var: str | None = None
+    label: str | None = None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+class Fresh(Node):
+    """`fresh [label L] { ... }`: run the body in a new empty conversation (a `spawn 1 cold`)."""
+
+    kind: Literal["fresh"] = "fresh"
+    label: str | None = None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+class If(Node):
+    """`if COND { ... } [else { ... }]`, decided at plan time from params."""
+
+    kind: Literal["if"] = "if"
+    cond: Expr
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+    span: Span
+
+
+Stmt = Annotated[
+    Union[Message, Reply, Probe, Resend, Wait, Turn, Phase, For, Repeat, Grow, Spawn, Fresh, If],
+    Field(discriminator="kind"),
+]
+
+
+class Session(Node):
+    """`session NAME [repeat N] { ... }`: N concurrent copies (`NAME#0` ...), started together."""
+
+    name: str
+    repeat: Expr | None = None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+# ---------------------------------------------------------------- calibration
+
+class Calibrate(Node):
+    """`calibrate ttft_threshold [tokens N] [repeat K]` or `calibrate chars_per_token`.
+
+    Run before the sessions; results are usable in gates as `$ttft_threshold`, `$cold_ttft`,
+    `$hit_ttft`, `$chars_per_token`.
+    """
+
+    what: Literal["ttft_threshold", "chars_per_token"]
+    tokens: Expr | None = None
+    repeat: Expr | None = None
+    span: Span
+
+
+# ---------------------------------------------------------------- gates and report
+
+class SelItem(Node):
+    """One item of a metric selector `{...}`.
+
+    `key` is None for a bare word, which matches a request's label or phase; otherwise one of
+    `label`, `phase`, `session`. Flags (`warm`, `cold`, `hit`, `miss`, `aborted`, `ok`, `probe`)
+    filter; `last N` / `first N` take a window in schedule order.
+    """
+
+    key: Literal["name", "label", "phase", "session", "flag", "last", "first"]
+    value: str = ""
+    count: Expr | None = None
+    span: Span
+
+
+class MetricRef(Node):
+    """`metric{selector}`: the per-request values of a metric over the selected requests."""
+
+    kind: Literal["metric"] = "metric"
+    metric: str
+    selector: tuple[SelItem, ...] = ()
+    span: Span
+
+
+class Agg(Node):
+    """`agg(metric{...})`: median, mean, min, max, sum, count, p50, p90, p95, p99, all, any,
+    fraction."""
+
+    kind: Literal["agg"] = "agg"
+    func: str
+    arg: MetricRef
+    span: Span
+
+
+class GNum(Node):
+    kind: Literal["gnum"] = "gnum"
+    value: Expr  # a plan-time expression (params, numbers, calibration results)
+    span: Span
+
+
+class GBin(Node):
+    kind: Literal["gbin"] = "gbin"
+    op: Literal["+", "-", "*", "/"]
+    left: GExpr
+    right: GExpr
+    span: Span
+
+
+GExpr = Annotated[Union[MetricRef, Agg, GNum, GBin], Field(discriminator="kind")]
+
+
+class Gate(Node):
+    """`NAME: [each session|overall] LHS [CMP RHS] [-> verdict] [warn]`.
+
+    A bare `metric{...}` on the left means every selected value must satisfy the comparison.
+    Without `CMP RHS` the left side must be true (`all(ok{needle})`).
+    """
+
+    name: str
+    scope: Literal["overall", "each_session"] = "overall"
+    left: GExpr
+    op: Literal["<", "<=", ">", ">=", "==", "!="] | None = None
+    right: GExpr | None = None
+    verdict: str | None = None
+    severity: Literal["fail", "warn"] = "fail"
+    span: Span
+
+
+class ReportItem(Node):
+    """`NAME: gexpr [as percent|tokens|seconds] [by index|session|label]` in `report { }`: a headline
+    number of the summary; with `by`, one number per group (e.g. pp per context level)."""
+
+    name: str
+    value: GExpr
+    fmt: Literal["number", "percent", "tokens", "seconds"] = "number"
+    by: Literal["index", "session", "label"] | None = None
+    span: Span
+
+
+# ---------------------------------------------------------------- the workload
+
+class Settings(Node):
+    """Workload-level settings (`name = expr`), each optional."""
+
+    concurrency: Expr | None = None
+    settle: Expr | None = None
+    timeout: Expr | None = None
+    fail_fast: Expr | None = None
+    hit_ratio: Expr | None = None
+    max_context: Expr | None = None
+    span: Span | None = None
+
+
+class Workload(Node):
+    name: str
+    doc: str = ""
+    params: tuple[Param, ...] = ()
+    settings: Settings
+    options: tuple[Option, ...] = ()
+    calibrations: tuple[Calibrate, ...] = ()
+    sessions: tuple[Session, ...] = ()
+    gates: tuple[Gate, ...] = ()
+    report: tuple[ReportItem, ...] = ()
+    span: Span
+
+
+for _m in list(globals().values()):
+    if isinstance(_m, type) and issubclass(_m, Node) and _m is not Node:
+        _m.model_rebuild()
