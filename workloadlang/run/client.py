@@ -1,0 +1,514 @@
+"""The streaming chat client: one OpenAI-compatible `/chat/completions` exchange -> an `Outcome`.
+
+`send(client, endpoint, req)` posts a streamed chat request and returns what was measured:
+client-side TTFT (monotonic, from just before the request is sent), the streamed text (content and
+reasoning kept apart), usage, the cached-token evidence with its source, raw llama.cpp timings and
+any error. It never raises for transport, HTTP or stream problems — they become `Outcome.error`
+with everything measured so far kept. Only `asyncio.CancelledError` propagates, and the connection
+is closed on the way out, so a request still in prefill can be cancelled.
+
+SSE is parsed by hand, line by line on raw bytes (see `_Stream.feed_line`): `data:` with or
+without a space, comment pings and `event:` lines ignored, `event: error` / `{"error": ...}`
+surfaced, one malformed chunk recorded without ending the read. The per-chunk path does no
+pydantic work and no per-chunk clock reads after the first token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Callable
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
+
+from . import evidence
+from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json
+
+_loads = json.loads
+_FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class Endpoint(BaseModel):
+    """Where and how to talk to the engine.
+
+    `base_url` is the OpenAI base (`…/v1`, trailing `/` stripped); `root_url` is derived from it by
+    removing only a trailing `/v1` (engine-native routes such as `/metrics`, `/tokenize`, `/props`
+    live there). `api_key` is a secret: it never appears in repr, str or JSON dumps.
+    `cached_zero_when_absent` is the user's declaration that the engine leaves the cached field out
+    when it is 0 (vLLM `--enable-prompt-tokens-details`, SGLang `--enable-cache-report`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    root_url: str = ""
+    model: str
+    api_key: SecretStr | None = None
+    cached_zero_when_absent: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_urls(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("base_url"), str):
+            data = dict(data)
+            data["base_url"] = data["base_url"].rstrip("/")
+            if not data.get("root_url"):
+                data["root_url"] = root_of(data["base_url"])
+        return data
+
+    @property
+    def chat_url(self) -> str:
+        """Output: the chat-completions URL."""
+        return self.base_url + "/chat/completions"
+
+    def auth_headers(self) -> dict[str, str]:
+        """Output: `{"Authorization": "Bearer …"}` when a key is set, else `{}`."""
+        return auth_headers(self.api_key)
+
+
+def root_of(base_url: str) -> str:
+    """Input: an OpenAI base URL. Output: the server root: trailing `/` stripped and only a
+    trailing `/v1` removed (never every occurrence of `/v1`)."""
+    base = base_url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def auth_headers(api_key: SecretStr | str | None) -> dict[str, str]:
+    """Input: an API key (secret, plain or None). Output: the Authorization header dict."""
+    if api_key is None:
+        return {}
+    key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class WireRequest(BaseModel):
+    """One chat request as sent. `options` are merged into the body as-is (None values left out);
+    `abort_after` closes the stream after that many streamed token events; `deadline_s` is the
+    TOTAL time allowed for the whole exchange."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    messages: list[dict[str, Any]]
+    max_tokens: int = Field(ge=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+    abort_after: int | None = Field(default=None, ge=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+    deadline_s: float = Field(default=600.0, gt=0)
+
+
+class Outcome(BaseModel):
+    """What one request measured. Times are seconds; `t_send` is on the injected monotonic clock,
+    `t_send_unix` wall-clock. TTFT is the first non-empty content / reasoning / reasoning_content /
+    tool_calls delta; `ttft_content_s` the first content delta. `streamed_*` count token events
+    (chunks), `completion_tokens` / `prompt_tokens` come from the engine's usage. `cached_tokens`
+    is None when the engine said nothing (`cached_source == "none"`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    t_send: float
+    t_send_unix: float
+    ttft_s: float | None = None
+    ttft_content_s: float | None = None
+    e2e_s: float
+    content: str = ""
+    reasoning: str = ""
+    streamed_tokens: int = 0
+    streamed_content_tokens: int = 0
+    streamed_reasoning_tokens: int = 0
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cached_source: str = evidence.NONE
+    timings: dict[str, Any] | None = None
+    server_prefill_ms: float | None = None
+    server_ttft_ms: float | None = None
+    finish_reason: str | None = None
+    aborted: bool = False
+    http_status: int | None = None
+    error: ErrorInfo | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def suspicious(self) -> list[str]:
+        """Output: findings that the cached/prompt/timings numbers do not add up."""
+        return evidence.suspicious_flags(
+            self.prompt_tokens, self.cached_tokens, self.cached_source, self.timings
+        )
+
+    @property
+    def ok(self) -> bool:
+        """Output: True when the request completed without any error."""
+        return self.error is None
+
+
+class _Stream:
+    """Mutable per-request accumulator: the lean hot path of the SSE reader (plain attributes, no
+    pydantic). `feed_line` returns True when reading must stop."""
+
+    __slots__ = (
+        "clock", "t0", "abort_after", "content", "reasoning", "n_tokens", "n_content",
+        "n_reasoning", "ttft", "ttft_content", "finish_reason", "done", "aborted", "event",
+        "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
+        "n_malformed", "status",
+    )
+
+    def __init__(self, clock: Callable[[], float], abort_after: int | None) -> None:
+        self.clock = clock
+        self.t0 = 0.0
+        self.abort_after = abort_after
+        self.content: list[Any] = []
+        self.reasoning: list[Any] = []
+        self.n_tokens = self.n_content = self.n_reasoning = 0
+        self.ttft: float | None = None
+        self.ttft_content: float | None = None
+        self.finish_reason: str | None = None
+        self.done = self.aborted = self.usage_seen = False
+        self.event: bytes | None = None
+        self.prompt: int | None = None
+        self.completion: int | None = None
+        self.cached: tuple[int | None, str] = (None, evidence.NONE)
+        self.timings: dict[str, Any] | None = None
+        self.server: tuple[float | None, float | None] = (None, None)
+        self.error: ErrorInfo | None = None
+        self.n_malformed = 0
+        self.status: int | None = None
+
+    # ------------------------------------------------------------------ errors
+    def fail(self, kind: ErrorKind, message: str, status: int | None = None, body: str | None = None) -> None:
+        """Record an error. The first error wins, except that a non-fatal `malformed` is replaced by
+        the terminal error (its count is kept in the message)."""
+        if self.error is not None and self.error.kind != "malformed":
+            return
+        if self.error is not None:
+            message = f"{message} (after {self.n_malformed} malformed chunk(s))"
+            body = body or self.error.body
+        self.error = ErrorInfo(kind=kind, message=message, status=status, body=body)
+
+    def engine_error(self, payload: bytes | str, obj: Any = None) -> None:
+        """Record an in-stream engine error from its payload (JSON or text)."""
+        if obj is None:
+            try:
+                obj = _loads(payload)
+            except ValueError:
+                obj = None
+        msg = message_from_json(obj) or excerpt(payload, 200) or "(empty error event)"
+        self.fail("engine", f"engine error in stream: {msg}", self.status, excerpt(payload))
+
+    def malformed(self, payload: bytes, why: str) -> None:
+        """Record a chunk that could not be used; reading continues."""
+        self.n_malformed += 1
+        if self.error is None:
+            self.error = ErrorInfo(
+                kind="malformed", message=f"malformed SSE chunk: {why}", status=self.status,
+                body=excerpt(payload),
+            )
+
+    # ------------------------------------------------------------------ SSE
+    def feed_line(self, line: bytes) -> bool:
+        """Input: one SSE line without its terminator. Output: True to stop reading."""
+        if not line:
+            self.event = None  # a blank line ends an SSE event
+            return False
+        if line.startswith(b"data:"):
+            return self.feed_data(line[5:].strip())
+        if line.startswith(b"event:"):
+            self.event = line[6:].strip()
+        return False  # comments (":" pings), id:, retry:, anything else
+
+    def feed_data(self, payload: bytes) -> bool:
+        """Input: one `data:` payload. Output: True to stop reading."""
+        if payload == b"[DONE]":
+            self.done = True
+            return True
+        if self.event == b"error":
+            self.engine_error(payload)
+            return True
+        try:
+            obj = _loads(payload)
+        except ValueError:
+            self.malformed(payload, "invalid JSON")
+            return False
+        if type(obj) is not dict:
+            self.malformed(payload, "not a JSON object")
+            return False
+        try:
+            return self.feed_chunk(obj)
+        except (AttributeError, TypeError, IndexError, KeyError):
+            self.malformed(payload, "unexpected chunk shape")
+            return False
+
+    def feed_chunk(self, obj: dict[str, Any]) -> bool:
+        """Input: one decoded chunk. Output: True to stop (engine error or abort target reached)."""
+        if obj.get("error"):
+            self.engine_error(json.dumps(obj), obj)
+            return True
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta and self.feed_delta(delta):
+                return True
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = reason
+        if obj.get("usage") or obj.get("timings") or choices is None or "prompt_progress" in obj:
+            self.absorb(obj)
+        return False
+
+    def feed_delta(self, delta: dict[str, Any]) -> bool:
+        """Input: `choices[0].delta`. Output: True when the abort target is reached."""
+        text = delta.get("content")
+        think = delta.get("reasoning") or delta.get("reasoning_content")
+        if not (text or think or delta.get("tool_calls")):
+            return False  # role-only / empty deltas are not tokens
+        now = None
+        if self.ttft is None:
+            now = self.clock()
+            self.ttft = now - self.t0
+        if text:
+            self.content.append(text)
+            self.n_content += 1
+            if self.ttft_content is None:
+                self.ttft_content = (now if now is not None else self.clock()) - self.t0
+        if think:
+            self.reasoning.append(think)
+            self.n_reasoning += 1
+        self.n_tokens += 1
+        if self.abort_after is not None and self.n_tokens >= self.abort_after:
+            self.aborted = True
+            return True
+        return False
+
+    def absorb(self, doc: dict[str, Any]) -> None:
+        """Input: a chunk or body carrying usage / timings / native fields. Updates counts and the
+        cached evidence (a later chunk never resets a known value to unknown)."""
+        usage = evidence.usage_of(doc)
+        if usage is not None:
+            self.usage_seen = True
+        prompt = evidence.prompt_total(doc)
+        if prompt is not None:
+            self.prompt = prompt
+        completion = evidence.completion_total(doc)
+        if completion is not None:
+            self.completion = completion
+        self.cached = evidence.merge_cached(self.cached, evidence.find_cached(doc))
+        timings = doc.get("timings")
+        if isinstance(timings, dict):
+            self.timings = timings
+        server = evidence.server_times(doc)
+        if server != (None, None):
+            self.server = server
+
+    def end_of_stream(self) -> None:
+        """Called when the body ended without a stop condition: classify cut / early stop."""
+        if self.done or self.aborted or (self.error is not None and self.error.kind != "malformed"):
+            return
+        if self.finish_reason is None:
+            self.fail(
+                "stream_cut",
+                f"stream ended without [DONE] or a finish_reason after {self.n_tokens} token events",
+                self.status,
+            )
+
+    def check_abort_target(self) -> None:
+        """After a normal end: a planned abort that never happened is an `early_stop` error."""
+        if self.abort_after is None or self.aborted:
+            return
+        if self.error is not None and self.error.kind != "malformed":
+            return
+        self.fail(
+            "early_stop",
+            f"stream finished before the abort target ({self.n_tokens} < {self.abort_after} tokens)",
+            self.status,
+        )
+
+    # ------------------------------------------------------------------ result
+    def outcome(self, endpoint: Endpoint, req_id: str, t_send_unix: float, t_end: float) -> Outcome:
+        """Output: the immutable `Outcome` (the only pydantic construction of the request)."""
+        cached, source = evidence.resolve_cached(
+            self.cached[0], self.cached[1], self.usage_seen, endpoint.cached_zero_when_absent
+        )
+        return Outcome(
+            id=req_id, t_send=self.t0, t_send_unix=t_send_unix, ttft_s=self.ttft,
+            ttft_content_s=self.ttft_content, e2e_s=t_end - self.t0, content=_join(self.content),
+            reasoning=_join(self.reasoning), streamed_tokens=self.n_tokens,
+            streamed_content_tokens=self.n_content, streamed_reasoning_tokens=self.n_reasoning,
+            completion_tokens=self.completion, prompt_tokens=self.prompt, cached_tokens=cached,
+            cached_source=source, timings=self.timings, server_prefill_ms=self.server[0],
+            server_ttft_ms=self.server[1], finish_reason=self.finish_reason, aborted=self.aborted,
+            http_status=self.status, error=self.error,
+        )
+
+
+def _join(parts: list[Any]) -> str:
+    """Input: streamed text pieces. Output: their concatenation (non-strings JSON-encoded)."""
+    return "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+
+
+def build_body(endpoint: Endpoint, req: WireRequest) -> dict[str, Any]:
+    """Input: endpoint and request. Output: the JSON body: model, messages, max_tokens,
+    `stream: true`, `stream_options.include_usage`, then `req.options` (None values left out)."""
+    body: dict[str, Any] = {
+        "model": endpoint.model,
+        "messages": req.messages,
+        "max_tokens": req.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    for key, value in req.options.items():
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def build_headers(endpoint: Endpoint, req: WireRequest) -> dict[str, str]:
+    """Input: endpoint and request. Output: request headers (JSON content type, bearer auth when a
+    key is set, then `req.headers`), never `X-Conversation-Id`."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    headers.update(endpoint.auth_headers())
+    for name, value in req.headers.items():
+        if name.lower() not in _FORBIDDEN_HEADERS:
+            headers[name] = value
+    return headers
+
+
+def _build_request(client: httpx.AsyncClient, endpoint: Endpoint, req: WireRequest) -> httpx.Request:
+    """Output: the ready-to-send httpx request (body encoded once, httpx's own timeouts set to the
+    total deadline so they never cut a long prefill first)."""
+    content = json.dumps(build_body(endpoint, req), ensure_ascii=False, separators=(",", ":"))
+    request = client.build_request(
+        "POST", endpoint.chat_url, content=content.encode("utf-8"),
+        headers=build_headers(endpoint, req), timeout=httpx.Timeout(req.deadline_s),
+    )
+    for name in _FORBIDDEN_HEADERS:  # also when it came from the client's default headers
+        request.headers.pop(name, None)
+    return request
+
+
+async def send(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    req: WireRequest,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    wallclock: Callable[[], float] = time.time,
+) -> Outcome:
+    """Input: a shared httpx client, the endpoint, one request, and (for tests) the clocks.
+    Output: the request's `Outcome`. Never raises for transport/HTTP/stream problems; only
+    `asyncio.CancelledError` propagates (the connection is closed first)."""
+    state = _Stream(clock, req.abort_after)
+    try:
+        request = _build_request(client, endpoint, req)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, TypeError, ValueError) as exc:
+        state.t0 = clock()
+        state.fail("connect", f"cannot build the request: {_describe(exc)}")
+        return state.outcome(endpoint, req.id, wallclock(), state.t0)
+    t_send_unix = wallclock()
+    state.t0 = clock()
+    try:
+        await asyncio.wait_for(_exchange(client, request, state), timeout=req.deadline_s)
+    except asyncio.TimeoutError:
+        state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
+    return state.outcome(endpoint, req.id, t_send_unix, clock())
+
+
+async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream) -> None:
+    """Send the request and read the answer into `state`; the response is always closed."""
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.TimeoutException as exc:
+        state.fail("timeout", f"no response: {_describe(exc)}")
+        return
+    except httpx.TransportError as exc:
+        state.fail("connect", f"cannot reach {request.url}: {_describe(exc)}")
+        return
+    try:
+        await _read_response(response, state)
+    except httpx.TimeoutException as exc:
+        state.fail("timeout", f"read timed out: {_describe(exc)}", state.status)
+    except httpx.TransportError as exc:
+        state.fail("stream_cut", f"stream broke after {state.n_tokens} token events: {_describe(exc)}", state.status)
+    finally:
+        await response.aclose()
+
+
+async def _read_response(response: httpx.Response, state: _Stream) -> None:
+    """Dispatch on the response: HTTP error, plain JSON body (server ignored `stream`) or SSE."""
+    state.status = response.status_code
+    if response.status_code >= 400:
+        body = await _read_limited(response)
+        state.fail(
+            "http", f"HTTP {response.status_code}: {engine_message(body)}",
+            response.status_code, excerpt(body),
+        )
+        return
+    ctype = response.headers.get("content-type", "")
+    if "json" in ctype and "event-stream" not in ctype:
+        _read_json_body(await _read_limited(response, 1 << 30), state)
+    else:
+        await _read_sse(response, state)
+        state.end_of_stream()
+    state.check_abort_target()
+
+
+async def _read_sse(response: httpx.Response, state: _Stream) -> None:
+    """Split the byte stream into lines (\\n, \\r\\n or \\r) and feed them; stop early on a stop
+    condition (the caller then closes the connection)."""
+    buf = b""
+    async for chunk in response.aiter_bytes():
+        buf = buf + chunk if buf else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            continue
+        lines = buf.splitlines()
+        buf = b"" if buf[-1] in (10, 13) else lines.pop()
+        for line in lines:
+            if state.feed_line(line):
+                return
+    if buf:
+        state.feed_line(buf)
+
+
+def _read_json_body(body: bytes, state: _Stream) -> None:
+    """A non-streamed answer: take message text and usage from the body (no TTFT is invented)."""
+    try:
+        obj = _loads(body)
+    except ValueError:
+        state.fail("malformed", "response is neither SSE nor valid JSON", state.status, excerpt(body))
+        return
+    if not isinstance(obj, dict):
+        state.fail("malformed", "response JSON is not an object", state.status, excerpt(body))
+        return
+    if obj.get("error"):
+        state.engine_error(body, obj)
+        return
+    try:
+        choice = (obj.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        state.content.append(message.get("content") or "")
+        state.reasoning.append(message.get("reasoning") or message.get("reasoning_content") or "")
+        state.finish_reason = choice.get("finish_reason")
+        state.absorb(obj)
+    except (AttributeError, TypeError, IndexError, KeyError):
+        state.fail("malformed", "unexpected response JSON shape", state.status, excerpt(body))
+        return
+    state.done = True
+
+
+async def _read_limited(response: httpx.Response, limit: int = _ERROR_BODY_LIMIT) -> bytes:
+    """Output: at most about `limit` bytes of the body (an error page can be huge)."""
+    data = b""
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) >= limit:
+            break
+    return data
+
+
+def _describe(exc: BaseException) -> str:
+    """Output: `ExceptionType: message` on one line (httpx messages can be empty)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
