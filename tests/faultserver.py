@@ -1,0 +1,220 @@
+"""A real loopback fault server for transport tests: a small starlette app served by uvicorn in a
+background thread on 127.0.0.1 (a free port), misbehaving on request.
+
+Use the `fault_server` fixture (import it into a test module) or `FaultServer()` as a context
+manager. The chat route picks its behaviour from the `X-Fault` request header and identifies the
+request by `X-WL-Request`; the server records every request's headers and body, how many token
+chunks it sent, and — as a `threading.Event` per request id — whether it saw the client disconnect.
+
+Scenarios (`X-Fault`): ok, nospace, pings, http500, http429, cut, malformed, engine_error, stall,
+slow (one token every `X-Interval-Ms`, up to `X-Tokens`), prefill (sleeps before any byte).
+`/v1/models` answers `models_status` / `models_body` (settable); `/metrics` answers
+`metrics_text`; `/tokenize` answers both the vLLM and llama.cpp request shapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import defaultdict
+from typing import Any, AsyncIterator
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+DEFAULT_MODELS = {"object": "list", "data": [{"id": "fault-model", "owned_by": "vllm", "max_model_len": 4096}]}
+
+
+def chunk(content: str | None = None, reasoning: str | None = None, finish: str | None = None) -> dict[str, Any]:
+    """Output: one OpenAI chat-completion chunk."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def usage_chunk(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    """Output: the final include_usage chunk (llama.cpp shape, with timings)."""
+    return {
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                  "prompt_tokens_details": {"cached_tokens": cached}},
+        "timings": {"cache_n": cached, "prompt_n": prompt - cached, "prompt_ms": 12.5},
+    }
+
+
+def sse(obj: Any, sep: bytes = b"data: ") -> bytes:
+    """Output: one SSE event carrying `obj` (JSON-encoded unless bytes)."""
+    payload = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return sep + payload + b"\n\n"
+
+
+class FaultServer:
+    """The server and what it observed. `base_url` is `http://127.0.0.1:PORT/v1`."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.sent: dict[str, int] = defaultdict(int)
+        self._disconnects: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.models_status = 200
+        self.models_body: Any = DEFAULT_MODELS
+        self.metrics_text = ""
+        self.props: dict[str, Any] | None = None
+        self.tokenize_shapes = ("prompt", "content")
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.root_url = f"http://127.0.0.1:{self.port}"
+        self.base_url = self.root_url + "/v1"
+        config = uvicorn.Config(build_app(self), log_level="critical", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def disconnected(self, request_id: str) -> threading.Event:
+        """Output: the event set when the server saw request `request_id`'s client go away."""
+        with self._lock:
+            return self._disconnects.setdefault(request_id, threading.Event())
+
+    def start(self) -> "FaultServer":
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("fault server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> "FaultServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def build_app(server: FaultServer) -> Starlette:
+    """Output: the starlette app whose behaviour is driven by `server`'s settings."""
+
+    async def models(request: Request) -> Response:
+        if server.models_status >= 400 or not isinstance(server.models_body, (dict, list)):
+            body = server.models_body if isinstance(server.models_body, str) else json.dumps(server.models_body)
+            return Response(body, status_code=server.models_status, media_type="application/json")
+        return JSONResponse(server.models_body, status_code=server.models_status)
+
+    async def metrics(request: Request) -> Response:
+        server.requests.append({"path": "/metrics", "headers": dict(request.headers)})
+        return PlainTextResponse(server.metrics_text)
+
+    async def props(request: Request) -> Response:
+        if server.props is None:
+            return JSONResponse({"error": {"message": "not found"}}, status_code=404)
+        return JSONResponse(server.props)
+
+    async def tokenize(request: Request) -> Response:
+        body = await request.json()
+        if "prompt" in body and "prompt" in server.tokenize_shapes:
+            ids = list(range(len(body["prompt"].split())))
+            return JSONResponse({"count": len(ids), "tokens": ids, "max_model_len": 4096})
+        if "content" in body and "content" in server.tokenize_shapes:
+            return JSONResponse({"tokens": list(range(len(body["content"].split())))})
+        return JSONResponse({"error": {"message": "bad tokenize request"}}, status_code=400)
+
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        rid = request.headers.get("x-wl-request", "?")
+        server.requests.append({"path": "/v1/chat/completions", "headers": dict(request.headers), "body": body, "id": rid})
+        return await respond(server, request, rid, request.headers.get("x-fault", "ok"))
+
+    return Starlette(routes=[
+        Route("/v1/models", models),
+        Route("/metrics", metrics),
+        Route("/props", props),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+    ])
+
+
+async def respond(server: FaultServer, request: Request, rid: str, fault: str) -> Response:
+    """Output: the response for scenario `fault`."""
+    if fault == "http500":
+        return JSONResponse({"error": {"message": "CUDA out of memory", "type": "server_error", "code": 500}}, status_code=500)
+    if fault == "http429":
+        return JSONResponse({"error": {"message": "too many requests, slow down", "type": "rate_limit"}}, status_code=429)
+    if fault == "prefill":
+        return await _prefill(server, request, rid)
+    tokens = int(request.headers.get("x-tokens", "5"))
+    interval = float(request.headers.get("x-interval-ms", "0")) / 1000
+    gen = _events(server, request, rid, fault, tokens, interval)
+    return StreamingResponse(gen, media_type="text/event-stream")
+
+
+async def _prefill(server: FaultServer, request: Request, rid: str) -> Response:
+    """Sleep before sending anything (a long prefill), noticing a client disconnect."""
+    for _ in range(1000):
+        if await request.is_disconnected():
+            server.disconnected(rid).set()
+            return Response(status_code=499)
+        await asyncio.sleep(0.01)
+    return JSONResponse({"error": {"message": "prefill test was never cancelled"}}, status_code=500)
+
+
+async def _events(server: FaultServer, request: Request, rid: str, fault: str, tokens: int, interval: float) -> AsyncIterator[bytes]:
+    """The SSE body for the streaming scenarios; records the chunks sent and a disconnect."""
+    sep = b"data:" if fault == "nospace" else b"data: "
+    completed = False
+    try:
+        if fault == "pings":
+            yield b": ping\n\n"
+        yield sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}, sep)
+        for i in range(tokens):
+            if fault == "cut" and i == tokens // 2:
+                raise RuntimeError("simulated crash mid-stream")
+            if fault == "malformed" and i == 1:
+                yield b'data: {"choices": [{"delta": {"content": "x"\n\n'
+            if fault == "engine_error" and i == 2:
+                yield sse({"error": {"message": "KV cache exhausted", "type": "server_error"}}, sep)
+                completed = True
+                return
+            if fault == "pings":
+                yield b": keep-alive\n\nevent: message\n"
+            yield sse(chunk(content=f"t{i} "), sep)
+            server.sent[rid] += 1
+            if fault == "stall" and i == 0:
+                await _sleep_until_disconnect(request, 60)
+            if interval:
+                await asyncio.sleep(interval)
+        yield sse(chunk(finish="stop"), sep)
+        yield sse(usage_chunk(100, tokens, 60), sep)
+        yield sep + b"[DONE]\n\n"
+        completed = True
+    finally:
+        if not completed and fault != "cut":
+            server.disconnected(rid).set()
+
+
+async def _sleep_until_disconnect(request: Request, seconds: float) -> None:
+    """Stall: send nothing for up to `seconds` (cancelled by starlette when the client leaves)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def fault_server() -> Any:
+    """A running `FaultServer`, shared by the tests of one module."""
+    with FaultServer() as server:
+        yield server
