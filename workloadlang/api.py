@@ -1,0 +1,73 @@
+"""The front door: chain the stages, and expose each intermediate result.
+
+    source = load("agent-sim")                 # a bundled name or a path
+    wl = parse_checked(source)                  # ir.Workload, or WorkloadError
+    plan = make_plan(wl, source, {"sessions": "2"}, salt="s1", env={"max_context": 32768})
+
+Input: workload text and its name. Output: `ir.Workload`, `Plan`. Errors are `WorkloadError`
+carrying `Diagnostic`s; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from workloadlang import ir
+from workloadlang.check import check
+from workloadlang.diagnostics import Diagnostic, WorkloadError
+from workloadlang.evaluate import resolve_params
+from workloadlang.parse import parse
+from workloadlang.plan.model import Plan
+from workloadlang.plan.planner import build_plan
+from workloadlang.resources import bundled_workload_path, bundled_workloads
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str  # shown in diagnostics: the path, or the bundled name
+    text: str
+
+
+class NotFound(Exception):
+    pass
+
+
+def load(target: str) -> Source:
+    """A `.wl` path, or the name of a bundled workload (`agent-sim`)."""
+    p = Path(target)
+    if p.is_file():
+        return Source(name=str(p), text=p.read_text(encoding="utf-8"))
+    bundled = bundled_workload_path(target)
+    if bundled is not None:
+        return Source(name=f"{target}.wl", text=bundled.read_text(encoding="utf-8"))
+    names = ", ".join(n for n, _ in bundled_workloads())
+    raise NotFound(f"no file or bundled workload named `{target}` (bundled: {names})")
+
+
+def parse_checked(source: Source) -> ir.Workload:
+    wl = parse(source.text, source.name)
+    diags = [d for d in check(wl) if d.severity == "error"]
+    if diags:
+        raise WorkloadError(diags)
+    return wl
+
+
+def fresh_salt() -> str:
+    return secrets.token_hex(4)
+
+
+def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
+              salt: str | None = None, env: Mapping[str, Any] | None = None) -> Plan:
+    env = {"max_context": None, **(env or {})}
+    params, diags = resolve_params(wl, overrides, env)
+    errors = [d for d in diags if d.severity == "error"]
+    if errors:
+        raise WorkloadError(errors)
+    return build_plan(wl, params, salt or fresh_salt(), source=source.name, env=env)
+
+
+def warnings(wl: ir.Workload) -> list[Diagnostic]:
+    return [d for d in check(wl) if d.severity != "error"]

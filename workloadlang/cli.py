@@ -1,0 +1,226 @@
+"""The `wl` command: a thin shell over `workloadlang.api`.
+
+Input: argv. Output: text on stdout/stderr and an exit code (docs/cli.md):
+0 passed, 1 a gate failed, 2 usage or workload error, 3 endpoint unreachable or lacking a
+capability, 4 run incomplete, 130 interrupted (after writing what was measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import os
+import sys
+from typing import Any, Sequence
+
+from workloadlang import api
+from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json, render_text
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_ENDPOINT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+class UsageError(Exception):
+    pass
+
+
+def eprint(*a: Any) -> None:
+    print(*a, file=sys.stderr)
+
+
+# ---------------------------------------------------------------- params from the command line
+
+
+def param_overrides(wl, extra: Sequence[str], pairs: Sequence[str]) -> dict[str, str]:
+    """`-p name=value` and `--param-name value` / `--param-name=value` -> {name: text}."""
+    out: dict[str, str] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise UsageError(f"-p expects name=value, got `{p}`")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    known = {p.name.replace("_", "-"): p.name for p in wl.params}
+    it = iter(extra)
+    for arg in it:
+        if not arg.startswith("--"):
+            raise UsageError(f"unexpected argument `{arg}`")
+        flag, _, val = arg[2:].partition("=")
+        name = known.get(flag)
+        if name is None:
+            guess = difflib.get_close_matches(flag, list(known), n=1)
+            hint = f" (did you mean --{guess[0]}?)" if guess else ""
+            params = ", ".join(f"--{k}" for k in known) or "none"
+            raise UsageError(f"unknown parameter --{flag}{hint}; this workload's: {params}")
+        if not val:
+            val = next(it, None)
+            if val is None:
+                raise UsageError(f"--{flag} needs a value")
+        out[name] = val
+    return out
+
+
+def show_diags(diags: list[Diagnostic], source: api.Source, fmt: str) -> None:
+    if fmt == "json":
+        print(render_json(diags))
+    else:
+        eprint(render_text(diags, {source.name: source.text}).rstrip())
+
+
+def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
+    source = api.load(args.workload)
+    try:
+        wl = api.parse_checked(source)
+        overrides = param_overrides(wl, extra, args.param or [])
+        plan = api.make_plan(wl, source, overrides, salt=args.salt, env=env)
+    except WorkloadError as e:
+        show_diags(e.diagnostics, source, getattr(args, "format", "text"))
+        raise SystemExit(EXIT_USAGE)
+    return source, wl, plan
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_check(args, extra) -> int:
+    if extra:
+        raise UsageError(f"unexpected arguments: {' '.join(extra)}")
+    status = EXIT_OK
+    all_diags = []
+    for target in args.workloads:
+        source = api.load(target)
+        try:
+            wl = api.parse_checked(source)
+            diags = api.warnings(wl)
+        except WorkloadError as e:
+            diags, status = e.diagnostics, EXIT_USAGE
+        all_diags += diags
+        if args.format == "text" and diags:
+            show_diags(diags, source, "text")
+        elif args.format == "text":
+            eprint(f"{source.name}: ok")
+    if args.format == "json":
+        print(render_json(all_diags))
+    return status
+
+
+def cmd_plan(args, extra) -> int:
+    from workloadlang.plan.render import render_plan
+
+    env = {"max_context": args.max_context}
+    _, _, plan = load_and_plan(args, extra, env)
+    if args.json:
+        print(plan.model_dump_json(indent=2))
+    else:
+        print(render_plan(plan, full=args.full), end="")
+    return EXIT_OK
+
+
+def cmd_list(args, extra) -> int:
+    from tabulate import tabulate
+
+    from workloadlang.resources import bundled_workloads
+
+    rows = []
+    for name, path in bundled_workloads():
+        source = api.Source(name=f"{name}.wl", text=path.read_text(encoding="utf-8"))
+        wl = api.parse_checked(source)
+        params = ", ".join(
+            p.name + ("" if p.default is not None else " (required)") for p in wl.params)
+        rows.append([name, wl.doc, params])
+    print(tabulate(rows, headers=["workload", "what it measures", "params"], tablefmt="simple",
+                   maxcolwidths=[None, 50, 60]))
+    return EXIT_OK
+
+
+def cmd_run(args, extra) -> int:
+    from workloadlang.run.cli_run import run_command
+
+    return run_command(args, extra)
+
+
+def cmd_compare(args, extra) -> int:
+    from workloadlang.compare import compare_command
+
+    return compare_command(args)
+
+
+def cmd_sim(args, extra) -> int:
+    from workloadlang.sim import config_from_args, serve
+
+    if extra:
+        raise UsageError(f"unexpected arguments: {' '.join(extra)}")
+    cfg = config_from_args(args)
+    eprint(f"simulator on http://{args.host}:{args.port}/v1 (preset {args.preset}); Ctrl-C stops")
+    serve(cfg, host=args.host, port=args.port)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- parser
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="a .wl file or a bundled workload name (wl list)")
+    p.add_argument("--salt", help="replay a run exactly (default: fresh per run, printed)")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
+                   help="set a param (every param is also a flag: kv_size -> --kv-size)")
+    p.add_argument("--max-context", type=int, help="the engine's context limit, in tokens")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="wl", description="workloadlang: measure what an "
+                                 "inference engine's prefix cache really keeps")
+    sub = ap.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="check .wl files (exit 0 valid, 2 not)")
+    c.add_argument("workloads", nargs="+")
+    c.add_argument("--format", choices=["text", "json"], default="text")
+    p = sub.add_parser("plan", help="dry-run: print the token schedule, send nothing")
+    add_plan_args(p)
+    p.add_argument("--json", action="store_true", help="the full plan as JSON")
+    p.add_argument("--full", action="store_true", help="list every request")
+    p.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
+    sub.add_parser("list", help="the bundled workloads")
+    r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)")
+    add_plan_args(r)
+    from workloadlang.run.cli_run import add_run_args
+
+    add_run_args(r)
+    cmp_ = sub.add_parser("compare", help="compare two results files of the same workload")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    s = sub.add_parser("sim", help="the embedded simulator")
+    ssub = s.add_subparsers(dest="sim_command", required=True)
+    serve = ssub.add_parser("serve", help="serve the simulator on loopback")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    from workloadlang.sim import add_sim_arguments
+
+    add_sim_arguments(serve)
+    return ap
+
+
+COMMANDS = {"check": cmd_check, "plan": cmd_plan, "list": cmd_list, "run": cmd_run,
+            "compare": cmd_compare, "sim": cmd_sim}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args, extra = ap.parse_known_args(argv)
+    try:
+        return COMMANDS[args.command](args, extra)
+    except UsageError as e:
+        eprint(f"wl {args.command}: error: {e}")
+        return EXIT_USAGE
+    except api.NotFound as e:
+        eprint(f"wl {args.command}: error: {e}")
+        return EXIT_USAGE
+    except SystemExit as e:
+        return int(e.code or 0)
+    except KeyboardInterrupt:
+        eprint("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Gates and report items, judged from run records exactly as declared.
+
+Input: a `Plan` (its gates, report items, params), the run's `Record`s, and calibration results.
+Output: `GateResult`s (per scope: pass / fail / unknown with value, threshold and the `.wl` line),
+per-session verdicts, and the report's headline numbers.
+
+A gate that reads no data fails ("unknown" counts as not passed, labelled `unverified`); an
+errored or skipped request is neither a hit nor a miss, so it never feeds cache evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable, Literal, Mapping
+
+from pydantic import BaseModel
+
+from workloadlang import ir
+from workloadlang.evaluate import evaluate
+from workloadlang.plan.model import Plan
+from workloadlang.run.record import Record
+from workloadlang.select import select
+
+Status = Literal["pass", "fail", "unknown"]
+
+
+def _bool(v: Any) -> bool | None:
+    return None if v is None else bool(v)
+
+
+METRICS: dict[str, Callable[[Record], Any]] = {
+    "ttft": lambda r: r.ttft_s,
+    "ttft_content": lambda r: r.ttft_content_s,
+    "e2e": lambda r: r.e2e_s,
+    "prompt_tokens": lambda r: r.prompt_tokens,
+    "planned_prompt_tokens": lambda r: r.planned_prompt_tokens,
+    "cached_tokens": lambda r: r.cached_tokens if r.error is None else None,
+    "expected_cached": lambda r: r.expected_cached,
+    "reuse": lambda r: r.reuse,
+    "missed": lambda r: r.missed,
+    "uncached_tokens": lambda r: r.uncached_tokens,
+    "hit": lambda r: r.hit,
+    "miss": lambda r: None if r.hit is None else not r.hit,
+    "error": lambda r: r.error is not None,
+    "aborted": lambda r: r.aborted,
+    "ok": lambda r: bool(r.expect_ok) and (r.error is None),
+    "cold_ok": lambda r: cold_ok(r),
+    "cached_reported": lambda r: None if r.error else r.cached_source != "none",
+    "completion_tokens": lambda r: r.completion_tokens,
+    "streamed_tokens": lambda r: r.streamed_tokens,
+    "pp": lambda r: r.pp_tps,
+    "tg": lambda r: r.tg_tps,
+    "ttft_per_uncached": lambda r: r.ttft_per_uncached,
+    "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
+}
+
+
+def cold_ok(r: Record) -> bool | None:
+    """A cold request (nothing expected from cache) that the engine did not claim to serve
+    from cache beyond what was expected plus 5 % of the prompt (a harness sanity check)."""
+    if r.error or r.cached_tokens is None or not r.prompt_tokens:
+        return None
+    return r.cached_tokens <= (r.expected_cached or 0) + 0.05 * r.prompt_tokens
+
+
+def flag_of(r: Record, flag: str) -> bool:
+    return bool({"hit": r.hit is True, "miss": r.hit is False, "aborted": r.aborted,
+                 "ok": bool(r.expect_ok) and r.error is None, "error": r.error is not None}[flag])
+
+
+class ScopeResult(BaseModel):
+    scope: str
+    status: Status
+    value: Any = None
+    threshold: Any = None
+    reads: int = 0
+    detail: str = ""
+
+
+class GateResult(BaseModel):
+    name: str
+    scope: str
+    severity: str
+    verdict: str | None
+    line: int
+    status: Status
+    results: list[ScopeResult]
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+class Unknown(Exception):
+    """A value that cannot be judged (no data, or the engine did not report it)."""
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+class Judge:
+    """Evaluates gate expressions over one scope's records."""
+
+    def __init__(self, plan: Plan, records: list[Record], env: Mapping[str, Any]):
+        self.plan, self.env = plan, env
+        self.by_id = plan.by_id()
+        self.records = [r for r in records if not r.skipped]
+        self.reads: set[str] = set()
+
+    def picked(self, ref: ir.MetricRef) -> list[Record]:
+        rs = select(self.records, ref.selector, self.env, lambda r: self.by_id[r.id], flag_of)
+        self.reads.update(r.id for r in rs)
+        return rs
+
+    def values(self, ref: ir.MetricRef) -> list[Any]:
+        get = METRICS[ref.metric]
+        return [get(r) for r in self.picked(ref)]
+
+    def scalar(self, e: ir.GExpr) -> Any:
+        if isinstance(e, ir.GNum):
+            v = evaluate(e.value, self.env)
+            if v is None:
+                raise Unknown("a calibration result is missing")
+            return v
+        if isinstance(e, ir.Agg):
+            return aggregate(e.func, self.values(e.arg))
+        if isinstance(e, ir.MetricRef):
+            vals = self.values(e)
+            if len(vals) != 1:
+                raise Unknown(f"`{e.metric}` selects {len(vals)} values where one is needed")
+            return known(vals[0])
+        left, right = self.scalar(e.left), self.scalar(e.right)
+        return arith(e.op, left, right)
+
+
+def known(v: Any) -> Any:
+    if v is None:
+        raise Unknown("not reported")
+    return v
+
+
+def arith(op: str, a: Any, b: Any) -> Any:
+    if op == "/" and b == 0:
+        raise Unknown("division by zero")
+    return {"+": a + b, "-": a - b, "*": a * b}.get(op) if op != "/" else a / b
+
+
+def aggregate(func: str, vals: list[Any]) -> Any:
+    """Aggregate the known values; booleans count True; unknown when nothing is known."""
+    if func == "count":
+        return sum(1 for v in vals if v is not None and v is not False)
+    xs = [v for v in vals if v is not None]
+    if not xs:
+        raise Unknown("no data" if not vals else "no reported values")
+    if func in ("all", "any"):
+        return all(xs) if func == "all" else any(xs)
+    if func == "fraction":
+        return sum(1 for v in xs if v) / len(xs)
+    nums = [float(v) for v in xs]
+    if func in ("p50", "p90", "p95", "p99"):
+        return quantile(nums, int(func[1:]) / 100)
+    return {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max,
+            "sum": math.fsum}[func](nums)
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+CMP = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+       ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
+    try:
+        if isinstance(g.left, ir.MetricRef) and g.op is not None:
+            return judge_each(j, g, scope)
+        value = j.scalar(g.left)
+        if g.op is None:
+            status: Status = "pass" if value else "fail"
+            return ScopeResult(scope=scope, status=status, value=value, reads=len(j.reads))
+        threshold = j.scalar(g.right)
+        ok = CMP[g.op](value, threshold)
+        return ScopeResult(scope=scope, status="pass" if ok else "fail", value=value,
+                           threshold=threshold, reads=len(j.reads))
+    except Unknown as e:
+        return ScopeResult(scope=scope, status="unknown", reads=len(j.reads), detail=str(e))
+
+
+def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
+    """`metric{...} CMP rhs`: every selected value must satisfy the comparison."""
+    picked = j.picked(g.left)
+    vals = [METRICS[g.left.metric](r) for r in picked]
+    if not picked:
+        raise Unknown("no data: the selector matched no completed request")
+    threshold = j.scalar(g.right)
+    fails = [(r.id, v) for r, v in zip(picked, vals) if v is not None and not CMP[g.op](v, threshold)]
+    unknown = [r.id for r, v in zip(picked, vals) if v is None]
+    worst = fails[0][1] if fails else (vals[0] if len(vals) == 1 else None)
+    if fails:
+        detail = ", ".join(f"{rid}={fmt(v)}" for rid, v in fails[:5])
+        return ScopeResult(scope=scope, status="fail", value=worst, threshold=threshold,
+                           reads=len(picked), detail=detail)
+    if unknown:
+        why = errors_or_unreported(j, unknown)
+        return ScopeResult(scope=scope, status="unknown", threshold=threshold, reads=len(picked),
+                           detail=why)
+    return ScopeResult(scope=scope, status="pass", value=worst, threshold=threshold,
+                       reads=len(picked))
+
+
+def errors_or_unreported(j: Judge, ids: list[str]) -> str:
+    recs = {r.id: r for r in j.records}
+    errs = [i for i in ids if recs[i].error is not None]
+    if errs:
+        return f"errored (neither hit nor miss): {', '.join(errs[:5])}"
+    return f"not reported by the engine: {', '.join(ids[:5])}"
+
+
+def fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, Any]) -> list[GateResult]:
+    env = {**plan.params, **extra_env}
+    out = []
+    for gp in plan.gates:
+        g = gp.gate
+        scopes = [s.id for s in plan.sessions] if g.scope == "each_session" else ["overall"]
+        results = []
+        for scope in scopes:
+            rs = records if scope == "overall" else [r for r in records if r.session == scope]
+            results.append(judge_scope(Judge(plan, rs, env), g, scope))
+        status: Status = "fail" if any(r.status == "fail" for r in results) else \
+            "unknown" if any(r.status == "unknown" for r in results) else "pass"
+        out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"
+                              else "overall", severity=g.severity, verdict=g.verdict,
+                              line=g.span.line, status=status, results=results))
+    return out
+
+
+def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
+    """Per session: the verdict labels of its failed per-session gates, `unverified` when one
+    could not be judged, else `ok`."""
+    out = {}
+    for s in plan.sessions:
+        labels = []
+        for g in gates:
+            for r in g.results:
+                if r.scope != s.id:
+                    continue
+                if r.status == "fail":
+                    labels.append(g.verdict or g.name)
+                elif r.status == "unknown":
+                    labels.append("unverified")
+        if any(g.scope == "each session" for g in gates):
+            out[s.id] = ", ".join(dict.fromkeys(labels)) or "ok"
+    return out
+
+
+def failed(gates: list[GateResult]) -> list[GateResult]:
+    """Fail-severity gates that did not pass (fail or could not be judged)."""
+    return [g for g in gates if g.severity == "fail" and g.status != "pass"]
+
+
+def evaluate_report(plan: Plan, records: list[Record],
+                    extra_env: Mapping[str, Any]) -> dict[str, Any]:
+    """Headline numbers; an item with `by` gives a dict group -> number."""
+    env = {**plan.params, **extra_env}
+    out: dict[str, Any] = {}
+    for item in plan.report:
+        if item.by is None:
+            out[item.name] = safe_scalar(Judge(plan, records, env), item.value)
+        else:
+            groups: dict[Any, list[Record]] = {}
+            for r in records:
+                groups.setdefault(getattr(r, item.by), []).append(r)
+            out[item.name] = {str(k): safe_scalar(Judge(plan, v, env), item.value)
+                              for k, v in sorted(groups.items(), key=lambda kv: str(kv[0]).zfill(8))}
+    return out
+
+
+def safe_scalar(j: Judge, e: ir.GExpr) -> Any:
+    try:
+        return j.scalar(e)
+    except Unknown:
+        return None

@@ -1,0 +1,146 @@
+"""Realise planned prompts as text, lazily, one request at a time.
+
+Input: a `Plan`, a `Sizer` (how many filler words make N tokens), and at run time the replies of
+earlier requests. Output: OpenAI chat `messages` for one request.
+
+A filler's text is a pure function of `(salt, key, words)`, realised once and reused, so a
+conversation re-sent with one more turn is byte-identical up to the new turn (what a prefix cache
+needs). Sizing is pluggable: `RatioSizer` uses a tokens-per-word ratio (calibrated from the
+engine's usage when it has no tokenizer endpoint); `ExactSizer` asks the engine's tokenizer and
+corrects each filler to its planned size.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from workloadlang.plan import synth
+from workloadlang.plan.model import Plan, PMessage, PRequest, Seg
+
+NO_OUTPUT = "[no output generated]"
+
+
+class Reply(Protocol):
+    """What the realiser needs of an earlier request's outcome."""
+
+    content: str
+    reasoning: str
+    completion_tokens: int | None
+
+
+class Sizer(Protocol):
+    def words_for(self, key: str, tokens: int) -> int: ...
+
+    async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None: ...
+
+
+class RatioSizer:
+    """Words for N tokens from a fixed tokens-per-word ratio."""
+
+    def __init__(self, tokens_per_word: float = 1.0):
+        self.tokens_per_word = tokens_per_word
+
+    def words_for(self, key: str, tokens: int) -> int:
+        return max(0, round(tokens / self.tokens_per_word))
+
+    async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None:
+        return None
+
+
+class ExactSizer(RatioSizer):
+    """Sizes each filler with the engine's tokenizer: a first guess from the ratio, then up to
+    two corrections, keeping the word count whose token count is closest to the plan."""
+
+    def __init__(self, count: Callable[[str], Awaitable[int]], tokens_per_word: float = 1.0):
+        super().__init__(tokens_per_word)
+        self.count = count
+        self.sized: dict[str, int] = {}
+        self.measured: dict[str, int] = {}
+
+    def words_for(self, key: str, tokens: int) -> int:
+        return self.sized.get(key, super().words_for(key, tokens))
+
+    async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None:
+        if key in self.sized or tokens <= 0:
+            return
+        words = super().words_for(key, tokens)
+        best = None
+        for _ in range(3):
+            got = await self.count(render(words))
+            if best is None or abs(got - tokens) < abs(best[1] - tokens):
+                best = (words, got)
+            if got == tokens:
+                break
+            words = max(0, words + round((tokens - got) / self.tokens_per_word))
+        self.sized[key], self.measured[key] = best
+
+
+class Realiser:
+    """Turns planned requests into chat messages; caches every static message's text."""
+
+    def __init__(self, plan: Plan, sizer: Sizer | None = None, reasoning_key: str = "reasoning_content"):
+        self.plan = plan
+        self.sizer = sizer or RatioSizer()
+        self.reasoning_key = reasoning_key
+        self._static: dict[int, dict[str, Any]] = {}
+
+    async def prepare(self, req: PRequest) -> None:
+        """Size every filler of this request's prompt (asks the tokenizer once per filler)."""
+        for i in req.messages:
+            for seg in self.plan.messages[i].segs:
+                if seg.kind == "filler":
+                    await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg))
+
+    def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
+        """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
+        return [self._message(i, replies) for i in req.messages]
+
+    def _message(self, i: int, replies: Mapping[str, Reply]) -> dict[str, Any]:
+        cached = self._static.get(i)
+        if cached is not None:
+            return cached
+        m = self.plan.messages[i]
+        if any(s.kind in ("reply", "partial") for s in m.segs):
+            return self._assistant(m, replies)
+        out = {"role": m.role, "content": "".join(self._seg_text(s) for s in m.segs)}
+        self._static[i] = out
+        return out
+
+    def _assistant(self, m: PMessage, replies: Mapping[str, Reply]) -> dict[str, Any]:
+        content, reasoning = [], []
+        for s in m.segs:
+            r = replies.get(s.key) if s.kind in ("reply", "partial") else None
+            if r is None:
+                content.append(self._seg_text(s))
+            elif s.synthetic:
+                content.append(synth.filler(self.plan.salt, s.key + ":synthetic",
+                                            r.completion_tokens or s.tokens))
+            else:
+                content.append(r.content)
+                reasoning.append(r.reasoning)
+        msg: dict[str, Any] = {"role": m.role, "content": "".join(content)}
+        if "".join(reasoning):
+            msg[self.reasoning_key] = "".join(reasoning)
+        elif not msg["content"] and all(s.kind == "reply" for s in m.segs):
+            msg["content"] = NO_OUTPUT
+        return msg
+
+    def _seg_text(self, s: Seg) -> str:
+        if s.kind == "text":
+            return s.text
+        if s.kind == "filler":
+            return self._renderer(s)(self.sizer.words_for(s.key, s.tokens))
+        return NO_OUTPUT  # a reply that never arrived (its request failed)
+
+    def _renderer(self, s: Seg) -> Callable[[int], str]:
+        salt = self.plan.salt
+
+        def render(n: int) -> str:
+            if s.needle_at is None:
+                return synth.filler(salt, s.key, n)
+            needle = synth.needle_sentence(synth.needle_code(salt, s.key))
+            words = synth.words(salt, s.key, max(0, n - len(needle.split())))
+            at = int(len(words) * s.needle_at)
+            return " ".join(words[:at] + [needle] + words[at:])
+
+        return render

@@ -1,0 +1,105 @@
+"""Run-time calibration: how to size text for this engine, and how a hit looks in TTFT.
+
+Input: an `httpx.AsyncClient`, an `Endpoint`, the engine's `Tokenizer` (or None) and the plan's
+salt. Output: a `Sizer` for the realiser, and a `Calibration` (reported in the results).
+
+Sizing uses the engine's tokenizer endpoint when there is one (one sample to learn the
+tokens-per-word ratio, then exact correction per filler). Without one it needs two small
+prefills: the same prompt with and without a 2,000-word filler; the difference divided by the
+words is the ratio, with the chat-template overhead cancelled out (the original divided the whole
+prompt by the characters, biasing small probes). Filler is statistically uniform, so one pair
+converges.
+
+The TTFT threshold sends cold/cached twins of a fresh-salted prompt `repeat` times, and accepts
+the midpoint only if every cold sample is slower than every cached one by a clear margin.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from workloadlang.plan import synth
+from workloadlang.plan.realise import ExactSizer, RatioSizer, Sizer
+from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+
+SAMPLE_WORDS = 2000
+MIN_SEPARATION = 1.5
+SYSTEM = "You are a helpful assistant."
+
+
+class Calibration(BaseModel):
+    tokens_per_word: float | None = None
+    sizing: str = "plan"  # tokenizer | usage | plan
+    sizing_requests: int = 0
+    threshold_s: float | None = None
+    threshold_tokens: int | None = None
+    cold_ttft_s: list[float] = []
+    hit_ttft_s: list[float] = []
+    separation: float | None = None
+    notes: list[str] = []
+
+
+def probe(rid: str, user: str, max_tokens: int = 1) -> WireRequest:
+    return WireRequest(id=rid, messages=[{"role": "system", "content": SYSTEM},
+                                         {"role": "user", "content": user}],
+                       max_tokens=max_tokens, headers={"X-WL-Request": rid}, deadline_s=600)
+
+
+async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: Any,
+                    salt: str, cal: Calibration) -> Sizer:
+    """An exact sizer over the engine's tokenizer, else a ratio sizer from two prefills."""
+    sample = synth.filler(salt, "calibrate/sizing", SAMPLE_WORDS)
+    if tokenizer is not None:
+        n = await tokenizer.count(sample)
+        cal.tokens_per_word, cal.sizing = n / SAMPLE_WORDS, "tokenizer"
+        return ExactSizer(tokenizer.count, cal.tokens_per_word)
+    bare = await send(client, endpoint, probe("calibrate/sizing/bare", "Hello."))
+    full = await send(client, endpoint, probe("calibrate/sizing/full", "Hello. " + sample))
+    cal.sizing_requests = 2
+    if bare.prompt_tokens is None or full.prompt_tokens is None:
+        cal.notes.append("the engine reported no prompt_tokens: sizing by the plan's estimate "
+                         "(1 token per word)")
+        return RatioSizer(1.0)
+    cal.tokens_per_word, cal.sizing = (full.prompt_tokens - bare.prompt_tokens) / SAMPLE_WORDS, "usage"
+    return RatioSizer(cal.tokens_per_word)
+
+
+async def ttft_threshold(client: httpx.AsyncClient, endpoint: Endpoint, sizer: Sizer,
+                         salt: str, tokens: int, repeat: int, cal: Calibration) -> list[Outcome]:
+    """Cold/cached twins; sets cal.threshold_s when the two separate with margin."""
+    outcomes = []
+    words = sizer.words_for(f"calibrate/ttft/{tokens}", tokens)
+    for k in range(max(1, repeat)):
+        text = synth.filler(salt, f"calibrate/ttft/{k}", words)
+        cold = await send(client, endpoint, probe(f"calibrate/ttft/{k}/cold", text))
+        hot = await send(client, endpoint, probe(f"calibrate/ttft/{k}/hit", text))
+        outcomes += [cold, hot]
+        if cold.error or hot.error or cold.ttft_s is None or hot.ttft_s is None:
+            cal.notes.append(f"threshold probe {k} failed: {(cold.error or hot.error)}")
+            continue
+        cal.cold_ttft_s.append(cold.ttft_s)
+        cal.hit_ttft_s.append(hot.ttft_s)
+    decide_threshold(cal, tokens)
+    return outcomes
+
+
+def decide_threshold(cal: Calibration, tokens: int) -> None:
+    """Midpoint (geometric) between the slowest hit and the fastest cold sample, if they are
+    separated by at least MIN_SEPARATION; otherwise no TTFT classification at all."""
+    if not cal.cold_ttft_s or not cal.hit_ttft_s:
+        cal.notes.append("no threshold: no complete cold/cached pair")
+        return
+    fastest_cold, slowest_hit = min(cal.cold_ttft_s), max(cal.hit_ttft_s)
+    cal.separation = fastest_cold / slowest_hit if slowest_hit > 0 else None
+    if cal.separation is None or cal.separation < MIN_SEPARATION:
+        cal.notes.append(
+            f"no threshold: cold {statistics.median(cal.cold_ttft_s):.4f}s vs cached "
+            f"{statistics.median(cal.hit_ttft_s):.4f}s do not separate by {MIN_SEPARATION}x "
+            "(engine not caching, or the context is too small to tell by timing)")
+        return
+    cal.threshold_s = (fastest_cold * slowest_hit) ** 0.5
+    cal.threshold_tokens = tokens

@@ -1,0 +1,152 @@
+"""`wl run`: wire the command line to discovery, planning, the runner and the views.
+
+Input: parsed args plus the param flags. Output: files (`--records`, `--output`), the summary on
+stdout, and the exit code (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from workloadlang.run.client import Endpoint, root_of
+from workloadlang.run.errors import EndpointError
+from workloadlang.run.runner import (
+    EXIT_ENDPOINT,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    JsonlWriter,
+    Tee,
+    run_plan,
+)
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", default="http://localhost:8000/v1",
+                   help="OpenAI-compatible base URL (default: %(default)s)")
+    p.add_argument("--model", help="model id (default: auto-detected from /models)")
+    p.add_argument("--api-key", help="bearer token (never written to any output)")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="read the bearer token from this environment variable")
+    p.add_argument("--cached-zero-when-absent", action="store_true",
+                   help="the engine leaves out cached_tokens when it is 0 (vLLM "
+                        "--enable-prompt-tokens-details, SGLang --enable-cache-report)")
+    p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
+    p.add_argument("--sim-preset", default=None,
+                   help="simulator preset (default: the workload's name if it is a preset)")
+    p.add_argument("--sim-fault", action="append", default=[], metavar="FAULT",
+                   help="inject a simulator fault (see docs/simulator.md)")
+    p.add_argument("--output", "-o", help="write the summary JSON here")
+    p.add_argument("--records", help="write one JSON line per request as it completes")
+    p.add_argument("--time-budget", type=float, help="stop after this many seconds (exit 4)")
+    p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
+    viz = p.add_mutually_exclusive_group()
+    viz.add_argument("--viz", dest="viz", action="store_true", default=None,
+                     help="live view even when stdout is not a terminal")
+    viz.add_argument("--no-viz", dest="viz", action="store_false",
+                     help="plain lines, one per request")
+
+
+def api_key(args) -> SecretStr | None:
+    if args.api_key:
+        return SecretStr(args.api_key)
+    if args.api_key_env:
+        value = os.environ.get(args.api_key_env)
+        if not value:
+            raise EndpointError("unreachable", f"--api-key-env {args.api_key_env}: not set")
+        return SecretStr(value)
+    return None
+
+
+def start_sim(args, workload: str, stack: ExitStack) -> str:
+    from workloadlang.sim import PRESETS, SimConfig, start_in_thread
+    from workloadlang.sim.config import apply_faults
+
+    name = args.sim_preset or (workload if workload in PRESETS else "default")
+    cfg: SimConfig = PRESETS[name]
+    if args.sim_fault:
+        cfg = apply_faults(cfg, args.sim_fault)
+    handle = stack.enter_context(start_in_thread(cfg))
+    print(f"simulator: {handle.base_url} (preset {name}"
+          + (f", faults {', '.join(args.sim_fault)}" if args.sim_fault else "") + ")",
+          file=sys.stderr)
+    return handle.base_url
+
+
+def run_command(args, extra) -> int:
+    from workloadlang.cli import eprint
+
+    with ExitStack() as stack:
+        try:
+            key = api_key(args)
+        except EndpointError as e:
+            eprint(f"wl run: error: {e}")
+            return EXIT_USAGE
+        base = start_sim(args, args.workload, stack) if args.sim else args.base_url.rstrip("/")
+        try:
+            return asyncio.run(main_async(args, extra, base, key))
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+
+
+async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
+    from workloadlang.cli import eprint, load_and_plan
+    from workloadlang.run import discover as disc
+    from workloadlang.run.view import make_view
+
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits) as client:
+        try:
+            info = await disc.discover(client, base, key, model=args.model,
+                                       max_context=args.max_context)
+        except EndpointError as e:
+            eprint(f"wl run: endpoint error: {e}")
+            return EXIT_ENDPOINT
+        for note in info.notes:
+            eprint(f"note: {note}")
+        _, _, plan = load_and_plan(args, extra, {"max_context": info.max_context})
+        endpoint = Endpoint(base_url=base, root_url=root_of(base), model=info.model, api_key=key,
+                            cached_zero_when_absent=args.cached_zero_when_absent)
+        tokenizer = disc.Tokenizer.from_info(client, info, key)
+        engine = {"base_url": base, "model": info.model, "engine": info.engine,
+                  "max_context": info.max_context, "max_context_source": info.max_context_source,
+                  "tokenizer": info.tokenize_style, "notes": info.notes, "sim": bool(args.sim)}
+        view = make_view(plan, args.viz, sys.stdout)
+        writer = JsonlWriter(args.records)
+        view.start()
+        task = asyncio.ensure_future(run_plan(
+            plan, endpoint, engine, tokenizer, Tee(writer, view), client=client,
+            metrics_url=info.metrics_url, time_budget_s=args.time_budget))
+        install_interrupt(task)
+        try:
+            results = await task
+        finally:
+            view.stop()
+            writer.close()
+        if args.engine_log:
+            from workloadlang.run.annotate import annotate_results
+
+            annotate_results(results, args.engine_log)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(results.to_json())
+        view.summary(results)
+        return results.exit_code
+
+
+def install_interrupt(task: asyncio.Future) -> None:
+    """Ctrl-C cancels the run; the runner judges and writes what was measured."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (NotImplementedError, RuntimeError):  # pragma: no cover - not on this platform
+        pass

@@ -1,0 +1,254 @@
+"""The executor: runs a `Plan` against an endpoint and yields one `Record` per planned request.
+
+Input: a `Plan`, a `Realiser` (text, sized for this engine), an `httpx.AsyncClient`, an
+`Endpoint`, a `Sink` that receives every record the moment it completes, and injected clocks.
+Output: a `RunResult` (records in schedule order, incomplete reason, client-side timing health).
+
+Semantics: all sessions start together; requests of one session run in plan order (their
+dependencies); a phase is a barrier across sessions; the workload's concurrency limit is a
+semaphore around the send; `until` loops skip their remaining iterations once the condition is
+seen; fail-fast (a workload option) stops every session at the first miss; by default every
+session runs to its end so every verdict can be judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import httpx
+
+from workloadlang.plan.model import Plan, PRequest
+from workloadlang.plan.realise import Realiser
+from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
+
+
+class Sink(Protocol):
+    def record(self, rec: Record) -> None: ...
+
+    def event(self, kind: str, data: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class RunResult:
+    records: list[Record]
+    elapsed_s: float
+    incomplete: str | None = None
+    client: dict[str, Any] = field(default_factory=dict)
+
+
+class PhaseBarrier:
+    """Sessions arrive at barrier k in order; each barrier opens when every session arrived."""
+
+    def __init__(self, sessions: int, n: int, on_open: Callable[[int], Any] | None = None):
+        self.sessions = sessions
+        self.count = [0] * (n + 1)
+        self.events = [asyncio.Event() for _ in range(n + 1)]
+        self.on_open = on_open
+
+    async def arrive(self, k: int) -> None:
+        self.count[k] += 1
+        if self.count[k] == self.sessions:
+            if self.on_open:
+                await self.on_open(k)
+            self.events[k].set()
+        await self.events[k].wait()
+
+
+class Lag:
+    """Event-loop lag monitor: how late a 5 ms sleep wakes up (the client as a bottleneck)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock, self.samples = clock, []
+
+    async def watch(self) -> None:
+        while True:
+            t = self.clock()
+            await asyncio.sleep(0.005)
+            self.samples.append(max(0.0, self.clock() - t - 0.005))
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+class Executor:
+    """One run of one plan. Use `await Executor(...).run()`."""
+
+    def __init__(self, plan: Plan, realiser: Realiser, client: httpx.AsyncClient,
+                 endpoint: Endpoint, sink: Sink, *, ref: TtftReference | None = None,
+                 clock: Callable[[], float] = time.perf_counter, concurrency: int | None = None,
+                 time_budget_s: float | None = None, max_consecutive_errors: int = 10,
+                 on_phase: Callable[[str], Any] | None = None):
+        self.plan, self.realiser, self.client, self.endpoint = plan, realiser, client, endpoint
+        self.sink, self.clock = sink, clock
+        self.ref = ref or TtftReference()
+        self.sem = asyncio.Semaphore(concurrency or plan.concurrency)
+        self.time_budget_s = time_budget_s
+        self.max_errors = max_consecutive_errors
+        self.on_phase = on_phase
+        self.by_id = plan.by_id()
+        self.outcomes: dict[str, Outcome] = {}
+        self.records: dict[str, Record] = {}
+        self.stopped: dict[str, int] = {}
+        self.stop_all: str | None = None
+        self.errors_in_row = 0
+        self.delays: list[float] = []
+        self.cold_pp: list[float] = []
+        self.t0 = 0.0
+
+    # ------------------------------------------------------------ the run
+
+    async def run(self) -> RunResult:
+        self.t0 = self.clock()
+        sessions = [s.id for s in self.plan.sessions]
+        barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened)
+        lag = Lag(self.clock)
+        lag_task = asyncio.ensure_future(lag.watch())
+        start = asyncio.Event()
+        tasks = [asyncio.ensure_future(self._session(s, barrier, start)) for s in sessions]
+        start.set()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            lag_task.cancel()
+            self._fill_unrun()
+        return RunResult(records=[self.records[r.id] for r in self.plan.requests],
+                         elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),
+                         client=self._client_health(lag))
+
+    async def _phase_opened(self, k: int) -> None:
+        if self.on_phase and k > 0:
+            await self.on_phase(self.plan.phases[k - 1])
+
+    async def _session(self, sid: str, barrier: PhaseBarrier, start: asyncio.Event) -> None:
+        await start.wait()
+        at = 0
+        for req in (r for r in self.plan.requests if r.session == sid):
+            k = self.plan.phases.index(req.phase) + 1 if req.phase else at
+            while at < k:
+                await barrier.arrive(at)
+                at += 1
+            await self._one(req)
+        while at <= len(self.plan.phases):
+            await barrier.arrive(at)
+            at += 1
+
+    async def _one(self, req: PRequest) -> None:
+        reason = self._skip_reason(req)
+        if reason:
+            return self._emit(skipped_record(req, reason))
+        if req.wait_before:
+            await asyncio.sleep(req.wait_before)
+        await self.realiser.prepare(req)
+        wire = WireRequest(
+            id=req.id, messages=self.realiser.messages(req, self.outcomes),
+            max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
+            headers={"X-WL-Session": req.session, "X-WL-Request": req.id},
+            deadline_s=self._deadline())
+        async with self.sem:
+            ready = self.clock()
+            outcome = await send(self.client, self.endpoint, wire, clock=self.clock)
+        self.delays.append(max(0.0, outcome.t_send - ready))
+        self.outcomes[req.id] = outcome
+        self._emit(self._record(req, outcome))
+
+    def _record(self, req: PRequest, o: Outcome) -> Record:
+        src_req = self.by_id.get(req.prefix_source) if req.prefix_source else None
+        src = self.outcomes.get(req.prefix_source) if req.prefix_source else None
+        rec = build_record(req, o, src_req=src_req, src=src, hit_ratio=self.plan.hit_ratio,
+                           ref=self._reference(), t0=self.t0)
+        self._learn_cold_speed(rec)
+        return rec
+
+    def _emit(self, rec: Record) -> None:
+        self.records[rec.id] = rec
+        self._update_stops(rec)
+        self.sink.record(rec)
+
+    # ------------------------------------------------------------ stopping
+
+    def _skip_reason(self, req: PRequest) -> str | None:
+        if self.stop_all:
+            return self.stop_all
+        if req.stop_group and self.stopped.get(req.stop_group, 1 << 30) < (req.stop_iter or 0):
+            return f"`until {req.stop_on}` reached in an earlier iteration"
+        for d in req.deps:
+            dep = self.records.get(d)
+            if dep is not None and dep.skipped:
+                return f"depends on skipped {d}"
+        if self.time_budget_s and self.clock() - self.t0 > self.time_budget_s:
+            self.stop_all = "time budget exhausted"
+            return self.stop_all
+        return None
+
+    def _update_stops(self, rec: Record) -> None:
+        req = self.by_id[rec.id]
+        if rec.skipped:
+            return
+        self.errors_in_row = self.errors_in_row + 1 if rec.error else 0
+        if self.errors_in_row >= self.max_errors and not self.stop_all:
+            self.stop_all = f"too many errors ({self.errors_in_row} in a row)"
+        if req.stop_group and stop_condition(req.stop_on, rec):
+            self.stopped.setdefault(req.stop_group, req.stop_iter or 0)
+        if self.plan.fail_fast and rec.hit is False and not self.stop_all:
+            self.stop_all = f"fail-fast: miss at {rec.id}"
+
+    def _fill_unrun(self) -> None:
+        for r in self.plan.requests:
+            if r.id not in self.records:
+                self.records[r.id] = skipped_record(r, self.stop_all or "not run (interrupted)")
+
+    def _incomplete(self) -> str | None:
+        if self.stop_all and not self.stop_all.startswith("fail-fast"):
+            return self.stop_all
+        if any(r.skipped == "not run (interrupted)" for r in self.records.values()):
+            return "interrupted"
+        return None
+
+    # ------------------------------------------------------------ timing references
+
+    def _deadline(self) -> float:
+        if not self.time_budget_s:
+            return self.plan.timeout_s
+        left = self.time_budget_s - (self.clock() - self.t0)
+        return max(0.001, min(self.plan.timeout_s, left))
+
+    def _learn_cold_speed(self, rec: Record) -> None:
+        cold = rec.cached_tokens is not None and rec.prompt_tokens and \
+            rec.cached_tokens <= 0.1 * rec.prompt_tokens
+        if cold and rec.error is None and rec.pp_tps and (rec.uncached_tokens or 0) >= 256:
+            self.cold_pp.append(rec.pp_tps)
+
+    def _reference(self) -> TtftReference:
+        if self.ref.cold_prefill_tps or not self.cold_pp:
+            return self.ref
+        return self.ref.model_copy(update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)})
+
+    def _client_health(self, lag: Lag) -> dict[str, Any]:
+        ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+        health = {
+            "loop_lag_p99_ms": ms(percentile(lag.samples, 0.99)),
+            "loop_lag_max_ms": ms(max(lag.samples, default=None)),
+            "send_delay_p99_ms": ms(percentile(self.delays, 0.99)),
+            "send_delay_max_ms": ms(max(self.delays, default=None)),
+        }
+        worst = max(health["loop_lag_max_ms"] or 0, health["send_delay_max_ms"] or 0)
+        health["client_bottleneck"] = worst > 10.0
+        return health
+
+
+def stop_condition(on: str | None, rec: Record) -> bool:
+    if on == "miss":
+        return rec.hit is False
+    if on == "hit":
+        return rec.hit is True
+    return on == "error" and rec.error is not None

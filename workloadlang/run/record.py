@@ -1,0 +1,206 @@
+"""Per-request evidence: a planned request plus what the engine did with it.
+
+Input: a `PRequest`, the client's `Outcome`, the outcome of its prefix source, and the TTFT
+reference (calibrated threshold, cold prefill speed). Output: a `Record`, one JSON line each.
+
+Every verdict-bearing number says where it came from: `cached_source` (which engine field),
+`expected_source` (the engine's own counts for the prefix request, or the plan), `hit_basis`
+(`cached` or `ttft`). An errored request is neither a hit nor a miss: its cache evidence is None.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from workloadlang.plan.model import PRequest
+from workloadlang.plan.prefix import GEN_PROMPT_TOKENS
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: str
+    message: str
+    status: int | None = None
+
+
+class TtftReference(BaseModel):
+    """What a cold prefill costs here, to cross-check an engine's cache claims by timing."""
+
+    model_config = ConfigDict(frozen=True)
+    threshold_s: float | None = None
+    threshold_tokens: int | None = None
+    cold_prefill_tps: float | None = None
+
+    def hit_by_ttft(self, prompt: int | None, ttft: float | None) -> bool | None:
+        """Hit/miss by the calibrated threshold, only for prompts near the calibrated size."""
+        if None in (self.threshold_s, self.threshold_tokens, prompt, ttft):
+            return None
+        if not 0.75 * self.threshold_tokens <= prompt <= 1.33 * self.threshold_tokens:
+            return None
+        return ttft < self.threshold_s
+
+
+class Record(BaseModel):
+    """One JSON line of `--records`: planned, reported and derived numbers for one request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["request"] = "request"
+    id: str
+    seq: int
+    session: str
+    phase: str
+    label: str
+    index: int
+    kind: str
+    line: int
+    # the plan
+    planned_prompt_tokens: int
+    planned_expected_cached: int
+    new_tokens: int
+    max_tokens: int
+    abort_after: int | None = None
+    prefix_source: str | None = None
+    # what the engine reported
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cached_source: str = "none"
+    completion_tokens: int | None = None
+    streamed_tokens: int = 0
+    server_ttft_ms: float | None = None
+    server_prefill_ms: float | None = None
+    finish_reason: str | None = None
+    # what the client measured
+    t_start_s: float | None = None
+    t_send_unix: float | None = None
+    ttft_s: float | None = None
+    ttft_content_s: float | None = None
+    e2e_s: float | None = None
+    aborted: bool = False
+    error: ErrorDetail | None = None
+    skipped: str | None = None
+    # derived
+    expected_cached: int | None = None
+    expected_source: str | None = None
+    reuse: float | None = None
+    missed: int | None = None
+    uncached_tokens: int | None = None
+    hit: bool | None = None
+    hit_basis: str | None = None
+    ttft_agrees: bool | None = None
+    pp_tps: float | None = None
+    tg_tps: float | None = None
+    ttft_per_uncached: float | None = None
+    expect_ok: bool | None = None
+    reply_excerpt: str = ""
+    suspicious: list[str] = []
+    engine_log: dict[str, Any] | None = None
+
+
+def base_record(req: PRequest) -> dict[str, Any]:
+    return dict(id=req.id, seq=req.seq, session=req.session, phase=req.phase, label=req.label,
+                index=req.index, kind=req.kind, line=req.span.line,
+                planned_prompt_tokens=req.prompt_tokens,
+                planned_expected_cached=req.expected_cached, new_tokens=req.new_tokens,
+                max_tokens=req.max_tokens, abort_after=req.abort_after,
+                prefix_source=req.prefix_source)
+
+
+def skipped_record(req: PRequest, reason: str) -> Record:
+    return Record(**base_record(req), skipped=reason)
+
+
+def generated(o: Any) -> int:
+    return o.completion_tokens if o.completion_tokens is not None else o.streamed_tokens
+
+
+def runtime_expected(req: PRequest, src_req: PRequest | None, src: Any | None,
+                     prompt: int | None) -> tuple[int | None, str]:
+    """Expected cached tokens in the engine's own counts: the prefix request's reported prompt
+    (and its generated tokens when the reply is replayed), else the plan scaled to this prompt."""
+    if prompt is None:
+        return None, "none"
+    if src_req is not None and src is not None and src.prompt_tokens is not None and src.error is None:
+        covers_prompt = req.expected_cached >= src_req.prompt_tokens - GEN_PROMPT_TOKENS
+        if covers_prompt:
+            extra = generated(src) if req.expected_cached > src_req.prompt_tokens else 0
+            return min(prompt - 1, src.prompt_tokens + extra), f"engine:{src_req.id}"
+    scaled = round(req.expected_cached * prompt / max(1, req.prompt_tokens))
+    return min(max(0, prompt - 1), scaled), "plan"
+
+
+def speeds(o: Any, uncached: int | None) -> tuple[float | None, float | None]:
+    """Prefill tokens/s over the uncached part (None when cached is unknown: never inflate by
+    assuming a cold prefill), and decode tokens/s excluding the first token."""
+    pp = uncached / o.ttft_s if uncached and o.ttft_s else None
+    n = generated(o)
+    tg = None
+    if n and n >= 2 and o.ttft_s is not None and o.e2e_s and o.e2e_s > o.ttft_s:
+        tg = (n - 1) / (o.e2e_s - o.ttft_s)
+    return pp, tg
+
+
+def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | None,
+                 hit_ratio: float, ref: TtftReference, t0: float) -> Record:
+    """Everything one request showed, with its verdict-bearing numbers derived."""
+    err = None if o.error is None else ErrorDetail(kind=o.error.kind, message=o.error.message,
+                                                   status=getattr(o.error, "status", None))
+    rec = dict(base_record(req), prompt_tokens=o.prompt_tokens, cached_tokens=o.cached_tokens,
+               cached_source=o.cached_source, completion_tokens=o.completion_tokens,
+               streamed_tokens=o.streamed_tokens, server_ttft_ms=o.server_ttft_ms,
+               server_prefill_ms=o.server_prefill_ms, finish_reason=o.finish_reason,
+               t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
+               ttft_content_s=o.ttft_content_s, e2e_s=o.e2e_s, aborted=o.aborted, error=err,
+               reply_excerpt=(o.content or o.reasoning or "")[:200],
+               suspicious=list(getattr(o, "suspicious", []) or []))
+    if err is None or (o.aborted and err is None):
+        rec.update(evidence(req, o, src_req, src, hit_ratio, ref))
+    rec["expect_ok"] = expectations_met(req, o)
+    return Record(**rec)
+
+
+def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
+             ref: TtftReference) -> dict[str, Any]:
+    expected, source = runtime_expected(req, src_req, src, o.prompt_tokens)
+    out: dict[str, Any] = {"expected_cached": expected, "expected_source": source}
+    cached, prompt = o.cached_tokens, o.prompt_tokens
+    uncached = None if cached is None or prompt is None else max(0, prompt - cached)
+    out["uncached_tokens"] = uncached
+    out["pp_tps"], out["tg_tps"] = speeds(o, uncached)
+    if uncached is not None and o.ttft_s is not None:
+        out["ttft_per_uncached"] = o.ttft_s / max(1, uncached)
+    warm = expected is not None and prompt and expected * 2 >= prompt
+    if cached is not None and expected:
+        out["reuse"] = min(1.0, cached / expected)
+        out["missed"] = max(0, expected - cached)
+    if cached is not None and warm:
+        out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
+        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, o.ttft_s, ref)
+    elif cached is None and warm:
+        out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s)
+        out["hit_basis"] = None if out["hit"] is None else "ttft"
+    return out
+
+
+def ttft_agrees(hit: bool, prompt: int, uncached: int, ttft: float | None,
+                ref: TtftReference) -> bool | None:
+    """Does the timing back the engine's claim? A reported hit whose TTFT is at least half of
+    a cold prefill of the whole prompt did not come from the cache."""
+    if ttft is None or not ref.cold_prefill_tps or prompt < 256:
+        return None
+    cold = prompt / ref.cold_prefill_tps
+    warm = uncached / ref.cold_prefill_tps
+    if cold < 4 * max(warm, 0.005):
+        return None  # too little difference to tell
+    return (ttft < cold / 2) if hit else (ttft >= warm)
+
+
+def expectations_met(req: PRequest, o: Any) -> bool | None:
+    if not req.expect:
+        return None if o.error else True
+    if o.error is not None and not o.aborted:
+        return False
+    text = f"{o.content}\n{o.reasoning}".lower()
+    return all(e.text and e.text.lower() in text for e in req.expect)

@@ -1,0 +1,184 @@
+"""What a person sees during and after a run.
+
+Input: records and events as they happen, then the `Results`. Output: text on a stream.
+`PlainView` (piped output or `--no-viz`) prints one line per request as it completes; the summary
+tables (tabulate) come after, gates first, worst sessions named. The TTY live view lives in
+`workloadlang.run.live`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+from tabulate import tabulate
+
+from workloadlang.plan.model import Plan
+from workloadlang.run.record import Record
+
+
+def fmt_s(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s" if v < 100 else f"{v:.1f}s"
+
+
+def fmt_tok(v: int | None) -> str:
+    return "–" if v is None else f"{v:,}"
+
+
+def fmt_pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def fmt_tps(v: float | None) -> str:
+    return "–" if v is None else f"{v / 1000:.1f}k" if v >= 1000 else f"{v:.0f}"
+
+
+def record_line(r: Record) -> str:
+    """One line per completed request: where it sits, what the engine said, what it cost."""
+    where = f"{r.session} {r.phase + '/' if r.phase else ''}{r.label}[{r.index}]"
+    if r.skipped:
+        return f"  {where:<34} skipped: {r.skipped}"
+    hit = {True: "HIT ", False: "MISS", None: "    "}[r.hit]
+    parts = [f"  {where:<34} {hit}", f"prompt={fmt_tok(r.prompt_tokens):>9}",
+             f"cached={fmt_tok(r.cached_tokens):>9}", f"exp={fmt_tok(r.expected_cached):>9}",
+             f"reuse={fmt_pct(r.reuse):>6}", f"ttft={fmt_s(r.ttft_s):>7}",
+             f"pp={fmt_tps(r.pp_tps):>6}", f"tg={fmt_tps(r.tg_tps):>5}"]
+    if r.aborted:
+        parts.append(f"ABORTED@{r.streamed_tokens}")
+    if r.expect_ok is False:
+        parts.append("EXPECT-FAILED")
+    if r.ttft_agrees is False:
+        parts.append("TTFT-DISAGREES")
+    if r.error:
+        parts.append(f"err={r.error.kind}: {r.error.message[:80]}")
+    return "  ".join(parts)
+
+
+class PlainView:
+    def __init__(self, plan: Plan, out: IO[str]):
+        self.plan, self.out = plan, out
+
+    def start(self) -> None:
+        p = self.plan
+        self.out.write(f"{p.workload}: {len(p.requests)} requests in {len(p.sessions)} "
+                       f"session(s), concurrency {p.concurrency}, salt {p.salt}, "
+                       f"plan {p.plan_hash}\n")
+        self.out.flush()
+
+    def stop(self) -> None:
+        pass
+
+    def record(self, rec: Record) -> None:
+        self.out.write(record_line(rec) + "\n")
+        self.out.flush()
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        line = event_line(kind, data)
+        if line:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def summary(self, results: Any) -> None:
+        self.out.write(summary_text(results))
+        self.out.flush()
+
+
+def event_line(kind: str, data: dict[str, Any]) -> str | None:
+    if kind == "calibration":
+        bits = [f"sizing by {data['sizing']}"]
+        if data.get("tokens_per_word"):
+            bits.append(f"{data['tokens_per_word']:.3f} tokens/word")
+        if data.get("threshold_s") is not None:
+            bits.append(f"TTFT threshold {fmt_s(data['threshold_s'])} at "
+                        f"{data['threshold_tokens']:,} tokens (separation "
+                        f"{data['separation']:.1f}x)")
+        return "calibration: " + ", ".join(bits + data.get("notes", []))
+    if kind == "metrics":
+        return (f"engine counters ({data['at']}): {data['hits_tokens']:,} hit / "
+                f"{data['queries_tokens']:,} queried tokens [{data['family']}]")
+    return None
+
+
+def gate_rows(results: Any) -> list[list[Any]]:
+    rows = []
+    for g in results.gates:
+        worst = [r for r in g.results if r.status != "pass"]
+        detail = "; ".join(f"{r.scope}: {r.status}" + (f" ({r.detail})" if r.detail else "")
+                           for r in worst[:4])
+        shown = worst[0] if worst else g.results[0]
+        status = g.status.upper() if g.severity == "fail" else f"{g.status.upper()} (warn)"
+        rows.append([g.name, g.scope, status, fmt_val(shown.value), fmt_val(shown.threshold),
+                     f"line {g.line}", detail or "–"])
+    return rows
+
+
+def fmt_val(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def summary_text(results: Any) -> str:
+    parts = ["", "── gates ──", tabulate(gate_rows(results), headers=[
+        "gate", "scope", "result", "value", "threshold", "source", "failing"],
+        tablefmt="simple", disable_numparse=True)]
+    if results.verdicts:
+        bad = {s: v for s, v in results.verdicts.items() if v != "ok"}
+        head = f"── sessions: {len(results.verdicts) - len(bad)}/{len(results.verdicts)} ok"
+        parts += ["", head + (f"; worst: {', '.join(f'{s} {v}' for s, v in bad.items())}"
+                              if bad else "") + " ──"]
+        parts.append(tabulate(session_rows(results), headers=[
+            "session", "verdict", "requests", "errors", "reuse (warm)", "median ttft"],
+            tablefmt="simple", disable_numparse=True))
+    if results.report:
+        parts += ["", "── report ──", tabulate(report_rows(results.report), tablefmt="plain",
+                                                  disable_numparse=True)]
+    parts += ["", footer(results), ""]
+    return "\n".join(parts)
+
+
+def session_rows(results: Any) -> list[list[Any]]:
+    rows = []
+    for sid, verdict in results.verdicts.items():
+        rs = [r for r in results.records if r.session == sid and not r.skipped]
+        warm = [r.reuse for r in rs if r.reuse is not None and r.planned_expected_cached * 2 >= r.planned_prompt_tokens]
+        ttfts = sorted(r.ttft_s for r in rs if r.ttft_s is not None)
+        rows.append([sid, verdict, len(rs), sum(1 for r in rs if r.error),
+                     fmt_pct(sum(warm) / len(warm)) if warm else "–",
+                     fmt_s(ttfts[len(ttfts) // 2]) if ttfts else "–"])
+    return rows
+
+
+def report_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, v in report.items():
+        if isinstance(v, dict):
+            rows.append([name, "  ".join(f"{k}:{fmt_val(x)}" for k, x in v.items())])
+        else:
+            rows.append([name, fmt_val(v)])
+    return rows
+
+
+def footer(results: Any) -> str:
+    verdict = {0: "PASS", 1: "FAIL (a gate failed)", 4: "INCOMPLETE", 130: "INTERRUPTED"}
+    line = f"{verdict.get(results.exit_code, results.exit_code)} · {results.workload} · " \
+           f"{len(results.records)} requests in {results.elapsed_s:.1f}s · salt {results.salt}"
+    if results.incomplete:
+        line += f" · incomplete: {results.incomplete}"
+    if results.client.get("client_bottleneck"):
+        line += " · NOTE: the client was a bottleneck (see client in the results)"
+    return line
+
+
+def make_view(plan: Plan, viz: bool | None, out: IO[str] = sys.stdout):
+    """The live view on a terminal (or with --viz), plain lines otherwise."""
+    tty = out.isatty() if hasattr(out, "isatty") else False
+    if (viz is None and tty) or viz:
+        from workloadlang.run.live import LiveView
+
+        return LiveView(plan, out)
+    return PlainView(plan, out)

@@ -1,0 +1,84 @@
+"""Metric selectors (`ttft{main, warm, last 3}`): which requests a gate or report item reads.
+
+Input: planned requests (or run records that carry one) and an `ir.SelItem` tuple.
+Output: the selected items, in schedule order.
+
+The planner applies only the static part (names, labels, phases, sessions, `warm`/`cold`/`probe`,
+windows), to prove at plan time that every gate reads something; gates apply the run-time flags
+(`hit`, `miss`, `aborted`, `ok`, `error`) as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from workloadlang import ir
+from workloadlang.evaluate import evaluate
+from workloadlang.plan.model import PRequest
+
+T = TypeVar("T")
+
+STATIC_FLAGS = frozenset({"warm", "cold", "probe"})
+DYNAMIC_FLAGS = frozenset({"hit", "miss", "aborted", "ok", "error"})
+FLAGS = STATIC_FLAGS | DYNAMIC_FLAGS
+
+
+def is_warm(r: PRequest) -> bool:
+    """A request a perfect cache would serve at least half of."""
+    return 2 * r.expected_cached >= r.prompt_tokens > 0
+
+
+def static_match(r: PRequest, item: ir.SelItem) -> bool:
+    key, v = item.key, item.value
+    if key == "name":
+        return v in (r.label, r.phase, r.session_name, r.session)
+    if key == "label":
+        return r.label == v
+    if key == "phase":
+        return r.phase == v
+    if key == "session":
+        return v in (r.session_name, r.session)
+    if key == "flag" and v in STATIC_FLAGS:
+        return {"warm": is_warm(r), "cold": not is_warm(r), "probe": r.kind == "probe"}[v]
+    return True
+
+
+def select(items: Iterable[T], selector: Sequence[ir.SelItem], env: Mapping[str, Any],
+           req_of: Callable[[T], PRequest],
+           flag_of: Callable[[T, str], bool] | None = None) -> list[T]:
+    """Filter by every item, then apply the `last N` / `first N` windows in order."""
+    filters = [i for i in selector if i.key not in ("last", "first")]
+    picked = [x for x in items if all(keep(x, i, req_of, flag_of) for i in filters)]
+    for w in (i for i in selector if i.key in ("last", "first")):
+        n = int(evaluate(w.count, env)) if w.count is not None else 1
+        picked = picked[-n:] if w.key == "last" and n > 0 else picked[:max(n, 0)] if w.key == "first" else []
+    return picked
+
+
+def keep(x: T, item: ir.SelItem, req_of, flag_of) -> bool:
+    if item.key == "flag" and item.value in DYNAMIC_FLAGS:
+        return True if flag_of is None else bool(flag_of(x, item.value))
+    return static_match(req_of(x), item)
+
+
+def select_static(reqs: Iterable[PRequest], selector: Sequence[ir.SelItem],
+                  env: Mapping[str, Any]) -> list[PRequest]:
+    return select(reqs, selector, env, lambda r: r)
+
+
+def gate_metric_refs(g: ir.Gate | ir.ReportItem) -> list[ir.MetricRef]:
+    """Every metric reference in a gate (both sides) or report item."""
+    out: list[ir.MetricRef] = []
+    for e in (getattr(g, "left", None), getattr(g, "right", None), getattr(g, "value", None)):
+        out.extend(metric_refs(e))
+    return out
+
+
+def metric_refs(e: ir.GExpr | None) -> list[ir.MetricRef]:
+    if e is None or isinstance(e, ir.GNum):
+        return []
+    if isinstance(e, ir.MetricRef):
+        return [e]
+    if isinstance(e, ir.Agg):
+        return [e.arg]
+    return metric_refs(e.left) + metric_refs(e.right)
