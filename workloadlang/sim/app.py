@@ -1,0 +1,269 @@
+"""The simulator's HTTP surface: a starlette ASGI app over one `Simulator`.
+
+Input: HTTP requests (OpenAI-compatible chat completions, /tokenize, /metrics, admin).
+Output: JSON bodies, SSE streams (`data: {...}` chunks then `data: [DONE]`) and Prometheus text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import lru_cache
+from time import perf_counter
+from typing import Any, AsyncIterator
+
+import contextlib
+
+import anyio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .config import SimConfig
+from .engine import ApiError, Job, Simulator
+from .tokenizer import MessageError, render_tokens, text_tokens, token_ids
+
+_DUMPS = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+@lru_cache(maxsize=1 << 14)
+def _json_str(text: str) -> str:
+    return json.dumps(text)
+
+
+class ChunkWriter:
+    """Formats the SSE chunks of one job; per-token chunks are two cached string halves."""
+
+    def __init__(self, job: Job, model: str) -> None:
+        self.job = job
+        head = (f'{{"id":"{job.id}","object":"chat.completion.chunk","created":{job.created},'
+                f'"model":{_json_str(model)},"choices":')
+        self.head = head
+        self.pre = {kind: f'data: {head}[{{"index":0,"delta":{{"{key}":'
+                    for kind, key in (("reasoning", "reasoning_content"), ("content", "content"))}
+        self.post = '},"finish_reason":null}]}\n\n'
+        self.count = {"reasoning": 0, "content": 0}
+
+    def token(self, kind: str, word: str) -> bytes:
+        """One chunk carrying one token (space-prefixed after the first of its kind)."""
+        n = self.count[kind]
+        self.count[kind] = n + 1
+        return (self.pre[kind] + _json_str(" " + word if n else word) + self.post).encode()
+
+    def role(self) -> bytes:
+        return (f'data: {self.head}[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+                f'"finish_reason":null}}]}}\n\n').encode()
+
+    def _obj(self, choices: list, **extra: Any) -> bytes:
+        body = json.loads(self.head + "[]}")
+        body["choices"] = choices
+        body.update(extra)
+        return f"data: {_DUMPS(body)}\n\n".encode()
+
+    def tail(self) -> list:
+        """Finish chunk, optional usage chunk (timings on the last one), then [DONE]."""
+        job = self.job
+        finish = [{"index": 0, "delta": {}, "finish_reason": job.finish_reason}]
+        if job.include_usage:
+            out = [self._obj(finish), self._obj([], usage=job.usage(), timings=job.timings())]
+        else:
+            out = [self._obj(finish, timings=job.timings())]
+        return out + [b"data: [DONE]\n\n"]
+
+
+class SimStream(StreamingResponse):
+    """A StreamingResponse that always settles its job, even when the client disconnects."""
+
+    def __init__(self, sim: Simulator, job: Job, body: AsyncIterator[bytes]) -> None:
+        super().__init__(body, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.sim, self.job = sim, job
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[override]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            self.sim.finalize(self.job)
+
+
+async def _sse(sim: Simulator, job: Job) -> AsyncIterator[bytes]:
+    writer = ChunkWriter(job, sim.config.model)
+    first = True
+    async for kind, word in sim.run(job):
+        if first:
+            first = False
+            yield writer.role()
+        yield writer.token(kind, word)
+    for chunk in writer.tail():
+        yield chunk
+
+
+def _completion_body(sim: Simulator, job: Job) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": " ".join(job.content)}
+    if job.reasoning:
+        message["reasoning_content"] = " ".join(job.reasoning)
+    return {
+        "id": job.id, "object": "chat.completion", "created": job.created,
+        "model": sim.config.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": job.finish_reason}],
+        "usage": job.usage(), "timings": job.timings(),
+    }
+
+
+async def _wait_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _drain(sim: Simulator, job: Job) -> None:
+    async for _ in sim.run(job):
+        pass
+
+
+async def _non_streaming(sim: Simulator, job: Job, receive) -> Response:
+    """Run a job to completion, cancelling it if the client disconnects first."""
+    work = asyncio.ensure_future(_drain(sim, job))
+    watch = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+        await asyncio.gather(work, watch, return_exceptions=True)
+        sim.finalize(job)
+    if work.cancelled():
+        return Response(status_code=499)
+    if work.exception() is not None:
+        raise work.exception()  # type: ignore[misc]
+    return JSONResponse(_completion_body(sim, job))
+
+
+class _Collector:
+    """Exposes the simulator's counters and gauges at scrape time."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+
+    def collect(self):
+        sim, c = self.sim, self.sim.counters
+        snap = sim.cache.snapshot()
+        yield CounterMetricFamily("vllm:prefix_cache_queries", "Prefix-cache queried tokens.",
+                                  value=c.query_tokens)
+        yield CounterMetricFamily("vllm:prefix_cache_hits", "Prefix-cache hit tokens.",
+                                  value=c.hit_tokens)
+        yield CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens.", value=c.query_tokens)
+        yield CounterMetricFamily("vllm:generation_tokens", "Generated tokens.",
+                                  value=c.generation_tokens)
+        yield GaugeMetricFamily("vllm:num_requests_running", "Requests in a slot.",
+                                value=sim.active)
+        yield GaugeMetricFamily("vllm:num_requests_waiting", "Requests queued.",
+                                value=sim.slots.waiting)
+        for name in ("requests", "completed", "aborted", "cancelled", "rejected",
+                     "errors_injected", "computed_tokens", "host_restored_tokens",
+                     "concurrency_evictions"):
+            yield CounterMetricFamily(f"wlsim_{name}", f"Simulator {name}.",
+                                      value=getattr(c, name))
+        for name, value in snap["counters"].items():
+            yield CounterMetricFamily(f"wlsim_blocks_{name}", f"Cache blocks {name}.",
+                                      value=value)
+        for name in ("used_tokens", "capacity_tokens", "blocks", "pinned_blocks",
+                     "host_used_tokens", "host_capacity_tokens", "host_blocks"):
+            yield GaugeMetricFamily(f"wlsim_cache_{name}", f"Cache {name}.", value=snap[name])
+
+
+def create_app(config: SimConfig) -> Starlette:
+    """Build the ASGI app for one simulator instance. Output: a Starlette app whose `state.sim`
+    is the `Simulator`."""
+    sim = Simulator(config)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(sim))  # type: ignore[arg-type]
+
+    async def chat(request: Request) -> Response:
+        arrival = perf_counter()
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            sim.counters.requests += 1
+            sim.counters.rejected += 1
+            return _error(ApiError(400, "request body is not valid JSON", "BadRequestError"))
+        headers = request.headers
+        try:
+            job = sim.prepare(body, headers.get("x-wl-session"), headers.get("x-wl-request"),
+                              arrival)
+        except ApiError as exc:
+            return _error(exc)
+        if job.stream:
+            return SimStream(sim, job, _sse(sim, job))
+        return await _non_streaming(sim, job, request.receive)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": config.model, "object": "model", "created": 0,
+            "owned_by": "workloadlang-sim", "max_model_len": config.max_model_len,
+        }]})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def tokenize(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+            tokens = _tokenize_body(body)
+        except (ValueError, MessageError) as exc:
+            return _error(ApiError(400, f"bad tokenize request: {exc}", "BadRequestError"))
+        return JSONResponse({"tokens": token_ids(tokens), "count": len(tokens),
+                             "max_model_len": config.max_model_len})
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def state(request: Request) -> Response:
+        return JSONResponse(sim.state())
+
+    async def reset(request: Request) -> Response:
+        removed = sim.reset()
+        return JSONResponse({"removed_blocks": removed, **sim.state()})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        # Warm-up: the first task group loads anyio's backend (~30 ms), which would otherwise
+        # land on the first streamed request's TTFT.
+        async with anyio.create_task_group():
+            pass
+        yield
+
+    app = Starlette(lifespan=lifespan, routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/sim/state", state, methods=["GET"]),
+        Route("/sim/reset", reset, methods=["POST"]),
+    ])
+    app.state.sim = sim
+    return app
+
+
+def _tokenize_body(body: Any) -> list:
+    """Tokens for a /tokenize body: `messages` (templated), `prompt` or `content` (plain)."""
+    if not isinstance(body, dict):
+        raise ValueError("body must be a JSON object")
+    if "messages" in body:
+        return render_tokens(body["messages"], bool(body.get("add_generation_prompt", True)))
+    for key in ("prompt", "content"):
+        if isinstance(body.get(key), str):
+            return text_tokens(body[key])
+    raise ValueError("expected 'prompt', 'content' or 'messages'")
