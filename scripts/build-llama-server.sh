@@ -44,6 +44,8 @@ mkdir -p "$CACHE" "$BIN_DIR" "$DL_DIR"
 # The cmake configuration; changing it invalidates the cached binary.
 CMAKE_FLAGS=(
   -DCMAKE_BUILD_TYPE=Release
+  -DLLAMA_BUILD_NUMBER="${LCB_VERSION%%.*}"  # the sdist has no .git: name the build b11434
+  -DLLAMA_BUILD_COMMIT=pypi-sdist
   -DBUILD_SHARED_LIBS=OFF          # one self-contained binary (only libc/libstdc++/libgomp)
   -DGGML_NATIVE=OFF                # portable: x86_64 gets SSE4.2/AVX/AVX2/FMA/F16C/BMI2, aarch64 armv8 baseline
   -DGGML_OPENMP=ON
