@@ -262,6 +262,12 @@ def test_non_streamed_json_answer_is_read() -> None:
     assert (out.cached_tokens, out.cached_source) == (2, "timings.cache_n")
 
 
+def test_sse_mislabelled_as_json_is_still_streamed() -> None:
+    out = run_send([b"\n", (0.2, ev(delta(content="a"))), (0.3, ev(delta(content="b"))), ev(finish()), DONE],
+                   ctype="application/json")
+    assert out.error is None and out.content == "ab" and out.ttft_s == pytest.approx(0.2)
+
+
 # ---------------------------------------------------------------- abort
 
 

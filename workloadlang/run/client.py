@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
@@ -446,20 +446,35 @@ async def _read_response(response: httpx.Response, state: _Stream) -> None:
             response.status_code, excerpt(body),
         )
         return
+    chunks = response.aiter_bytes()
+    head = b""
     ctype = response.headers.get("content-type", "")
-    if "json" in ctype and "event-stream" not in ctype:
-        _read_json_body(await _read_limited(response, 1 << 30), state)
-    else:
-        await _read_sse(response, state)
-        state.end_of_stream()
+    if "json" in ctype and "event-stream" not in ctype:  # maybe the server ignored `stream`
+        async for chunk in chunks:
+            head += chunk
+            if head.strip():
+                break
+        if head.lstrip()[:1] in (b"{", b"["):
+            async for chunk in chunks:
+                head += chunk
+            _read_json_body(head, state)
+            state.check_abort_target()
+            return
+    await _read_sse(chunks, state, head)
+    state.end_of_stream()
     state.check_abort_target()
 
 
-async def _read_sse(response: httpx.Response, state: _Stream) -> None:
-    """Split the byte stream into lines (\\n, \\r\\n or \\r) and feed them; stop early on a stop
-    condition (the caller then closes the connection)."""
-    buf = b""
-    async for chunk in response.aiter_bytes():
+async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b"") -> None:
+    """Split the byte stream (after the already-read `buf`) into lines (\\n, \\r\\n or \\r) and
+    feed them; stop early on a stop condition (the caller then closes the connection)."""
+    if buf:
+        lines = buf.splitlines()
+        buf = b"" if buf[-1] in (10, 13) else lines.pop()
+        for line in lines:
+            if state.feed_line(line):
+                return
+    async for chunk in chunks:
         buf = buf + chunk if buf else chunk
         if b"\n" not in chunk and b"\r" not in chunk:
             continue
