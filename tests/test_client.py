@@ -222,6 +222,13 @@ def test_error_payload_is_engine_error() -> None:
     assert out.content == "a" and out.streamed_tokens == 1
 
 
+def test_vllm_style_error_object_and_malformed_count() -> None:
+    out = run_send([ev(delta(content="a")), ev({"object": "error", "message": "engine dead", "type": "InternalServerError"})])
+    assert out.error is not None and out.error.kind == "engine" and "engine dead" in out.error.message
+    bad = run_send([b"data: {\n\n", b"data: [1]\n\n", ev(delta(content="a")), ev(finish()), DONE])
+    assert bad.error is not None and bad.error.kind == "malformed" and "(2 malformed chunks)" in bad.error.message
+
+
 def test_event_error_is_engine_error() -> None:
     out = run_send([ev(delta(content="a")), b"event: error\n", b"data: slot unavailable\n\n"])
     assert out.error is not None and out.error.kind == "engine"

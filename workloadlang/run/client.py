@@ -243,7 +243,7 @@ class _Stream:
 
     def feed_chunk(self, obj: dict[str, Any]) -> bool:
         """Input: one decoded chunk. Output: True to stop (engine error or abort target reached)."""
-        if obj.get("error"):
+        if obj.get("error") or obj.get("object") == "error":  # OpenAI/llama.cpp, older vLLM
             self.engine_error(json.dumps(obj), obj)
             return True
         choices = obj.get("choices")
@@ -329,6 +329,9 @@ class _Stream:
     # ------------------------------------------------------------------ result
     def outcome(self, endpoint: Endpoint, req_id: str, t_send_unix: float, t_end: float) -> Outcome:
         """Output: the immutable `Outcome` (the only pydantic construction of the request)."""
+        error = self.error
+        if error is not None and error.kind == "malformed" and self.n_malformed > 1:
+            error = error.model_copy(update={"message": f"{error.message} ({self.n_malformed} malformed chunks)"})
         cached, source = evidence.resolve_cached(
             self.cached[0], self.cached[1], self.usage_seen, endpoint.cached_zero_when_absent
         )
@@ -340,7 +343,7 @@ class _Stream:
             completion_tokens=self.completion, prompt_tokens=self.prompt, cached_tokens=cached,
             cached_source=source, timings=self.timings, server_prefill_ms=self.server[0],
             server_ttft_ms=self.server[1], finish_reason=self.finish_reason, aborted=self.aborted,
-            http_status=self.status, error=self.error,
+            http_status=self.status, error=error,
         )
 
 
