@@ -1,0 +1,318 @@
+"""`wl compare A B`: two results files of the same plan, side by side, with gate verdicts.
+
+Input: two `--output` JSON files (the `Results` model of `workloadlang.run.runner`).
+Output: a table of every headline number (each report item, per group as `name[group]`, plus
+request, error, hit/miss, reuse, TTFT, token and engine-counter figures) with signed deltas and %
+change, then one verdict per gate and per session of a per-session gate: `fixed`, `regressed`,
+`unchanged pass`, `unchanged fail` (or `only in A` / `only in B`).
+
+Exit codes: 0 when nothing regressed; 1 when B fails a fail-severity gate (or a session of one)
+that A passed (warn gates are reported but, as in `wl run`, never fail); 2 when a file is
+unreadable or not a results file, or when the plan hashes differ: different workload, params or
+salt make the numbers incomparable (`wl run --salt` replays a run's plan exactly).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import IO, Any, Literal
+
+from pydantic import ValidationError
+from tabulate import tabulate
+
+from workloadlang.run.record import Record
+from workloadlang.run.runner import Results
+
+EXIT_OK, EXIT_REGRESSED, EXIT_USAGE = 0, 1, 2
+Kind = Literal["count", "ratio", "seconds", "number"]
+
+
+class NotComparable(Exception):
+    """A refusal, with the one-line reason shown to the user."""
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_results(path: str) -> Results:
+    """Input: a path. Output: its `Results` (the top-level `schema` key mapped to `schema_`).
+    Raises `NotComparable` with a one-line reason when it cannot be read or is not a results file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as e:
+        raise NotComparable(f"cannot read {path}: {e.strerror or e}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NotComparable(f"{path} is not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise NotComparable(f"{path} is not a workloadlang results file (not a JSON object)")
+    if "schema" in data:
+        data["schema_"] = data.pop("schema")
+    schema = data.get("schema_", "")
+    if not isinstance(schema, str) or not schema.startswith("workloadlang.results/"):
+        raise NotComparable(f"{path} is not a workloadlang results file (schema {schema!r})")
+    try:
+        return Results.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise NotComparable(f"{path} is not a valid results file ({where}: {first['msg']}; "
+                            f"{e.error_count()} problem(s))") from None
+
+
+def why_not_comparable(a: Results, b: Results) -> str | None:
+    """Input: two results. Output: None when they ran the same plan (equal `plan_hash`), else
+    the reason, naming what differs (workload, params, salt)."""
+    if a.plan_hash == b.plan_hash:
+        return None
+    diffs = []
+    if a.workload != b.workload:
+        diffs.append(f"workload {a.workload} vs {b.workload}")
+    changed = sorted(k for k in a.params.keys() | b.params.keys() if a.params.get(k) != b.params.get(k))
+    if changed:
+        diffs.append("params " + ", ".join(
+            f"{k}={a.params.get(k, '–')} vs {b.params.get(k, '–')}" for k in changed[:4])
+            + (" …" if len(changed) > 4 else ""))
+    if a.salt != b.salt:
+        diffs.append(f"salt {a.salt} vs {b.salt}")
+    what = "; ".join(diffs) or "the workload source differs"
+    return (f"not comparable: A and B ran different plans (plan {a.plan_hash} vs {b.plan_hash}: "
+            f"{what}); different workload, params or salt make different requests — rerun with "
+            f"`wl run --salt {a.salt}` and A's params to replay A's plan exactly")
+
+
+# ---------------------------------------------------------------- headline numbers
+
+
+def is_warm(r: Record) -> bool:
+    """Output: True when the plan expects at least half the prompt from cache (the rule of the
+    plain summary's `reuse (warm)` column)."""
+    return r.planned_expected_cached > 0 and r.planned_expected_cached * 2 >= r.planned_prompt_tokens
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
+    """Input: one results. Output: ordered `name -> (kind, value)`: the report items (a per-group
+    item expanded as `name[group]`), then the run's own figures."""
+    out: dict[str, tuple[Kind, Any]] = {}
+    for name, v in r.report.items():
+        if isinstance(v, dict):
+            for group, x in v.items():
+                out[f"{name}[{group}]"] = ("number", x)
+        else:
+            out[name] = ("number", v)
+    ran = [x for x in r.records if not x.skipped]
+    ok = [x for x in ran if x.error is None]
+    warm = [x for x in ok if is_warm(x)]
+    reuse = [x.reuse for x in warm if x.reuse is not None]
+    out.update({
+        "requests": ("count", len(ran)),
+        "skipped": ("count", len(r.records) - len(ran)),
+        "errors": ("count", len(ran) - len(ok)),
+        "warm hits": ("count", sum(x.hit is True for x in warm)),
+        "warm misses": ("count", sum(x.hit is False for x in warm)),
+        "warm unknown": ("count", sum(x.hit is None for x in warm)),
+        "warm mean reuse": ("ratio", sum(reuse) / len(reuse) if reuse else None),
+        "warm median ttft": ("seconds", median([x.ttft_s for x in warm if x.ttft_s is not None])),
+        "cold median ttft": ("seconds", median([x.ttft_s for x in ok if not is_warm(x)
+                                                 and x.ttft_s is not None])),
+        "prompt tokens": ("count", sum(x.prompt_tokens or 0 for x in ok)),
+        "cached tokens": ("count", sum(x.cached_tokens or 0 for x in ok)),
+        "engine hit ratio": ("ratio", r.metrics.get("engine_hit_ratio")),
+        "elapsed": ("seconds", r.elapsed_s),
+    })
+    return out
+
+
+def numeric(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt_value(kind: Kind, v: Any) -> str:
+    """Input: a kind and a value. Output: its cell; 0 prints as 0, None as `–`."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool) or not numeric(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    if v == 0:
+        return "0"
+    if kind == "ratio":
+        return f"{100 * v:.1f}%"
+    if kind == "seconds":
+        return f"{v:.3f}s" if abs(v) < 100 else f"{v:.1f}s"
+    if isinstance(v, int) or (kind == "count" and float(v).is_integer()):
+        return f"{int(v):,}"
+    return f"{v:.4g}"
+
+
+def fmt_delta(kind: Kind, a: Any, b: Any) -> tuple[str, str]:
+    """Input: a kind and both values. Output: (signed delta, signed % change of A); a zero
+    delta prints as `0` and `0%`; `–` when a side is unknown or A is 0 for the % change."""
+    if not (numeric(a) and numeric(b)):
+        if a is None or b is None:
+            return "–", "–"
+        return ("same", "–") if a == b else ("changed", "–")
+    d = b - a
+    if d == 0:
+        return "0", "0%"
+    pct = f"{100 * d / abs(a):+.1f}%" if a != 0 else "–"
+    if kind == "ratio":
+        return f"{100 * d:+.1f}pp", pct
+    if kind == "seconds":
+        return (f"{d:+.3f}s" if abs(d) < 100 else f"{d:+.1f}s"), pct
+    if isinstance(d, int) or (kind == "count" and float(d).is_integer()):
+        return f"{int(d):+,}", pct
+    return f"{d:+.4g}", pct
+
+
+def metric_rows(a: Results, b: Results) -> list[list[str]]:
+    """Output: one row per headline number of either side: name, A, B, delta, % change."""
+    ha, hb = headline(a), headline(b)
+    rows = []
+    for name in list(ha) + [k for k in hb if k not in ha]:
+        kind = (ha.get(name) or hb[name])[0]
+        va, vb = ha.get(name, (kind, None))[1], hb.get(name, (kind, None))[1]
+        rows.append([name, fmt_value(kind, va), fmt_value(kind, vb), *fmt_delta(kind, va, vb)])
+    return rows
+
+
+# ---------------------------------------------------------------- gates
+
+
+@dataclass(frozen=True)
+class GateChange:
+    """One gate (scope `overall`/`each session`) or one session of a per-session gate."""
+
+    gate: str
+    scope: str
+    severity: str
+    a: str | None  # status: pass / fail / unknown, None when the gate is absent
+    b: str | None
+    a_value: Any = None
+    b_value: Any = None
+
+    @property
+    def change(self) -> str:
+        """Output: fixed, regressed, unchanged pass, unchanged fail, only in A, only in B."""
+        if self.a is None or self.b is None:
+            return "only in B" if self.a is None else "only in A"
+        was, now = self.a == "pass", self.b == "pass"
+        if was != now:
+            return "fixed" if now else "regressed"
+        return "unchanged pass" if now else "unchanged fail"
+
+    @property
+    def fails_compare(self) -> bool:
+        """Output: True for a regression of a fail-severity gate (warn gates never fail)."""
+        return self.change == "regressed" and self.severity == "fail"
+
+
+def gate_changes(a: Results, b: Results) -> list[GateChange]:
+    """Output: per gate (A's order, then B's new ones) its overall change, followed for a
+    per-session gate by one change per session (sessions of either side)."""
+    ga, gb = {g.name: g for g in a.gates}, {g.name: g for g in b.gates}
+    out = []
+    for name in list(ga) + [n for n in gb if n not in ga]:
+        x, y = ga.get(name), gb.get(name)
+        g = x if x is not None else y
+        sa = {r.scope: r for r in x.results} if x is not None else {}
+        sb = {r.scope: r for r in y.results} if y is not None else {}
+        head = dict(gate=name, severity=g.severity, a=x.status if x is not None else None,
+                    b=y.status if y is not None else None)
+        if g.scope != "each session":
+            out.append(GateChange(scope=g.scope, a_value=value_of(sa.get("overall")),
+                                  b_value=value_of(sb.get("overall")), **head))
+            continue
+        out.append(GateChange(scope=g.scope, **head))
+        for scope in list(sa) + [s for s in sb if s not in sa]:
+            ra, rb = sa.get(scope), sb.get(scope)
+            out.append(GateChange(gate=name, scope=scope, severity=g.severity,
+                                  a=ra.status if ra else None, b=rb.status if rb else None,
+                                  a_value=value_of(ra), b_value=value_of(rb)))
+    return out
+
+
+def value_of(r: Any) -> Any:
+    return None if r is None else r.value
+
+
+def status_cell(status: str | None, value: Any) -> str:
+    if status is None:
+        return "–"
+    return status if value is None else f"{status} ({fmt_value('number', value)})"
+
+
+def gate_table_rows(changes: list[GateChange]) -> list[list[str]]:
+    rows = []
+    for c in changes:
+        sev = "" if c.severity == "fail" else " (warn)"
+        rows.append([c.gate, c.scope,
+                     status_cell(c.a, c.a_value), status_cell(c.b, c.b_value),
+                     c.change.upper() if c.fails_compare else c.change + sev])
+    return rows
+
+
+# ---------------------------------------------------------------- the command
+
+
+def describe(tag: str, path: str, r: Results) -> str:
+    eng = r.engine or {}
+    what = " ".join(str(x) for x in (eng.get("engine"), eng.get("model")) if x) or "engine ?"
+    line = f"{tag}: {path} · {what} · {r.started_at} · {len(r.records)} records in {r.elapsed_s:.1f}s"
+    if r.incomplete:
+        line += f" · INCOMPLETE ({r.incomplete}): its numbers cover part of the plan"
+    return line
+
+
+def compare_text(a: Results, b: Results, path_a: str, path_b: str) -> tuple[str, int]:
+    """Input: two comparable results and their paths. Output: the report text and exit code."""
+    changes = gate_changes(a, b)
+    counts: dict[str, int] = {}
+    for c in changes:
+        if c.scope != "each session":  # a per-session gate counts by its sessions
+            counts[c.change] = counts.get(c.change, 0) + 1
+    failing = [c for c in changes if c.fails_compare]
+    parts = [describe("A", path_a, a), describe("B", path_b, b),
+             f"workload {a.workload} · plan {a.plan_hash} · salt {a.salt} (the same requests)", "",
+             "── numbers (delta = B − A, % of A) ──",
+             tabulate(metric_rows(a, b), headers=["metric", "A", "B", "delta", "change"],
+                      tablefmt="simple", disable_numparse=True, colalign=("left", "right", "right",
+                                                                          "right", "right"))]
+    if changes:
+        parts += ["", "── gates ──", tabulate(gate_table_rows(changes), headers=[
+            "gate", "scope", "A", "B", "verdict"], tablefmt="simple", disable_numparse=True)]
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gates"
+    if failing:
+        named = ", ".join(c.gate if c.scope == "overall" else f"{c.gate}[{c.scope}]"
+                          for c in failing if c.scope != "each session")
+        parts += ["", f"REGRESSED · {summary} · B fails what A passed: {named}", ""]
+        return "\n".join(parts), EXIT_REGRESSED
+    parts += ["", f"no regression · {summary}", ""]
+    return "\n".join(parts), EXIT_OK
+
+
+def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+    """Input: `args.a`, `args.b` (results file paths); streams (default stdout/stderr).
+    Output: the exit code (0 no regression, 1 regressed, 2 not comparable); the report on `out`,
+    a one-line refusal on `err`."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        a, b = load_results(args.a), load_results(args.b)
+        reason = why_not_comparable(a, b)
+        if reason:
+            raise NotComparable(reason)
+    except NotComparable as e:
+        err.write(f"wl compare: {e}\n")
+        return EXIT_USAGE
+    text, code = compare_text(a, b, args.a, args.b)
+    out.write(text)
+    out.flush()
+    return code
