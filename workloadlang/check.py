@@ -1,0 +1,692 @@
+"""Semantic checks of a parsed workload.
+
+Input: an `ir.Workload` (from `workloadlang.parse`). Output: every `Diagnostic` found, in source
+order; an empty list means the workload is fine. Nothing is raised for a bad workload.
+
+Names (WL2xx): unknown and duplicate params, sessions, gates, report items, request names,
+option keys, calibrations; refs, loop variables, metrics, aggregations, functions and selector
+names, with "did you mean". Types and units (WL3xx): each value has a kind (`number`, `duration`,
+`ratio`, `bool`, `string`, `object`, `null`, lists of these) and each place wants one; the
+arithmetic rules are in `arith_kind` and documented in docs/language.md ("Units"). Checks that
+need param values (ranges of actual values, selectors matching planned requests) are the
+planner's (WL4xx).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from workloadlang import ir
+from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
+                                      sort_diagnostics, warning)
+from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, EvalError, evaluate, refs_in
+from workloadlang.parse import FLAGS
+
+_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached")
+_NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
+                   "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg")
+_FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported")
+METRICS: dict[str, str] = {**dict.fromkeys(_DURATION_METRICS, "duration"),
+                           **dict.fromkeys(_NUMBER_METRICS, "number"), "reuse": "ratio",
+                           **dict.fromkeys(_FLAG_METRICS, "bool")}
+"""Per-request metric -> kind of its values (`ttft_per_uncached` is seconds per token)."""
+
+AGGREGATIONS = ("median", "mean", "min", "max", "sum", "count", "p50", "p90", "p95", "p99",
+                "all", "any", "fraction")
+CALIBRATION_REFS = {"ttft_threshold": "ttft_threshold", "cold_ttft": "ttft_threshold",
+                    "hit_ttft": "ttft_threshold", "chars_per_token": "chars_per_token"}
+"""Run-time results usable in gates and report -> the `calibrate` step that measures them."""
+_CALIBRATION_KINDS = {"ttft_threshold": "duration", "cold_ttft": "duration",
+                      "hit_ttft": "duration", "chars_per_token": "number"}
+BUILTIN_REFS = {MAX_CONTEXT: "number"}
+TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration": "duration",
+              "ratio": "ratio", "bool": "bool", "string": "string"}
+SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
+                 "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
+
+_NUMERIC = frozenset({"number", "ratio", "duration"})
+_DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
+             "bool": "true or false", "string": "a string", "object": "an object",
+             "null": "null", "list": "a list"}
+_HINTS = {("duration", "number"): "write a duration with a unit, like `500ms` or `2s`",
+          ("number", "duration"): "write a plain number (a count), not a duration",
+          ("number", "ratio"): "write a plain number, not a percentage",
+          ("ratio", "duration"): "write a ratio like `95%` or `0.95`"}
+
+
+def check(wl: ir.Workload) -> list[Diagnostic]:
+    """All semantic problems of `wl`, in source order."""
+    checker = _Checker(wl)
+    checker.run()
+    return sort_diagnostics(checker.diags)
+
+
+# ---------------------------------------------------------------- kinds and units
+
+def list_of(kind: str) -> str:
+    return "list:" + kind
+
+
+def element(kind: str) -> str | None:
+    return kind[5:] if kind.startswith("list:") else None
+
+
+def describe(kind: str) -> str:
+    elem = element(kind)
+    return f"a list of {describe(elem)}" if elem else _DESCRIBE.get(kind, kind)
+
+
+def arith_kind(op: str, left: str, right: str) -> str | None:
+    """The kind of `left op right`, or None when the units make no sense together.
+
+    `+ -`: same kinds (number with ratio gives ratio). `*`: a number or a ratio scales anything;
+    duration * duration is nonsense. `/ // %`: anything by a number or a ratio keeps its kind
+    (ratio / ratio is a number), duration / duration is a number, a number by a duration is
+    nonsense. `+` also joins two strings or two lists.
+    """
+    if "any" in (left, right):
+        return "any"
+    if op == "+" and left == right and (left == "string" or element(left)):
+        return left
+    if left not in _NUMERIC or right not in _NUMERIC:
+        return None
+    if op in ("+", "-"):
+        return left if left == right else "ratio" if {left, right} == {"number", "ratio"} else None
+    if op == "*":
+        return _product(left, right)
+    return _quotient(op, left, right)
+
+
+def _product(left: str, right: str) -> str | None:
+    if "number" in (left, right):
+        return right if left == "number" else left
+    if left == right == "ratio":
+        return "ratio"
+    return "duration" if {left, right} == {"ratio", "duration"} else None
+
+
+def _quotient(op: str, left: str, right: str) -> str | None:
+    if right == "number":
+        return left
+    if right == "ratio":
+        return "number" if left == "ratio" and op != "%" else left
+    if left == right == "duration":
+        return "duration" if op == "%" else "number"
+    return None
+
+
+def comparable(op: str, left: str, right: str) -> bool:
+    """Whether `left op right` compares like with like (numbers and ratios mix)."""
+    if "any" in (left, right) or (op in ("==", "!=") and "null" in (left, right)):
+        return True
+    if left == right:
+        return op in ("==", "!=") or left in _NUMERIC or left == "string"
+    return {left, right} == {"number", "ratio"}
+
+
+def _is_zero(e: Any) -> bool:
+    return isinstance(e, ir.Num) and e.value == 0
+
+
+def _fits(kind: str, wanted: str, e: Any) -> bool:
+    if "any" in (kind, wanted) or kind == wanted:
+        return True
+    if element(kind) and element(wanted):
+        return _fits(element(kind), element(wanted), None)
+    # A plain number is a ratio (0.95 is 95%), and zero is zero in any unit.
+    return (wanted == "ratio" and kind == "number") or (wanted in _NUMERIC and _is_zero(e))
+
+
+def _shown(e: Any) -> str:
+    """How to name an expression in a message: its text if it is short."""
+    if isinstance(e, ir.Num):
+        return f"`{e.text}`"
+    if isinstance(e, ir.Ref):
+        return f"`${e.name}`"
+    return "this"
+
+
+def _const(e: Any) -> Any:
+    """The value of a constant expression, or `_UNKNOWN` if it has refs or cannot be evaluated."""
+    if e is None or refs_in(e):
+        return _UNKNOWN
+    try:
+        return evaluate(e, {})
+    except EvalError:
+        return _UNKNOWN
+
+
+_UNKNOWN = object()
+
+
+# ---------------------------------------------------------------- the checker
+
+class _Scope(dict):
+    """Names usable as `$refs` here -> kind; `gates` allows calibration results."""
+
+    def __init__(self, kinds: Mapping[str, str], gates: bool = False):
+        super().__init__(kinds)
+        self.gates = gates
+
+    def child(self, name: str, kind: str) -> _Scope:
+        return _Scope({**self, name: kind}, self.gates)
+
+
+class _Checker:
+    def __init__(self, wl: ir.Workload):
+        self.wl = wl
+        self.diags: list[Diagnostic] = []
+        self.used: set[str] = set()
+        self.params = {p.name: p for p in wl.params}
+        self.top = _Scope({**BUILTIN_REFS, **{p.name: _param_kind(p) for p in wl.params}})
+        self.names = _Declared(wl, self.diags)
+
+    def err(self, code: str, message: str, span: ir.Span | None, hint: str | None = None) -> None:
+        self.diags.append(error(code, message, span, hint))
+
+    def run(self) -> None:
+        self.check_params()
+        self.check_settings()
+        self.check_options(self.wl.options)
+        self.check_calibrations()
+        self.check_sessions()
+        self.check_gates()
+        self.check_report()
+        self.check_unused()
+
+    def unique(self, items: Iterable[Any], what: str, key: str = "name") -> None:
+        """WL202 for each item whose `key` repeats an earlier one's."""
+        seen: dict[str, ir.Span] = {}
+        for item in items:
+            name = getattr(item, key)
+            if name in seen:
+                self.err("WL202", f"duplicate {what} `{name}`", item.span,
+                         f"the first is on line {seen[name].line}")
+            seen.setdefault(name, item.span)
+
+    # -- expressions
+
+    def kind(self, e: Any, scope: _Scope) -> str:
+        """The kind of expression `e`, reporting unknown names and unit errors on the way."""
+        return getattr(self, "_k_" + e.kind)(e, scope)
+
+    def expect(self, e: Any, scope: _Scope, wanted: str, what: str) -> bool:
+        """Whether `e` has the kind `wanted` (WL301 or WL302 when not)."""
+        kind = self.kind(e, scope)
+        if _fits(kind, wanted, e):
+            return True
+        code = "WL301" if {kind, wanted} <= _NUMERIC else "WL302"
+        self.err(code, f"{what} must be {describe(wanted)}, but {_shown(e)} is "
+                 f"{describe(kind)}", e.span, _HINTS.get((wanted, kind)))
+        return False
+
+    def _k_num(self, e: ir.Num, scope: _Scope) -> str:
+        return e.unit
+
+    def _k_str(self, e: ir.Str, scope: _Scope) -> str:
+        return "string"
+
+    def _k_bool(self, e: ir.Bool, scope: _Scope) -> str:
+        return "bool"
+
+    def _k_null(self, e: ir.Null, scope: _Scope) -> str:
+        return "null"
+
+    def _k_ref(self, e: ir.Ref, scope: _Scope) -> str:
+        if e.name in scope:
+            self.used.add(e.name)
+            return scope[e.name]
+        if e.name in CALIBRATION_REFS:
+            return self.calibration_ref(e, scope)
+        candidates = [*scope, *(CALIBRATION_REFS if scope.gates else ())]
+        close = closest(e.name, candidates)
+        self.used.add(close)  # so the misspelt param is not also reported as unused
+        self.err("WL201", f"unknown parameter `${e.name}`", e.span,
+                 close and f"did you mean `${close}`?")
+        return "any"
+
+    def calibration_ref(self, e: ir.Ref, scope: _Scope) -> str:
+        step = CALIBRATION_REFS[e.name]
+        if not scope.gates:
+            self.err("WL209", f"`${e.name}` is measured at run time, so it can only be used in "
+                     "gates and report", e.span)
+        elif step not in {c.what for c in self.wl.calibrations}:
+            self.err("WL208", f"`${e.name}` needs a `calibrate {step}` step", e.span,
+                     f"add `calibrate {step}` to the workload")
+        return _CALIBRATION_KINDS[e.name]
+
+    def _k_binop(self, e: ir.BinOp, scope: _Scope) -> str:
+        if e.op in ("and", "or"):
+            for side in (e.left, e.right):
+                self.expect(side, scope, "bool", f"each side of `{e.op}`")
+            return "bool"
+        left, right = self.kind(e.left, scope), self.kind(e.right, scope)
+        return self.combine(e, left, right)
+
+    def combine(self, e: Any, left: str, right: str) -> str:
+        """The kind of a binary operation (expression or gate) with operand kinds left, right."""
+        if e.op in ("==", "!=", "<", "<=", ">", ">="):
+            zero = _is_zero(_plain(e.left)) or _is_zero(_plain(e.right))
+            if not (comparable(e.op, left, right) or (zero and {left, right} <= _NUMERIC)):
+                self.err("WL301", f"cannot compare {describe(left)} with {describe(right)}",
+                         e.span, "compare like with like")
+            return "bool"
+        result = arith_kind(e.op, left, right)
+        if result is None:
+            self.err("WL301", f"cannot use `{e.op}` on {describe(left)} and {describe(right)}",
+                     e.span, _HINTS.get((left, right)) or _HINTS.get((right, left)))
+        return result or "any"
+
+    def _k_neg(self, e: ir.Neg, scope: _Scope) -> str:
+        kind = self.kind(e.operand, scope)
+        if kind not in _NUMERIC | {"any"}:
+            self.err("WL302", f"cannot negate {describe(kind)}", e.span)
+        return kind
+
+    def _k_not(self, e: ir.Not, scope: _Scope) -> str:
+        self.expect(e.operand, scope, "bool", "the operand of `not`")
+        return "bool"
+
+    def _k_call(self, e: ir.Call, scope: _Scope) -> str:
+        kinds = [self.kind(a, scope) for a in e.args]
+        if e.func not in FUNCTIONS:
+            self.err("WL205", f"unknown function `{e.func}`", e.span,
+                     did_you_mean(e.func, FUNCTIONS))
+            return "any"
+        least, most = FUNCTIONS[e.func]
+        if len(kinds) < least or (most is not None and len(kinds) > most):
+            count = f"{least}" if least == most else f"at least {least}"
+            self.err("WL306", f"`{e.func}` takes {count} argument{'s' * (count != '1')}, "
+                     f"not {len(kinds)}", e.span)
+            return "any"
+        return self._k_if(e, kinds) if e.func == "if" else self._k_numeric_call(e, kinds)
+
+    def _k_if(self, e: ir.Call, kinds: list[str]) -> str:
+        if not _fits(kinds[0], "bool", None):
+            self.err("WL302", f"the condition of `if` must be true or false, not "
+                     f"{describe(kinds[0])}", e.args[0].span)
+        return self.unify(kinds[1:], e.span, "the two branches of `if`")
+
+    def _k_numeric_call(self, e: ir.Call, kinds: list[str]) -> str:
+        if e.func in ("min", "max") and len(kinds) == 1 and element(kinds[0]):
+            kinds = [element(kinds[0])]
+        for arg, kind in zip(e.args, kinds):
+            if kind not in _NUMERIC | {"any"}:
+                self.err("WL302", f"`{e.func}` needs numbers, not {describe(kind)}", arg.span)
+                return "any"
+        return self.unify(kinds, e.span, f"the arguments of `{e.func}`")
+
+    def unify(self, kinds: list[str], span: ir.Span, what: str) -> str:
+        """The common kind of `kinds` (null goes with anything; number with ratio is ratio)."""
+        found = {k for k in kinds if k not in ("null", "any")}
+        if found == {"number", "ratio"}:
+            return "ratio"
+        if len(found) > 1:
+            shown = " and ".join(describe(k) for k in sorted(found))
+            self.err("WL301", f"{what} mix {shown}", span, "make them the same kind")
+            return "any"
+        return found.pop() if found else ("null" if "null" in kinds else "any")
+
+    def _k_listexpr(self, e: ir.ListExpr, scope: _Scope) -> str:
+        kinds = [self.kind(i, scope) for i in e.items]
+        return list_of(self.unify(kinds, e.span, "the items of this list"))
+
+    def _k_obj(self, e: ir.ObjExpr, scope: _Scope) -> str:
+        self.check_options(e.items, scope)
+        return "object"
+
+    def check_options(self, options: tuple[ir.Option, ...], scope: _Scope | None = None) -> None:
+        self.unique(options, "option", key="key")
+        for option in options:
+            self.kind(option.value, scope or self.top)
+
+    # -- params, settings, calibrations
+
+    def check_params(self) -> None:
+        self.unique(self.wl.params, "parameter")
+        for p in self.wl.params:
+            if p.name in BUILTIN_REFS or p.name in CALIBRATION_REFS:
+                self.err("WL212", f"`{p.name}` is a built-in name and cannot be a parameter",
+                         p.span, f"rename it, e.g. `my_{p.name}`")
+            self.check_default(p)
+            self.check_range(p)
+            self.check_choices(p)
+        for cycle in _cycles(self.wl.params):
+            first = self.params[cycle[0]]
+            path = " -> ".join(f"`${n}`" for n in cycle)
+            self.err("WL210", f"`{first.name}` is computed from itself: {path}",
+                     first.default.span, "give one of them a plain value")
+
+    def check_default(self, p: ir.Param) -> None:
+        if p.default is None:
+            return
+        wanted = TYPE_KINDS[p.type]
+        what = f"the default of `{p.name}`"
+        if p.is_list and isinstance(p.default, ir.ListExpr):
+            fits = all([self.expect(item, self.top, wanted, f"each item of {what}")
+                        for item in p.default.items])
+        else:
+            fits = self.expect(p.default, self.top, list_of(wanted) if p.is_list else wanted, what)
+        if fits:
+            self.check_whole(p, p.default)
+
+    def check_whole(self, p: ir.Param, e: Any) -> None:
+        """WL303 when an int or tokens param gets a constant that is not a whole number."""
+        value = _const(e)
+        values = value if isinstance(value, list) else [value]
+        bad = [v for v in values if isinstance(v, float) and not v.is_integer()]
+        if p.type in ("int", "tokens") and bad:
+            self.err("WL303", f"`{p.name}` is a `{p.type}` parameter, but {bad[0]:g} is not a "
+                     "whole number",
+                     e.span, "write a whole number, like `8k` or `1500`")
+
+    def check_range(self, p: ir.Param) -> None:
+        if p.range is None:
+            return
+        wanted = TYPE_KINDS[p.type]
+        if wanted not in _NUMERIC:
+            self.err("WL302", f"`{p.name}` is {p.type}, which has no range", p.range.span,
+                     "use `one of` for a set of strings" if p.type == "string" else None)
+            return
+        for bound in (p.range.low, p.range.high):
+            if bound is not None:
+                self.expect(bound, self.top, wanted, f"the range of `{p.name}`")
+        self.check_constant_range(p)
+
+    def check_constant_range(self, p: ir.Param) -> None:
+        low, high, value = _const(p.range.low), _const(p.range.high), _const(p.default)
+        known = [b for b in (low, high) if _is_number(b)]
+        if len(known) == 2 and low > high:
+            self.err("WL305", f"the range of `{p.name}` is empty: {low:g} > {high:g}",
+                     p.range.span)
+        for v in (value if isinstance(value, list) else [value]):
+            if _is_number(v) and ((_is_number(low) and v < low) or (_is_number(high) and v > high)):
+                self.err("WL305", f"the default of `{p.name}` ({v:g}) is outside its range",
+                         p.default.span, "change the default or the range")
+                return
+
+    def check_choices(self, p: ir.Param) -> None:
+        if not p.choices:
+            return
+        if p.type != "string":
+            self.err("WL304", f"`one of` is for string params, but `{p.name}` is {p.type}", p.span)
+            return
+        value = _const(p.default)
+        for v in (value if isinstance(value, list) else [value]):
+            if isinstance(v, str) and v not in p.choices:
+                self.err("WL304", f'the default of `{p.name}` ("{v}") is not one of its choices',
+                         p.default.span, did_you_mean(v, p.choices, '"{}"'))
+
+    def check_settings(self) -> None:
+        for name, wanted in SETTING_KINDS.items():
+            value = getattr(self.wl.settings, name)
+            if value is not None:
+                self.expect(value, self.top, wanted, f"`{name}`")
+
+    def check_calibrations(self) -> None:
+        self.unique(self.wl.calibrations, "calibration", key="what")
+        for c in self.wl.calibrations:
+            for e, what in ((c.tokens, "tokens"), (c.repeat, "repeat")):
+                if e is not None:
+                    self.expect(e, self.top, "number", f"`{what}` of `calibrate {c.what}`")
+
+    # -- sessions and statements
+
+    def check_sessions(self) -> None:
+        self.unique(self.wl.sessions, "session")
+        for s in self.wl.sessions:
+            if s.repeat is not None:
+                self.expect(s.repeat, self.top, "number", "the `repeat` of a session")
+            self.stmts(s.body, self.top)
+
+    def stmts(self, body: tuple, scope: _Scope) -> None:
+        for stmt in body:
+            getattr(self, "_s_" + stmt.kind)(stmt, scope)
+
+    def number(self, e: Any, scope: _Scope, what: str) -> None:
+        if e is not None:
+            self.expect(e, scope, "number", what)
+
+    def _s_message(self, s: ir.Message, scope: _Scope) -> None:
+        for part in s.parts:
+            if isinstance(part, ir.FillerPart):
+                self.number(part.tokens, scope, "the size of `filler`")
+                if part.needle_at is not None:
+                    self.expect(part.needle_at, scope, "ratio", "the depth of `needle at`")
+
+    def _s_reply(self, s: ir.Reply, scope: _Scope) -> None:
+        self.number(s.max_tokens, scope, "the `max_tokens` of `reply`")
+        self.number(s.abort_after, scope, "`abort after`")
+        self.check_options(s.options, scope)
+
+    def _s_probe(self, s: ir.Probe, scope: _Scope) -> None:
+        self.number(s.max_tokens, scope, "the `max_tokens` of `probe`")
+        self.check_options(s.options, scope)
+
+    def _s_resend(self, s: ir.Resend, scope: _Scope) -> None:
+        if s.name not in self.names.requests:
+            self.err("WL207", f"no request is named `{s.name}`", s.span,
+                     did_you_mean(s.name, self.names.requests) or
+                     f"name a request with `as {s.name}` on a `reply` or `probe`")
+        self.number(s.index, scope, "the index of `resend`")
+        self.number(s.max_tokens, scope, "the `max_tokens` of `resend`")
+
+    def _s_wait(self, s: ir.Wait, scope: _Scope) -> None:
+        self.expect(s.duration, scope, "duration", "`wait`")
+
+    def _s_turn(self, s: ir.Turn | ir.Phase | ir.Fresh, scope: _Scope) -> None:
+        self.stmts(s.body, scope)
+
+    _s_phase = _s_fresh = _s_turn
+
+    def _s_if(self, s: ir.If, scope: _Scope) -> None:
+        self.expect(s.cond, scope, "bool", "the condition of `if`")
+        self.stmts(s.then, scope)
+        self.stmts(s.orelse, scope)
+
+    def _s_for(self, s: ir.For, scope: _Scope) -> None:
+        kind = "number"
+        if s.over is not None:
+            over = self.kind(s.over, scope)
+            kind = element(over) or "any"
+            if over not in ("any",) and not element(over):
+                self.err("WL302", f"`for ... in` needs a list or a range `lo..hi`, but "
+                         f"{_shown(s.over)} is {describe(over)}", s.over.span)
+        self.number(s.low, scope, "the start of the range")
+        self.number(s.high, scope, "the end of the range")
+        self.loop_body(s, s.var, kind, scope)
+
+    def _s_repeat(self, s: ir.Repeat, scope: _Scope) -> None:
+        self.number(s.count, scope, "the count of `repeat`")
+        self.loop_body(s, s.var, "number", scope)
+
+    def _s_grow(self, s: ir.Grow, scope: _Scope) -> None:
+        self.number(s.until, scope, "the size of `grow until`")
+        self.number(s.by, scope, "the step of `grow ... by`")
+        self.loop_body(s, s.var, "number", scope)
+
+    def _s_spawn(self, s: ir.Spawn, scope: _Scope) -> None:
+        self.number(s.count, scope, "the count of `spawn`")
+        self.loop_body(s, s.var, "number", scope)
+
+    def loop_body(self, s: Any, var: str | None, kind: str, scope: _Scope) -> None:
+        if var is not None and var in scope:
+            what = "parameter" if var in self.params else "name" if var in BUILTIN_REFS \
+                else "loop variable"
+            self.err("WL211", f"loop variable `{var}` hides the {what} `${var}`", s.span,
+                     "give the loop variable another name")
+        self.stmts(s.body, scope.child(var, kind) if var else scope)
+
+    # -- gates and report
+
+    def gate_scope(self) -> _Scope:
+        return _Scope(self.top, gates=True)
+
+    def check_gates(self) -> None:
+        self.unique(self.wl.gates, "gate")
+        scope = self.gate_scope()
+        for g in self.wl.gates:
+            left = self.gkind(g.left, scope)
+            if g.op is None:
+                if left not in ("bool", "any"):
+                    self.err("WL307", f"gate `{g.name}` has no comparison, so it must be true or "
+                             f"false, but it is {describe(left)}", g.left.span,
+                             "compare it (`... >= 90%`) or use all(...) / any(...)")
+                continue
+            right = self.gkind(g.right, scope)
+            self.combine(_GCompare(g.op, g.left, g.right, g.span), left, right)
+
+    def check_report(self) -> None:
+        self.unique(self.wl.report, "report item")
+        scope = self.gate_scope()
+        for item in self.wl.report:
+            self.gkind(item.value, scope)
+
+    def gkind(self, g: Any, scope: _Scope) -> str:
+        """The kind of a gate expression (kinds of metric values)."""
+        if isinstance(g, ir.GNum):
+            return self.kind(g.value, scope)
+        if isinstance(g, ir.GBin):
+            return self.combine(g, self.gkind(g.left, scope), self.gkind(g.right, scope))
+        if isinstance(g, ir.Agg):
+            return self.agg_kind(g, scope)
+        return self.metric_kind(g, scope)
+
+    def metric_kind(self, m: ir.MetricRef, scope: _Scope) -> str:
+        for item in m.selector:
+            self.check_sel_item(item, scope)
+        if m.metric not in METRICS:
+            self.err("WL203", f"unknown metric `{m.metric}`", m.span,
+                     did_you_mean(m.metric, METRICS))
+            return "any"
+        return METRICS[m.metric]
+
+    def agg_kind(self, g: ir.Agg, scope: _Scope) -> str:
+        kind = self.metric_kind(g.arg, scope)
+        if g.func not in AGGREGATIONS:
+            self.err("WL204", f"unknown aggregation `{g.func}`", g.span,
+                     did_you_mean(g.func, AGGREGATIONS))
+            return "any"
+        if g.func in ("all", "any", "fraction") and kind not in ("bool", "any"):
+            self.err("WL307", f"`{g.func}` needs a yes/no metric such as `ok` or `hit`, but "
+                     f"`{g.arg.metric}` is {describe(kind)}", g.arg.span)
+        return _agg_result(g.func, kind)
+
+    def check_sel_item(self, item: ir.SelItem, scope: _Scope) -> None:
+        if item.key in ("last", "first"):
+            self.number(item.count, scope, f"`{item.key}`")
+            return
+        known = self.names.matching(item.key)
+        if item.key != "flag" and item.value not in known:
+            self.err("WL206", self.names.unknown_message(item), item.span,
+                     self.names.selector_hint(item, known))
+
+    def check_unused(self) -> None:
+        for p in self.wl.params:
+            if p.name not in self.used:
+                self.diags.append(warning("WL214", f"parameter `{p.name}` is never used", p.span,
+                                          "use it as `$" + p.name + "`, or remove it"))
+
+
+class _GCompare:
+    """A gate's comparison, shaped like a BinOp so `combine` can check it."""
+
+    def __init__(self, op: str, left: Any, right: Any, span: ir.Span):
+        self.op, self.left, self.right, self.span = op, left, right, span
+
+
+def _agg_result(func: str, kind: str) -> str:
+    """The kind of `func(metric)` for a metric of `kind` (yes/no values count as 1 and 0)."""
+    fixed = {"count": "number", "fraction": "ratio", "all": "bool", "any": "bool"}
+    if func in fixed:
+        return fixed[func]
+    if kind == "bool":
+        return "ratio" if func == "mean" else "number"
+    return kind
+
+
+def _plain(g: Any) -> Any:
+    return g.value if isinstance(g, ir.GNum) else g
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _param_kind(p: ir.Param) -> str:
+    return list_of(TYPE_KINDS[p.type]) if p.is_list else TYPE_KINDS[p.type]
+
+
+def _cycles(params: tuple[ir.Param, ...]) -> list[list[str]]:
+    """Cycles among param defaults (one per back edge of a depth-first walk), each as the names
+    around it: `["a", "b", "a"]`."""
+    deps = {p.name: sorted(refs_in(p.default) if p.default else ()) for p in params}
+    found: list[list[str]] = []
+    done: set[str] = set()
+
+    def walk(name: str, path: list[str]) -> None:
+        for dep in deps.get(name, ()):
+            if dep in path:
+                found.append(path[path.index(dep):] + [dep])
+            elif dep not in done:
+                walk(dep, path + [dep])
+        done.add(name)
+
+    for p in params:
+        if p.name not in done:
+            walk(p.name, [p.name])
+    return found
+
+
+# ---------------------------------------------------------------- declared names
+
+class _Declared:
+    """Labels, phases, sessions and request names the workload declares (for selectors and
+    `resend`); duplicate request names are reported here."""
+
+    def __init__(self, wl: ir.Workload, diags: list[Diagnostic]):
+        self.labels: set[str] = set()
+        self.phases: set[str] = set()
+        self.sessions = {s.name for s in wl.sessions}
+        self.requests: dict[str, ir.Span] = {}
+        self.diags = diags
+        for s in wl.sessions:
+            self.walk(s.body)
+
+    def walk(self, body: tuple) -> None:
+        for stmt in body:
+            self.declare(stmt)
+            for field in ("body", "then", "orelse"):
+                self.walk(getattr(stmt, field, ()))
+
+    def declare(self, stmt: Any) -> None:
+        if getattr(stmt, "label", None):
+            self.labels.add(stmt.label)
+        if isinstance(stmt, ir.Turn):
+            self.labels.add(stmt.name)
+        if isinstance(stmt, ir.Phase):
+            self.phases.add(stmt.name)
+        name = getattr(stmt, "name", None)
+        if isinstance(stmt, (ir.Reply, ir.Probe)) and name:
+            if name in self.requests:
+                self.diags.append(error("WL202", f"duplicate request name `{name}`", stmt.span,
+                                        f"the first is on line {self.requests[name].line}"))
+            self.requests.setdefault(name, stmt.span)
+
+    def matching(self, key: str) -> set[str]:
+        """The names a selector item with this key can match."""
+        return {"label": self.labels, "phase": self.phases, "session": self.sessions,
+                "name": self.labels | self.phases | self.sessions}.get(key, set())
+
+    def unknown_message(self, item: ir.SelItem) -> str:
+        if item.key == "name":
+            return f"no label, phase or session is named `{item.value}`"
+        return f"no {item.key} is named `{item.value}`"
+
+    def selector_hint(self, item: ir.SelItem, known: set[str]) -> str | None:
+        if item.value in self.requests:
+            return (f"`{item.value}` names a request (`as {item.value}`); "
+                    f"give it `label {item.value}` to select it")
+        flags = FLAGS if item.key == "name" else ()
+        return did_you_mean(item.value, [*known, *flags])

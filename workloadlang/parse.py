@@ -1,0 +1,640 @@
+"""Parse `.wl` text into the typed IR.
+
+Input: the text of a `.wl` file and its name (used in spans). Output: an `ir.Workload` with a
+`Span` on every node. A syntax error raises `WorkloadError` with one diagnostic (WL1xx; parsing
+stops at the first); structural problems found while lowering (a clause given twice, a bad string
+escape, an aggregation of something that is not one metric) are all collected and raised
+together. Semantic checks are `workloadlang.check`'s job.
+
+The grammar is `grammars/workload.lark` (LALR, contextual lexer). The Lark parser is built once
+per process and its tables are cached on disk by Lark (`cache=True`), so start-up stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.lexer import Lexer
+from lark.parsers.lalr_analysis import Shift
+
+from workloadlang import ir
+from workloadlang.diagnostics import Diagnostic, WorkloadError, closest, error
+from workloadlang.evaluate import split_number
+from workloadlang.resources import read_grammar
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FLAGS = frozenset({"warm", "cold", "hit", "miss", "aborted", "ok", "probe", "error"})
+"""Bare selector words that filter by outcome rather than naming a label, phase or session."""
+
+
+@functools.lru_cache(maxsize=1)
+def parser() -> Lark:
+    """The process-wide Lark parser (LALR tables loaded from Lark's on-disk cache when present)."""
+    lark = Lark(read_grammar(), parser="lalr", lexer="contextual", propagate_positions=True,
+                maybe_placeholders=True, cache=True)
+    keywords = {t.name for t in lark.terminals
+                if t.pattern.type == "str" and _WORD.fullmatch(t.pattern.value)}
+    lark.parser.lexer = _KeywordsInContext(lark.parser.lexer, frozenset(keywords))
+    return lark
+
+
+class _KeywordsInContext(Lexer):
+    """Lark's contextual lexer, plus: a keyword the parser cannot take here is a name.
+
+    LALR merges the states after an expression, so after `a: int = 5` the lexer also expects
+    the keywords that follow an expression elsewhere (`settle`, `label`, ...) and would read a
+    next param called `settle` as the setting keyword. A word lexed as a keyword the parser
+    cannot shift (after its pending reductions) but where it can shift a name becomes a name.
+    """
+
+    def __init__(self, inner: Lexer, keywords: frozenset[str]):
+        self.inner = inner
+        self.keywords = keywords
+
+    def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
+        for tok in self.inner.lex(lexer_state, parser_state):
+            if (tok.type in self.keywords and not _can_shift(parser_state, tok.type)
+                    and _can_shift(parser_state, "NAME")):
+                tok = Token.new_borrow_pos("NAME", tok.value, tok)
+            yield tok
+
+
+def _can_shift(parser_state: Any, terminal: str) -> bool:
+    """Whether the LALR parser would shift `terminal` now, after the reductions it implies."""
+    states = parser_state.parse_conf.states
+    stack = list(parser_state.state_stack)
+    while True:
+        action = states[stack[-1]].get(terminal)
+        if action is None:
+            return False
+        if action[0] is Shift:
+            return True
+        rule = action[1]
+        if rule.expansion:
+            del stack[-len(rule.expansion):]
+        stack.append(states[stack[-1]][rule.origin.name][1])
+
+
+def parse(text: str, filename: str) -> ir.Workload:
+    """The IR of one `.wl` file; raises `WorkloadError` for syntax and structural errors."""
+    try:
+        tree = parser().parse(text)
+    except UnexpectedInput as exc:
+        raise WorkloadError([syntax_diagnostic(exc, text, filename)]) from None
+    lower = _Lower(filename)
+    try:
+        workload = lower.transform(tree)
+    except VisitError as exc:  # a bug in lowering, not in the file: let it surface as itself
+        raise exc.orig_exc from exc
+    if lower.diags:
+        raise WorkloadError(lower.diags)
+    return workload
+
+
+# ---------------------------------------------------------------- syntax errors
+
+_LOOKBACK = 3  # how many tokens before a syntax error may hold the misspelt keyword
+_GROUPS: tuple[tuple[str, frozenset[str], int], ...] = (
+    ("an expression", frozenset({"CALL", "REF", "NUMBER", "STRING", "TRUE", "FALSE", "NULL",
+                                 "_LPAR", "_LSQB", "_LBRACE", "MINUS", "NOT"}), 6),
+    ("an operator", frozenset({"OR", "AND", "EQEQ", "NE", "LT", "LE", "GT", "GE", "PLUS",
+                               "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT"}), 4),
+    ("a statement", frozenset({"_SYSTEM", "_USER", "_ASSISTANT", "_REPLY", "_PROBE", "_RESEND",
+                               "_WAIT", "_TURN", "_PHASE", "_FOR", "_REPEAT", "_GROW", "_SPAWN",
+                               "_FRESH", "_IF"}), 10),
+    ("a setting", frozenset({"_CONCURRENCY", "_SETTLE", "_TIMEOUT", "_FAIL_FAST", "_HIT_RATIO",
+                             "_MAX_CONTEXT"}), 6),
+)
+"""Sets of terminals named as one thing in "expected ..." when at least N of them are expected."""
+_LITERALS = {"NAME": "a name", "CALL": "a function call", "REF": "a `$reference`",
+             "NUMBER": "a number", "STRING": "a string", "$END": "the end of the file"}
+
+
+def syntax_diagnostic(exc: UnexpectedInput, text: str, filename: str) -> Diagnostic:
+    """A Lark parse error as a diagnostic that names what was expected in human terms."""
+    if isinstance(exc, UnexpectedToken):
+        return _unexpected_token(exc, text, filename)
+    if isinstance(exc, UnexpectedCharacters):
+        return _unexpected_char(exc, text, filename)
+    return error("WL101", "syntax error", _point(filename, exc.line, exc.column))
+
+
+def _unexpected_token(exc: UnexpectedToken, text: str, filename: str) -> Diagnostic:
+    tok = exc.token
+    expected = set(exc.accepts or exc.expected) - {"_SEMI"}
+    wanted = "expected " + describe_expected(expected)
+    if tok.type == "$END":
+        return error("WL102", f"unexpected end of file; {wanted}", _end_span(text, filename),
+                     _unclosed_hint(text))
+    span = _token_span(tok, filename)
+    message = f"unexpected {_describe_token(tok)}; {wanted}"
+    suggestion = _keyword_like(tok.value, expected) if _WORD.fullmatch(tok.value) else None
+    if suggestion:
+        return error("WL101", message, span, f"did you mean `{suggestion}`?")
+    misspelt = _misspelt_previous(exc, text)
+    if misspelt:
+        prev, keyword = misspelt
+        return error("WL101", f"unexpected name `{prev.value}`", _token_span(prev, filename),
+                     f"did you mean `{keyword}`?")
+    return error("WL101", message, span, _call_hint(tok, text, expected))
+
+
+def _keyword_like(word: str, expected: set[str]) -> str | None:
+    """The expected keyword that `word` is probably a misspelling of."""
+    return closest(word, [_patterns()[n].value for n in expected if _is_keyword(n)])
+
+
+@functools.lru_cache(maxsize=1)
+def _patterns() -> dict[str, Any]:
+    """Terminal name -> Lark pattern (`.type` is "str" for a literal, "re" for a regex)."""
+    return {t.name: t.pattern for t in parser().terminals}
+
+
+def _misspelt_previous(exc: UnexpectedToken, text: str) -> tuple[Token, str] | None:
+    """(token, keyword) when one of the few names just before the error is probably a misspelt
+    keyword that was possible there: `sesion main {` fails at `main`, and `g: overal ttft{x}`
+    at `{`, but the mistake is `sesion` or `overal`."""
+    recent: deque[tuple[Any, Token]] = deque(maxlen=_LOOKBACK)
+    try:
+        cursor = parser().parse_interactive(text)
+        for tok in cursor.iter_parse():  # yields each token before feeding it
+            if tok.start_pos >= exc.token.start_pos:
+                break
+            recent.append((cursor.copy(), tok))
+    except UnexpectedInput:
+        pass  # the lexer may fail on the error token itself before yielding it: the same error
+    for before, tok in reversed(recent):
+        keyword = tok.type == "NAME" and _keyword_like(tok.value, before.accepts() - {"NAME"})
+        if keyword:
+            return tok, keyword
+    return None
+
+
+def _call_hint(tok: Token, text: str, expected: set[str]) -> str | None:
+    if tok.type == "NAME" and "CALL" in expected and text[tok.end_pos:].lstrip().startswith("("):
+        return f"write a call without a space before `(`: `{tok.value}(...)`"
+    return None
+
+
+def describe_expected(names: set[str]) -> str:
+    """`{"_LBRACE", "NAME"}` -> "`{` or a name"."""
+    names = set(names)
+    parts: list[str] = []
+    for label, members, least in _GROUPS:
+        if len(names & members) >= least:
+            parts.append(label)
+            names -= members
+    parts += [_describe_terminal(n) for n in sorted(names, key=_terminal_rank)]
+    if not parts:
+        return "nothing more"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+def _terminal_rank(name: str) -> tuple[int, int]:
+    """Keywords first, then names and literals, then punctuation, then the end of the file."""
+    names = list(_patterns())
+    index = names.index(name) if name in names else len(names)
+    kind = 3 if name == "$END" else 1 if name in _LITERALS else 0 if _is_keyword(name) else 2
+    return kind, index
+
+
+def _is_keyword(name: str) -> bool:
+    pattern = _patterns().get(name)
+    return pattern is not None and pattern.type == "str" and bool(_WORD.fullmatch(pattern.value))
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _LITERALS:
+        return _LITERALS[name]
+    pattern = _patterns().get(name)
+    return f"`{pattern.value}`" if pattern is not None and pattern.type == "str" else name.lower()
+
+
+def _describe_token(tok: Token) -> str:
+    kinds = {"NAME": "name ", "NUMBER": "number ", "CALL": "call ", "STRING": "string "}
+    shown = f"`{tok.value}(`" if tok.type == "CALL" else f"`{tok.value}`"
+    return kinds.get(tok.type, "") + shown
+
+
+def _unexpected_char(exc: UnexpectedCharacters, text: str, filename: str) -> Diagnostic:
+    char = exc.char
+    rest = text[exc.pos_in_stream:]
+    if char == '"':
+        length = len(rest.split("\n", 1)[0])
+        return error("WL104", "unterminated string", _point(filename, exc.line, exc.column, length),
+                     'a string ends with `"` on the same line; write `\\n` for a line break')
+    if char.isdigit():
+        word = re.match(r"[\w.%]+", rest).group(0)
+        return error("WL105", f"bad number `{word}`", _point(filename, exc.line, exc.column, len(word)),
+                     "a number may end in one unit: k, M, Ki, Mi (counts), ms, s, min "
+                     "(durations) or % (ratios)")
+    hint = "a reference is `$` and a name, like `$tokens`" if char == "$" else None
+    return error("WL103", f"unexpected character `{char}`", _point(filename, exc.line, exc.column), hint)
+
+
+_BRACES = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[{}]')
+
+
+def _unclosed_hint(text: str) -> str | None:
+    """Where the innermost `{` that is never closed was opened, if there is one."""
+    opened: list[int] = []
+    for m in _BRACES.finditer(text):
+        if m.group(0) == "{":
+            opened.append(m.start())
+        elif m.group(0) == "}" and opened:
+            opened.pop()
+    if not opened:
+        return None
+    return f"the `{{` on line {text.count(chr(10), 0, opened[-1]) + 1} is never closed"
+
+
+def _point(filename: str, line: int, col: int, length: int = 1) -> ir.Span:
+    return ir.Span(file=filename, line=line, col=col, end_line=line, end_col=col + max(length, 1))
+
+
+def _token_span(tok: Token, filename: str) -> ir.Span:
+    return ir.Span(file=filename, line=tok.line, col=tok.column, end_line=tok.end_line,
+                   end_col=tok.end_column)
+
+
+def _end_span(text: str, filename: str) -> ir.Span:
+    """Just past the last non-blank character: where the missing text should go."""
+    body = text.rstrip()
+    line = body.count("\n") + 1
+    col = len(body) - (body.rfind("\n") + 1) + 1
+    return _point(filename, line, col)
+
+
+# ---------------------------------------------------------------- lowering: tree -> IR
+
+class _Clause(NamedTuple):
+    """An optional part of a construct (`label x`, `abort after 5`, a setting), before it is
+    placed in its IR field; `key` says which field."""
+
+    key: str
+    value: Any
+    span: ir.Span
+
+
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
+_ESCAPE = re.compile(r"\\(.)")
+_REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "session", "gates", "report"})
+_SETTINGS = frozenset(ir.Settings.model_fields) - {"span"}
+
+
+def _keyword(self: _Lower, meta: Any, children: list) -> str:
+    return " ".join(str(c) for c in children)
+
+
+@v_args(meta=True)
+class _Lower(Transformer):
+    """Builds IR nodes bottom-up; problems go to `self.diags` (lowering always finishes)."""
+
+    def __init__(self, filename: str):
+        super().__init__()
+        self.filename = filename
+        self.diags: list[Diagnostic] = []
+
+    ptype = setting_name = calib_name = role = stop_on = severity = _keyword
+    fmt_name = by_key = sel_key = _keyword
+
+    # -- helpers
+
+    def span(self, meta: Any) -> ir.Span:
+        return ir.Span(file=self.filename, line=meta.line, col=meta.column,
+                       end_line=meta.end_line, end_col=meta.end_column)
+
+    def tspan(self, tok: Token) -> ir.Span:
+        return _token_span(tok, self.filename)
+
+    def gather(self, clauses: list[_Clause]) -> dict[str, Any]:
+        """Clauses by key: repeatable ones as lists, others once (a second one is WL107)."""
+        found: dict[str, Any] = {}
+        for c in clauses:
+            if c.key in _REPEATABLE:
+                found.setdefault(c.key, []).append(c.value)
+            elif c.key in found:
+                self.diags.append(error("WL107", f"`{c.key}` is given twice", c.span,
+                                        "keep only one"))
+            else:
+                found[c.key] = c.value
+        return found
+
+    def string(self, tok: Token) -> str:
+        def unescape(m: re.Match) -> str:
+            if m.group(1) not in _ESCAPES:
+                self.diags.append(error("WL106", f"unknown escape `\\{m.group(1)}` in a string",
+                                        self.tspan(tok), 'the escapes are \\n \\t \\" and \\\\'))
+            return _ESCAPES.get(m.group(1), m.group(1))
+        return _ESCAPE.sub(unescape, tok.value[1:-1])
+
+    # -- the workload
+
+    def start(self, meta: Any, c: list) -> ir.Workload:
+        return c[0]
+
+    def workload(self, meta: Any, c: list) -> ir.Workload:
+        items = c[1:]
+        found = self.gather(items)
+        settings = {k: v for k, v in found.items() if k in _SETTINGS}
+        first = min((i.span for i in items if i.key in _SETTINGS), default=None,
+                    key=lambda s: (s.line, s.col))
+        return ir.Workload(
+            name=str(c[0]), doc=found.get("doc", ""), settings=ir.Settings(**settings, span=first),
+            params=_flat(found.get("params", [])), options=_flat(found.get("options", [])),
+            calibrations=tuple(found.get("calibrate", [])), sessions=tuple(found.get("session", [])),
+            gates=_flat(found.get("gates", [])), report=_flat(found.get("report", [])),
+            span=self.span(meta))
+
+    def doc(self, meta: Any, c: list) -> _Clause:
+        return _Clause("doc", self.string(c[0]), self.span(meta))
+
+    def params(self, meta: Any, c: list) -> _Clause:
+        return _Clause("params", tuple(c), self.span(meta))
+
+    def param(self, meta: Any, c: list) -> ir.Param:
+        name, ptype, is_list, *clauses = c
+        found = self.gather(clauses)
+        return ir.Param(name=str(name), type=ptype, is_list=is_list is not None,
+                        default=found.get("default"), range=found.get("range"),
+                        choices=found.get("choices", ()), doc=found.get("doc", ""),
+                        span=self.span(meta))
+
+    def pdefault(self, meta: Any, c: list) -> _Clause:
+        return _Clause("default", c[0], self.span(meta))
+
+    def prange(self, meta: Any, c: list) -> _Clause:
+        return _Clause("range", c[0], self.span(meta))
+
+    def range(self, meta: Any, c: list) -> ir.Range:
+        return ir.Range(low=c[0], high=c[1], span=self.span(meta))
+
+    def pchoices(self, meta: Any, c: list) -> _Clause:
+        return _Clause("choices", tuple(self.string(t) for t in c), self.span(meta))
+
+    def pdoc(self, meta: Any, c: list) -> _Clause:
+        return _Clause("doc", self.string(c[0]), self.span(meta))
+
+    def setting(self, meta: Any, c: list) -> _Clause:
+        return _Clause(c[0], c[1], self.span(meta))
+
+    def options(self, meta: Any, c: list) -> _Clause:
+        return _Clause("options", c[0].items, self.span(meta))
+
+    def object(self, meta: Any, c: list) -> ir.ObjExpr:
+        return ir.ObjExpr(items=tuple(c), span=self.span(meta))
+
+    def option(self, meta: Any, c: list) -> ir.Option:
+        key = self.string(c[0]) if c[0].type == "STRING" else str(c[0])
+        return ir.Option(key=key, value=c[1], span=self.span(meta))
+
+    def calibrate(self, meta: Any, c: list) -> _Clause:
+        found = self.gather(c[1:])
+        node = ir.Calibrate(what=c[0], tokens=found.get("tokens"), repeat=found.get("repeat"),
+                            span=self.span(meta))
+        return _Clause("calibrate", node, node.span)
+
+    def cal_tokens(self, meta: Any, c: list) -> _Clause:
+        return _Clause("tokens", c[0], self.span(meta))
+
+    def cal_repeat(self, meta: Any, c: list) -> _Clause:
+        return _Clause("repeat", c[0], self.span(meta))
+
+    # -- sessions and statements
+
+    def session(self, meta: Any, c: list) -> _Clause:
+        node = ir.Session(name=str(c[0]), repeat=c[1], body=c[2], span=self.span(meta))
+        return _Clause("session", node, node.span)
+
+    def block(self, meta: Any, c: list) -> tuple:
+        return tuple(c)
+
+    def message(self, meta: Any, c: list) -> ir.Message:
+        return ir.Message(role=c[0], parts=tuple(c[1:]), span=self.span(meta))
+
+    def text_part(self, meta: Any, c: list) -> ir.TextPart:
+        return ir.TextPart(value=self.string(c[0]), span=self.span(meta))
+
+    def filler_part(self, meta: Any, c: list) -> ir.FillerPart:
+        return ir.FillerPart(tokens=c[0], needle_at=c[1], span=self.span(meta))
+
+    def reply(self, meta: Any, c: list) -> ir.Reply:
+        f = self.gather(c[1:])
+        return ir.Reply(max_tokens=c[0], mode=f.get("mode", "replay"), abort_after=f.get("abort"),
+                        name=f.get("as"), label=f.get("label"), options=_flat(f.get("options", [])),
+                        expect=tuple(f.get("expect", [])), span=self.span(meta))
+
+    def abort(self, meta: Any, c: list) -> _Clause:
+        return _Clause("abort", c[0], self.span(meta))
+
+    def as_name(self, meta: Any, c: list) -> _Clause:
+        return _Clause("as", str(c[0]), self.span(meta))
+
+    def label(self, meta: Any, c: list) -> _Clause:
+        return _Clause("label", str(c[0]), self.span(meta))
+
+    def expect(self, meta: Any, c: list) -> _Clause:
+        span = self.span(meta)
+        node = (ir.Expect(what="text", text=self.string(c[0]), span=span) if c
+                else ir.Expect(what="needle", span=span))
+        return _Clause("expect", node, span)
+
+    def probe(self, meta: Any, c: list) -> ir.Probe:
+        f = self.gather(c[1:])
+        return ir.Probe(max_tokens=c[0], name=f.get("as"), label=f.get("label"),
+                        options=_flat(f.get("options", [])), span=self.span(meta))
+
+    def resend(self, meta: Any, c: list) -> ir.Resend:
+        f = self.gather(c[2:])
+        return ir.Resend(name=str(c[0]), index=c[1], max_tokens=f.get("max_tokens"),
+                         label=f.get("label"), span=self.span(meta))
+
+    def resend_max(self, meta: Any, c: list) -> _Clause:
+        return _Clause("max_tokens", c[0], self.span(meta))
+
+    def wait(self, meta: Any, c: list) -> ir.Wait:
+        return ir.Wait(duration=c[0], span=self.span(meta))
+
+    def turn(self, meta: Any, c: list) -> ir.Turn:
+        return ir.Turn(name=str(c[0]), body=c[1], span=self.span(meta))
+
+    def phase(self, meta: Any, c: list) -> ir.Phase:
+        return ir.Phase(name=str(c[0]), body=c[1], span=self.span(meta))
+
+    def for_loop(self, meta: Any, c: list) -> ir.For:
+        var, reverse, first, second, *clauses, body = c
+        f = self.gather(clauses)
+        bounds = {"over": first} if second is None else {"low": first, "high": second}
+        return ir.For(var=str(var), reverse=reverse is not None, until=f.get("until"),
+                      label=f.get("label"), body=body, span=self.span(meta), **bounds)
+
+    def mode(self, meta: Any, c: list) -> _Clause:
+        return _Clause("mode", str(c[0]), self.span(meta))
+
+    def until(self, meta: Any, c: list) -> _Clause:
+        return _Clause("until", c[0], self.span(meta))
+
+    def spawn_mode(self, meta: Any, c: list) -> _Clause:
+        return _Clause("mode", str(c[0]), self.span(meta))
+
+    def repeat(self, meta: Any, c: list) -> ir.Repeat:
+        f = self.gather(c[1:-1])
+        return ir.Repeat(count=c[0], var=f.get("as"), label=f.get("label"), body=c[-1],
+                         span=self.span(meta))
+
+    def grow(self, meta: Any, c: list) -> ir.Grow:
+        f = self.gather(c[2:-1])
+        return ir.Grow(until=c[0], by=c[1], var=f.get("as"), label=f.get("label"), body=c[-1],
+                       span=self.span(meta))
+
+    def spawn(self, meta: Any, c: list) -> ir.Spawn:
+        f = self.gather(c[1:-1])
+        return ir.Spawn(count=c[0], mode=f.get("mode", "cold"), var=f.get("as"),
+                        label=f.get("label"), body=c[-1], span=self.span(meta))
+
+    def fresh(self, meta: Any, c: list) -> ir.Fresh:
+        f = self.gather(c[:-1])
+        return ir.Fresh(label=f.get("label"), body=c[-1], span=self.span(meta))
+
+    def if_stmt(self, meta: Any, c: list) -> ir.If:
+        return ir.If(cond=c[0], then=c[1], orelse=c[2] or (), span=self.span(meta))
+
+    def else_part(self, meta: Any, c: list) -> tuple:
+        return c[0] if isinstance(c[0], tuple) else (c[0],)
+
+    # -- expressions
+
+    def num(self, meta: Any, c: list) -> ir.Num:
+        value, unit = split_number(c[0].value)
+        return ir.Num(value=value, unit=unit, text=c[0].value, span=self.span(meta))
+
+    def str(self, meta: Any, c: list) -> ir.Str:
+        return ir.Str(value=self.string(c[0]), span=self.span(meta))
+
+    def bool(self, meta: Any, c: list) -> ir.Bool:
+        return ir.Bool(value=c[0].value == "true", span=self.span(meta))
+
+    def null(self, meta: Any, c: list) -> ir.Null:
+        return ir.Null(span=self.span(meta))
+
+    def ref(self, meta: Any, c: list) -> ir.Ref:
+        return ir.Ref(name=c[0].value[1:], span=self.span(meta))
+
+    def binop(self, meta: Any, c: list) -> ir.BinOp:
+        return ir.BinOp(op=c[1].value, left=c[0], right=c[2], span=self.span(meta))
+
+    def neg(self, meta: Any, c: list) -> ir.Neg:
+        return ir.Neg(operand=c[1], span=self.span(meta))
+
+    def not_op(self, meta: Any, c: list) -> ir.Not:
+        return ir.Not(operand=c[1], span=self.span(meta))
+
+    def call(self, meta: Any, c: list) -> ir.Call:
+        return ir.Call(func=c[0].value, args=tuple(c[1] or ()), span=self.span(meta))
+
+    def list(self, meta: Any, c: list) -> ir.ListExpr:
+        return ir.ListExpr(items=tuple(c[0] or ()), span=self.span(meta))
+
+    def args(self, meta: Any, c: list) -> list:
+        return c
+
+    gargs = args
+
+    # -- gates and report
+
+    def gates(self, meta: Any, c: list) -> _Clause:
+        return _Clause("gates", tuple(c), self.span(meta))
+
+    def gate(self, meta: Any, c: list) -> ir.Gate:
+        name, scope, left, compare, verdict, severity = c
+        op, right = compare or (None, None)
+        return ir.Gate(name=str(name), scope="each_session" if scope == "each session" else "overall",
+                       left=_gexpr(left), op=op, right=right and _gexpr(right), verdict=verdict,
+                       severity=severity or "fail", span=self.span(meta))
+
+    def compare(self, meta: Any, c: list) -> tuple:
+        return (c[0].value, c[1])
+
+    def verdict(self, meta: Any, c: list) -> str:
+        return str(c[0])
+
+    def scope(self, meta: Any, c: list) -> str:
+        return " ".join(str(t) for t in c)
+
+    def report(self, meta: Any, c: list) -> _Clause:
+        return _Clause("report", tuple(c), self.span(meta))
+
+    def report_item(self, meta: Any, c: list) -> ir.ReportItem:
+        return ir.ReportItem(name=str(c[0]), value=_gexpr(c[1]), fmt=c[2] or "number", by=c[3],
+                             span=self.span(meta))
+
+    def fmt(self, meta: Any, c: list) -> str:
+        return c[0]
+
+    def group_by(self, meta: Any, c: list) -> str:
+        return c[0]
+
+    def gbin(self, meta: Any, c: list) -> Any:
+        left, op, right = c
+        if _is_expr(left) and _is_expr(right):  # no metric inside: a plan-time expression
+            return ir.BinOp(op=op.value, left=left, right=right, span=self.span(meta))
+        return ir.GBin(op=op.value, left=_gexpr(left), right=_gexpr(right), span=self.span(meta))
+
+    def gneg(self, meta: Any, c: list) -> Any:
+        span = self.span(meta)
+        if _is_expr(c[1]):
+            return ir.Neg(operand=c[1], span=span)
+        zero = ir.GNum(value=ir.Num(value=0, text="0", span=span), span=span)
+        return ir.GBin(op="-", left=zero, right=c[1], span=span)
+
+    def gcall(self, meta: Any, c: list) -> Any:
+        func, args, span = c[0].value, c[1] or [], self.span(meta)
+        if all(_is_expr(a) for a in args):
+            return ir.Call(func=func, args=tuple(args), span=span)
+        if len(args) != 1 or not isinstance(args[0], ir.MetricRef):
+            self.diags.append(error("WL308", f"`{func}` takes one metric, like `{func}(ttft{{main}})`",
+                                    span, "aggregate first, then do arithmetic: "
+                                    "`median(ttft{a}) * 2`, not `median(ttft{a} * 2)`"))
+            return ir.GNum(value=ir.Num(value=0, text="0", span=span), span=span)
+        return ir.Agg(func=func, arg=args[0], span=span)
+
+    def metric(self, meta: Any, c: list) -> ir.MetricRef:
+        return ir.MetricRef(metric=str(c[0]), selector=c[1] or (), span=self.span(meta))
+
+    def selector(self, meta: Any, c: list) -> tuple:
+        return tuple(i for i in c if i is not None)
+
+    def sel_name(self, meta: Any, c: list) -> ir.SelItem:
+        key = "flag" if str(c[0]) in FLAGS else "name"
+        return ir.SelItem(key=key, value=str(c[0]), span=self.span(meta))
+
+    def sel_keyed(self, meta: Any, c: list) -> ir.SelItem:
+        return ir.SelItem(key=c[0], value=str(c[1]), span=self.span(meta))
+
+    def sel_last(self, meta: Any, c: list) -> ir.SelItem:
+        return ir.SelItem(key="last", count=c[0], span=self.span(meta))
+
+    def sel_first(self, meta: Any, c: list) -> ir.SelItem:
+        return ir.SelItem(key="first", count=c[0], span=self.span(meta))
+
+
+_GNODES = (ir.MetricRef, ir.Agg, ir.GNum, ir.GBin)
+
+
+def _is_expr(node: Any) -> bool:
+    return not isinstance(node, _GNODES)
+
+
+def _gexpr(node: Any) -> Any:
+    """A gate operand as a `GExpr`: a metric-free expression becomes `GNum`."""
+    return ir.GNum(value=node, span=node.span) if _is_expr(node) else node
+
+
+def _flat(groups: list[tuple]) -> tuple:
+    return tuple(x for group in groups for x in group)

@@ -1,0 +1,47 @@
+"""Files shipped with the package: the grammar and the bundled workloads.
+
+Input: a workload name such as `agent-sim`. Output: the grammar text (`str`) and bundled workload
+files as `importlib.resources.abc.Traversable` objects (read them with `.read_text()`).
+
+In an installed wheel the files live inside the package at `workloadlang/_data/grammars/` and
+`workloadlang/_data/workloads/` (pyproject's force-include); in a source checkout or an editable
+install they are the repository's `grammars/` and `workloads/` next to the package.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+GRAMMAR_FILE = "workload.lark"
+WORKLOAD_SUFFIX = ".wl"
+
+
+def _data_dir(kind: str) -> Traversable:
+    """The directory `kind` (`grammars` or `workloads`): packaged copy first, then the checkout."""
+    packaged = resources.files("workloadlang").joinpath("_data", kind)
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / kind
+
+
+def read_grammar() -> str:
+    """The Lark grammar of the `.wl` language."""
+    return _data_dir("grammars").joinpath(GRAMMAR_FILE).read_text(encoding="utf-8")
+
+
+def bundled_workloads() -> list[tuple[str, Traversable]]:
+    """Every bundled workload as `(name, file)`, sorted by name (`agent-sim` for `agent-sim.wl`)."""
+    folder = _data_dir("workloads")
+    if not folder.is_dir():
+        return []
+    found = [(f.name[: -len(WORKLOAD_SUFFIX)], f) for f in folder.iterdir()
+             if f.name.endswith(WORKLOAD_SUFFIX) and f.is_file()]
+    return sorted(found, key=lambda item: item[0])
+
+
+def bundled_workload_path(name: str) -> Traversable | None:
+    """The bundled workload called `name` (with or without `.wl`), or None if there is none."""
+    stem = name[: -len(WORKLOAD_SUFFIX)] if name.endswith(WORKLOAD_SUFFIX) else name
+    return dict(bundled_workloads()).get(stem)
