@@ -24,6 +24,8 @@ from workloadlang.run.record import ErrorDetail, Record, base_record
 from workloadlang.run.runner import Results
 
 SPAN = Span(file="t.wl", line=1, col=1, end_line=1, end_col=2)
+# the session copy's field (being renamed from `copy`, which shadows BaseModel.copy)
+COPY = "copy_index" if "copy_index" in PRequest.model_fields else "copy"
 
 
 def agent_plan(sessions: int = 1, steps: int = 4, subs: int = 2, hit_ratio: float = 0.9,
@@ -38,11 +40,11 @@ def agent_plan(sessions: int = 1, steps: int = 4, subs: int = 2, hit_ratio: floa
         mine.append(("finalize", 0, 5000 * steps + 2000, 5000 * steps))
         for label, i, prompt, exp in mine:
             reqs.append(PRequest(
-                id=f"{sid}/{label}/{i}", seq=len(reqs), session=sid, session_name="s", copy=k,
+                id=f"{sid}/{label}/{i}", seq=len(reqs), session=sid, session_name="s", **{COPY: k},
                 phase=phases[0] if phases else "", label=label, index=i, kind="reply",
                 messages=(), new_tokens=prompt - exp, prompt_tokens=prompt, expected_cached=exp,
                 max_tokens=64, span=SPAN))
-        infos.append(SessionInfo(id=sid, name="s", copy=k, requests=len(mine), peak_tokens=0))
+        infos.append(SessionInfo(id=sid, name="s", requests=len(mine), peak_tokens=0, **{COPY: k}))
     totals = Totals(requests=len(reqs), prompt_tokens=0, cold_tokens=0, expected_cached_tokens=0,
                     max_tokens=0, peak_inflight_tokens=0, working_set_tokens=0)
     return Plan(workload="agent_sim", doc="", source="agent-sim.wl", params={}, salt="s1",
