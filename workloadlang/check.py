@@ -26,7 +26,8 @@ from workloadlang.parse import FLAGS
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
                    "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg")
-_FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported")
+_FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
+                 "ttft_agrees")
 METRICS: dict[str, str] = {**dict.fromkeys(_DURATION_METRICS, "duration"),
                            **dict.fromkeys(_NUMBER_METRICS, "number"), "reuse": "ratio",
                            **dict.fromkeys(_FLAG_METRICS, "bool")}
@@ -45,6 +46,7 @@ TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration"
 SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
                  "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
 
+_LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
 _NUMERIC = frozenset({"number", "ratio", "duration"})
 _DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
              "bool": "true or false", "string": "a string", "object": "an object",
@@ -160,6 +162,12 @@ def _const(e: Any) -> Any:
 _UNKNOWN = object()
 
 
+def _const_items(e: Any) -> list:
+    """The items of a constant list expression, or the constant as a one-item list."""
+    value = _const(e)
+    return value if isinstance(value, list) else [value]
+
+
 # ---------------------------------------------------------------- the checker
 
 class _Scope(dict):
@@ -209,7 +217,9 @@ class _Checker:
 
     def kind(self, e: Any, scope: _Scope) -> str:
         """The kind of expression `e`, reporting unknown names and unit errors on the way."""
-        return getattr(self, "_k_" + e.kind)(e, scope)
+        if isinstance(e, ir.Num):
+            return e.unit
+        return _LITERAL_KINDS.get(e.kind) or getattr(self, "_k_" + e.kind)(e, scope)
 
     def expect(self, e: Any, scope: _Scope, wanted: str, what: str) -> bool:
         """Whether `e` has the kind `wanted` (WL301 or WL302 when not)."""
@@ -220,18 +230,6 @@ class _Checker:
         self.err(code, f"{what} must be {describe(wanted)}, but {_shown(e)} is "
                  f"{describe(kind)}", e.span, _HINTS.get((wanted, kind)))
         return False
-
-    def _k_num(self, e: ir.Num, scope: _Scope) -> str:
-        return e.unit
-
-    def _k_str(self, e: ir.Str, scope: _Scope) -> str:
-        return "string"
-
-    def _k_bool(self, e: ir.Bool, scope: _Scope) -> str:
-        return "bool"
-
-    def _k_null(self, e: ir.Null, scope: _Scope) -> str:
-        return "null"
 
     def _k_ref(self, e: ir.Ref, scope: _Scope) -> str:
         if e.name in scope:
@@ -262,20 +260,21 @@ class _Checker:
                 self.expect(side, scope, "bool", f"each side of `{e.op}`")
             return "bool"
         left, right = self.kind(e.left, scope), self.kind(e.right, scope)
-        return self.combine(e, left, right)
+        return self.combine(e.op, (e.left, e.right), (left, right), e.span)
 
-    def combine(self, e: Any, left: str, right: str) -> str:
-        """The kind of a binary operation (expression or gate) with operand kinds left, right."""
-        if e.op in ("==", "!=", "<", "<=", ">", ">="):
-            zero = _is_zero(_plain(e.left)) or _is_zero(_plain(e.right))
-            if not (comparable(e.op, left, right) or (zero and {left, right} <= _NUMERIC)):
+    def combine(self, op: str, nodes: tuple, kinds: tuple[str, str], span: ir.Span) -> str:
+        """The kind of `left op right` (expressions or gate operands `nodes` of `kinds`)."""
+        left, right = kinds
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            zero = any(_is_zero(_plain(n)) for n in nodes)
+            if not (comparable(op, left, right) or (zero and set(kinds) <= _NUMERIC)):
                 self.err("WL301", f"cannot compare {describe(left)} with {describe(right)}",
-                         e.span, "compare like with like")
+                         span, "compare like with like")
             return "bool"
-        result = arith_kind(e.op, left, right)
+        result = arith_kind(op, left, right)
         if result is None:
-            self.err("WL301", f"cannot use `{e.op}` on {describe(left)} and {describe(right)}",
-                     e.span, _HINTS.get((left, right)) or _HINTS.get((right, left)))
+            self.err("WL301", f"cannot use `{op}` on {describe(left)} and {describe(right)}",
+                     span, "see the unit rules in docs/language.md")
         return result or "any"
 
     def _k_neg(self, e: ir.Neg, scope: _Scope) -> str:
@@ -297,7 +296,7 @@ class _Checker:
         least, most = FUNCTIONS[e.func]
         if len(kinds) < least or (most is not None and len(kinds) > most):
             count = f"{least}" if least == most else f"at least {least}"
-            self.err("WL306", f"`{e.func}` takes {count} argument{'s' * (count != '1')}, "
+            self.err("WL306", f"`{e.func}` takes {count} argument{'s' * (least != 1)}, "
                      f"not {len(kinds)}", e.span)
             return "any"
         return self._k_if(e, kinds) if e.func == "if" else self._k_numeric_call(e, kinds)
@@ -373,13 +372,10 @@ class _Checker:
 
     def check_whole(self, p: ir.Param, e: Any) -> None:
         """WL303 when an int or tokens param gets a constant that is not a whole number."""
-        value = _const(e)
-        values = value if isinstance(value, list) else [value]
-        bad = [v for v in values if isinstance(v, float) and not v.is_integer()]
+        bad = [v for v in _const_items(e) if isinstance(v, float) and not v.is_integer()]
         if p.type in ("int", "tokens") and bad:
-            self.err("WL303", f"`{p.name}` is a `{p.type}` parameter, but {bad[0]:g} is not a "
-                     "whole number",
-                     e.span, "write a whole number, like `8k` or `1500`")
+            self.err("WL303", f"`{p.name}` is declared `{p.type}`, but {bad[0]:g} is not a "
+                     "whole number", e.span, "write a whole number, like `8k` or `1500`")
 
     def check_range(self, p: ir.Param) -> None:
         if p.range is None:
@@ -395,12 +391,12 @@ class _Checker:
         self.check_constant_range(p)
 
     def check_constant_range(self, p: ir.Param) -> None:
-        low, high, value = _const(p.range.low), _const(p.range.high), _const(p.default)
+        low, high = _const(p.range.low), _const(p.range.high)
         known = [b for b in (low, high) if _is_number(b)]
         if len(known) == 2 and low > high:
             self.err("WL305", f"the range of `{p.name}` is empty: {low:g} > {high:g}",
                      p.range.span)
-        for v in (value if isinstance(value, list) else [value]):
+        for v in _const_items(p.default):
             if _is_number(v) and ((_is_number(low) and v < low) or (_is_number(high) and v > high)):
                 self.err("WL305", f"the default of `{p.name}` ({v:g}) is outside its range",
                          p.default.span, "change the default or the range")
@@ -412,8 +408,7 @@ class _Checker:
         if p.type != "string":
             self.err("WL304", f"`one of` is for string params, but `{p.name}` is {p.type}", p.span)
             return
-        value = _const(p.default)
-        for v in (value if isinstance(value, list) else [value]):
+        for v in _const_items(p.default):
             if isinstance(v, str) and v not in p.choices:
                 self.err("WL304", f'the default of `{p.name}` ("{v}") is not one of its choices',
                          p.default.span, did_you_mean(v, p.choices, '"{}"'))
@@ -535,7 +530,9 @@ class _Checker:
                              "compare it (`... >= 90%`) or use all(...) / any(...)")
                 continue
             right = self.gkind(g.right, scope)
-            self.combine(_GCompare(g.op, g.left, g.right, g.span), left, right)
+            span = g.left.span.model_copy(update={"end_line": g.right.span.end_line,
+                                                  "end_col": g.right.span.end_col})
+            self.combine(g.op, (g.left, g.right), (left, right), span)
 
     def check_report(self) -> None:
         self.unique(self.wl.report, "report item")
@@ -548,9 +545,13 @@ class _Checker:
         if isinstance(g, ir.GNum):
             return self.kind(g.value, scope)
         if isinstance(g, ir.GBin):
-            return self.combine(g, self.gkind(g.left, scope), self.gkind(g.right, scope))
+            kinds = (self.gkind(g.left, scope), self.gkind(g.right, scope))
+            return self.combine(g.op, (g.left, g.right), kinds, g.span)
         if isinstance(g, ir.Agg):
             return self.agg_kind(g, scope)
+        if isinstance(g, ir.GCall):
+            kinds = [self.gkind(a, scope) for a in g.args]
+            return kinds[0] if len(set(kinds)) == 1 else "any"
         return self.metric_kind(g, scope)
 
     def metric_kind(self, m: ir.MetricRef, scope: _Scope) -> str:
@@ -587,13 +588,6 @@ class _Checker:
             if p.name not in self.used:
                 self.diags.append(warning("WL214", f"parameter `{p.name}` is never used", p.span,
                                           "use it as `$" + p.name + "`, or remove it"))
-
-
-class _GCompare:
-    """A gate's comparison, shaped like a BinOp so `combine` can check it."""
-
-    def __init__(self, op: str, left: Any, right: Any, span: ir.Span):
-        self.op, self.left, self.right, self.span = op, left, right, span
 
 
 def _agg_result(func: str, kind: str) -> str:

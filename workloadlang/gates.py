@@ -47,6 +47,7 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "ok": lambda r: bool(r.expect_ok) and (r.error is None),
     "cold_ok": lambda r: cold_ok(r),
     "cached_reported": lambda r: None if r.error else r.cached_source != "none",
+    "ttft_agrees": lambda r: r.ttft_agrees,
     "completion_tokens": lambda r: r.completion_tokens,
     "streamed_tokens": lambda r: r.streamed_tokens,
     "pp": lambda r: r.pp_tps,
@@ -130,6 +131,9 @@ class Judge:
             if len(vals) != 1:
                 raise Unknown(f"`{e.metric}` selects {len(vals)} values where one is needed")
             return known(vals[0])
+        if isinstance(e, ir.GCall):
+            vals = [self.scalar(a) for a in e.args]
+            return max(vals) if e.func == "max" else min(vals)
         left, right = self.scalar(e.left), self.scalar(e.right)
         return arith(e.op, left, right)
 
@@ -201,7 +205,9 @@ def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     threshold = j.scalar(g.right)
     fails = [(r.id, v) for r, v in zip(picked, vals) if v is not None and not CMP[g.op](v, threshold)]
     unknown = [r.id for r, v in zip(picked, vals) if v is None]
-    worst = fails[0][1] if fails else (vals[0] if len(vals) == 1 else None)
+    known_vals = [v for v in vals if v is not None]
+    pick = min if g.op in (">", ">=") else max
+    worst = fails[0][1] if fails else (pick(known_vals) if known_vals else None)
     if fails:
         detail = ", ".join(f"{rid}={fmt(v)}" for rid, v in fails[:5])
         return ScopeResult(scope=scope, status="fail", value=worst, threshold=threshold,

@@ -444,7 +444,16 @@ class GBin(Node):
     span: Span
 
 
-GExpr = Annotated[Union[MetricRef, Agg, GNum, GBin], Field(discriminator="kind")]
+class GCall(Node):
+    """`max(a, b)` / `min(a, b)` over gate expressions (e.g. scale a baseline only upwards)."""
+
+    kind: Literal["gcall"] = "gcall"
+    func: Literal["max", "min"]
+    args: tuple[GExpr, ...]
+    span: Span
+
+
+GExpr = Annotated[Union[MetricRef, Agg, GNum, GBin, GCall], Field(discriminator="kind")]
 
 
 class Gate(Node):

@@ -24,7 +24,8 @@ from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import Shift
 
 from workloadlang import ir
-from workloadlang.diagnostics import Diagnostic, WorkloadError, closest, error
+from workloadlang.diagnostics import (Diagnostic, WorkloadError, closest, error,
+                                      sort_diagnostics)
 from workloadlang.evaluate import split_number
 from workloadlang.resources import read_grammar
 
@@ -37,11 +38,21 @@ FLAGS = frozenset({"warm", "cold", "hit", "miss", "aborted", "ok", "probe", "err
 def parser() -> Lark:
     """The process-wide Lark parser (LALR tables loaded from Lark's on-disk cache when present)."""
     lark = Lark(read_grammar(), parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True, cache=True)
+                maybe_placeholders=True, cache=True, postlex=_NamesEverywhere())
     keywords = {t.name for t in lark.terminals
                 if t.pattern.type == "str" and _WORD.fullmatch(t.pattern.value)}
     lark.parser.lexer = _KeywordsInContext(lark.parser.lexer, frozenset(keywords))
     return lark
+
+
+class _NamesEverywhere:
+    """A no-op post-lexer whose only job is `always_accept`: every state's lexer also tries NAME,
+    so a word is always read whole (`integer` is a name, never the keyword `int` + `eger`)."""
+
+    always_accept = ("NAME",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        return stream
 
 
 class _KeywordsInContext(Lexer):
@@ -93,7 +104,7 @@ def parse(text: str, filename: str) -> ir.Workload:
     except VisitError as exc:  # a bug in lowering, not in the file: let it surface as itself
         raise exc.orig_exc from exc
     if lower.diags:
-        raise WorkloadError(lower.diags)
+        raise WorkloadError(sort_diagnostics(lower.diags))
     return workload
 
 
@@ -597,6 +608,8 @@ class _Lower(Transformer):
         func, args, span = c[0].value, c[1] or [], self.span(meta)
         if all(_is_expr(a) for a in args):
             return ir.Call(func=func, args=tuple(args), span=span)
+        if func in ("max", "min") and len(args) >= 2:
+            return ir.GCall(func=func, args=tuple(_gexpr(a) for a in args), span=span)
         if len(args) != 1 or not isinstance(args[0], ir.MetricRef):
             self.diags.append(error("WL308", f"`{func}` takes one metric, like `{func}(ttft{{main}})`",
                                     span, "aggregate first, then do arithmetic: "
@@ -624,7 +637,7 @@ class _Lower(Transformer):
         return ir.SelItem(key="first", count=c[0], span=self.span(meta))
 
 
-_GNODES = (ir.MetricRef, ir.Agg, ir.GNum, ir.GBin)
+_GNODES = (ir.MetricRef, ir.Agg, ir.GNum, ir.GBin, ir.GCall)
 
 
 def _is_expr(node: Any) -> bool:

@@ -30,8 +30,8 @@ def is_warm(r: PRequest) -> bool:
 
 def static_match(r: PRequest, item: ir.SelItem) -> bool:
     key, v = item.key, item.value
-    if key == "name":
-        return v in (r.label, r.phase, r.session_name, r.session)
+    if key == "name":  # a bare name is a label or a phase; sessions need `session=`
+        return v in (r.label, r.phase)
     if key == "label":
         return r.label == v
     if key == "phase":
@@ -81,4 +81,6 @@ def metric_refs(e: ir.GExpr | None) -> list[ir.MetricRef]:
         return [e]
     if isinstance(e, ir.Agg):
         return [e.arg]
+    if isinstance(e, ir.GCall):
+        return [m for a in e.args for m in metric_refs(a)]
     return metric_refs(e.left) + metric_refs(e.right)

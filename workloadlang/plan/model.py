@@ -65,7 +65,7 @@ class PRequest(Frozen):
     seq: int
     session: str
     session_name: str
-    copy: int
+    copy_index: int
     phase: str
     label: str
     index: int
@@ -92,7 +92,7 @@ class PRequest(Frozen):
 class SessionInfo(Frozen):
     id: str
     name: str
-    copy: int
+    copy_index: int
     requests: int
     peak_tokens: int
 

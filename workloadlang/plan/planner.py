@@ -300,7 +300,7 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
     stop_group, stop_on, stop_iter = ctx.stop if ctx.stop else (None, None, None)
     req = PRequest(
         id=rid, seq=len(b.requests), session=ctx.session, session_name=ctx.session_name,
-        copy=ctx.copy, phase=ctx.phase, label=label, index=ctx.index, kind=kind,
+        copy_index=ctx.copy, phase=ctx.phase, label=label, index=ctx.index, kind=kind,
         name=getattr(s, "name", None) if kind != "resend" else None, deps=deps,
         messages=tuple(conv.msgs), new_tokens=conv.new_tokens, prompt_tokens=prompt,
         expected_cached=min(expected, max(0, prompt - 1)), prefix_source=source,
@@ -355,7 +355,7 @@ def plan_sessions(b: Builder, wl: ir.Workload, root: Ctx) -> list[SessionInfo]:
             walk(b, s.body, ctx, Conv())
             reqs = b.requests[before:]
             peak = max((r.prompt_tokens + r.max_tokens for r in reqs), default=0)
-            out.append(SessionInfo(id=sid, name=s.name, copy=k, requests=len(reqs),
+            out.append(SessionInfo(id=sid, name=s.name, copy_index=k, requests=len(reqs),
                                    peak_tokens=peak))
     return out
 

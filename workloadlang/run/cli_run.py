@@ -40,14 +40,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="the engine leaves out cached_tokens when it is 0 (vLLM "
                         "--enable-prompt-tokens-details, SGLang --enable-cache-report)")
     p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
-    p.add_argument("--sim-preset", default=None,
-                   help="simulator preset (default: the workload's name if it is a preset)")
-    p.add_argument("--sim-fault", action="append", default=[], metavar="FAULT",
-                   help="inject a simulator fault (see docs/simulator.md)")
     p.add_argument("--output", "-o", help="write the summary JSON here")
     p.add_argument("--records", help="write one JSON line per request as it completes")
     p.add_argument("--time-budget", type=float, help="stop after this many seconds (exit 4)")
     p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
+    from workloadlang.sim import add_sim_arguments
+
+    # --sim-preset (default: the workload's name when it is a preset), --sim-<field>, --sim-fault
+    add_sim_arguments(p, prefix="sim-")
     viz = p.add_mutually_exclusive_group()
     viz.add_argument("--viz", dest="viz", action="store_true", default=None,
                      help="live view even when stdout is not a terminal")
@@ -67,17 +67,15 @@ def api_key(args) -> SecretStr | None:
 
 
 def start_sim(args, workload: str, stack: ExitStack) -> str:
-    from workloadlang.sim import PRESETS, SimConfig, start_in_thread
-    from workloadlang.sim.config import apply_faults
+    from workloadlang.sim import PRESETS, config_from_args, start_in_thread
 
-    name = args.sim_preset or (workload if workload in PRESETS else "default")
-    cfg: SimConfig = PRESETS[name]
-    if args.sim_fault:
-        cfg = apply_faults(cfg, args.sim_fault)
+    if args.sim_preset is None:
+        args.sim_preset = workload if workload in PRESETS else "default"
+    cfg = config_from_args(args)
     handle = stack.enter_context(start_in_thread(cfg))
-    print(f"simulator: {handle.base_url} (preset {name}"
-          + (f", faults {', '.join(args.sim_fault)}" if args.sim_fault else "") + ")",
-          file=sys.stderr)
+    faults = ", ".join(f.name for f in cfg.faults)
+    print(f"simulator: {handle.base_url} (preset {args.sim_preset}"
+          + (f", faults {faults}" if faults else "") + ")", file=sys.stderr)
     return handle.base_url
 
 
@@ -90,7 +88,11 @@ def run_command(args, extra) -> int:
         except EndpointError as e:
             eprint(f"wl run: error: {e}")
             return EXIT_USAGE
-        base = start_sim(args, args.workload, stack) if args.sim else args.base_url.rstrip("/")
+        try:
+            base = start_sim(args, args.workload, stack) if args.sim else args.base_url.rstrip("/")
+        except ValueError as e:
+            eprint(f"wl run: error: {e}")
+            return EXIT_USAGE
         try:
             return asyncio.run(main_async(args, extra, base, key))
         except KeyboardInterrupt:

@@ -241,7 +241,7 @@ class Executor:
             "send_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "send_delay_max_ms": ms(max(self.delays, default=None)),
         }
-        worst = max(health["loop_lag_max_ms"] or 0, health["send_delay_max_ms"] or 0)
+        worst = max(health["loop_lag_p99_ms"] or 0, health["send_delay_p99_ms"] or 0)
         health["client_bottleneck"] = worst > 10.0
         return health
 
