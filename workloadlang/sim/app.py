@@ -95,15 +95,16 @@ class SimStream(StreamingResponse):
 
 
 async def _sse(sim: Simulator, job: Job) -> AsyncIterator[bytes]:
+    """SSE bytes for a job: one event per token; events ready together share one write."""
     writer = ChunkWriter(job, sim.config.model)
     first = True
-    async for kind, word in sim.run(job):
+    async for batch in sim.run(job):
+        parts = [writer.token(kind, word) for kind, word in batch]
         if first:
             first = False
-            yield writer.role()
-        yield writer.token(kind, word)
-    for chunk in writer.tail():
-        yield chunk
+            parts.insert(0, writer.role())
+        yield b"".join(parts)
+    yield b"".join(writer.tail())
 
 
 def _completion_body(sim: Simulator, job: Job) -> dict:
@@ -190,9 +191,10 @@ def create_app(config: SimConfig) -> Starlette:
     registry.register(_Collector(sim))  # type: ignore[arg-type]
 
     async def chat(request: Request) -> Response:
-        arrival = perf_counter()
+        raw = await request.body()
+        arrival = perf_counter()  # the whole request has been received
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             sim.counters.requests += 1
             sim.counters.rejected += 1

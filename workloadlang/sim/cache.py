@@ -5,15 +5,19 @@ Input: chained block hashes (see `tokenizer.chain_hashes`). Output: match result
 leading blocks hit, how many came back from the host), and counters for /metrics.
 
 Capacity is counted in units of one block; a block inserted under the `duplicate_blocks` fault
-costs two units. Pinned blocks (held by active requests) are never evicted: they are kept out of
-the LRU order while pinned. Releasing a request's blocks unpins them tail-first, so the head of a
-prefix is the most recently used and a prefix is evicted from its tail.
+costs two units. Pinned blocks (held by active requests) are never evicted: eviction skips them
+(moving them to the MRU end). Releasing a request's blocks touches them tail-first, so the head
+of a prefix is the most recently used and a prefix is evicted from its tail.
+
+Pin counts are two `Counter`s (pins in, pins out) so that pinning and unpinning a 10k-block
+prefix are C-level bulk updates rather than a Python loop per block.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
+from itertools import takewhile
 
 
 @dataclass
@@ -39,15 +43,16 @@ class CacheCounters:
 
 
 class PrefixCache:
-    """Device + host prefix cache over block hashes; all methods are synchronous and O(blocks)."""
+    """Device + host prefix cache over block hashes; all methods are synchronous."""
 
     def __init__(self, block_size: int, device_tokens: int, host_tokens: int = 0) -> None:
         self.block_size = block_size
         self.device_units = device_tokens // block_size
         self.host_units = host_tokens // block_size
         self.resident: dict[int, int] = {}  # device hash -> units
-        self.lru: OrderedDict[int, None] = OrderedDict()  # unpinned device blocks, LRU first
-        self.pins: dict[int, int] = {}  # device hash -> pin count
+        self.lru: OrderedDict[int, None] = OrderedDict()  # every device block, LRU first
+        self._pins_in: Counter = Counter()  # device hash -> times pinned
+        self._pins_out: Counter = Counter()  # device hash -> times released
         self.host: OrderedDict[int, int] = OrderedDict()  # host hash -> units, LRU first
         self.used_units = 0
         self.host_used_units = 0
@@ -64,6 +69,15 @@ class PrefixCache:
     def host_used_tokens(self) -> int:
         return self.host_used_units * self.block_size
 
+    def pinned(self, h: int) -> bool:
+        """True while some active request holds block `h`."""
+        return self._pins_in.get(h, 0) > self._pins_out.get(h, 0)
+
+    @property
+    def pinned_blocks(self) -> int:
+        out = self._pins_out
+        return sum(1 for h, n in self._pins_in.items() if n > out.get(h, 0))
+
     def snapshot(self) -> dict:
         """A JSON-ready view of the cache's occupancy and counters."""
         return {
@@ -71,7 +85,7 @@ class PrefixCache:
             "used_tokens": self.used_tokens,
             "capacity_tokens": self.device_units * self.block_size,
             "blocks": len(self.resident),
-            "pinned_blocks": len(self.pins),
+            "pinned_blocks": self.pinned_blocks,
             "host_used_tokens": self.host_used_tokens,
             "host_capacity_tokens": self.host_units * self.block_size,
             "host_blocks": len(self.host),
@@ -84,34 +98,16 @@ class PrefixCache:
             return "device"
         return "host" if h in self.host else None
 
-    # ------------------------------------------------------------------ pinning
-
-    def _pin(self, h: int) -> None:
-        count = self.pins.get(h)
-        if count is None:
-            self.lru.pop(h, None)
-            self.pins[h] = 1
-        else:
-            self.pins[h] = count + 1
-
-    def _unpin(self, h: int) -> None:
-        count = self.pins.get(h)
-        if count is None:
-            return
-        if count > 1:
-            self.pins[h] = count - 1
-            return
-        del self.pins[h]
-        if h in self.resident:
-            self.lru[h] = None
-            self.lru.move_to_end(h)
-
-    def release(self, hashes: list) -> None:
-        """Unpin `hashes` (as returned by match/insert), tail first: the head ends up MRU."""
-        for h in reversed(hashes):
-            self._unpin(h)
-
     # ------------------------------------------------------------------ eviction
+
+    def _forget(self, h: int) -> int:
+        """Remove device block `h` (must be unpinned); return its units."""
+        self._pins_in.pop(h, None)
+        self._pins_out.pop(h, None)
+        self.lru.pop(h, None)
+        units = self.resident.pop(h)
+        self.used_units -= units
+        return units
 
     def _to_host(self, h: int, units: int) -> None:
         if self.host_units <= 0:
@@ -128,24 +124,29 @@ class PrefixCache:
         """Evict LRU unpinned device blocks (to the host tier) until `units` fit."""
         if units > self.device_units:
             return False
+        lru, skipped = self.lru, 0
         while self.used_units + units > self.device_units:
-            if not self.lru:
-                return False
-            h, _ = self.lru.popitem(last=False)
-            u = self.resident.pop(h)
-            self.used_units -= u
+            if skipped >= len(lru):
+                return False  # every resident block is pinned
+            h = next(iter(lru))
+            if self.pinned(h):
+                lru.move_to_end(h)
+                skipped += 1
+                continue
+            self._to_host(h, self._forget(h))
             self.counters.evicted += 1
-            self._to_host(h, u)
+            skipped = 0
         return True
 
     def _place(self, h: int, units: int) -> bool:
-        """Put block `h` on the device, pinned; False when no room can be made."""
+        """Put block `h` on the device (MRU), pinned; False when no room can be made."""
         if not self._make_room(units):
             self.counters.rejected += 1
             return False
         self.resident[h] = units
+        self.lru[h] = None
         self.used_units += units
-        self.pins[h] = self.pins.get(h, 0) + 1
+        self._pins_in[h] += 1
         return True
 
     # ------------------------------------------------------------------ operations
@@ -156,22 +157,20 @@ class PrefixCache:
         Host hits are restored to the device (evicting LRU device blocks to make room).
         Output: the Match (blocks found, of which restored from host, and the pinned hashes).
         """
-        resident, host = self.resident, self.host
-        pinned: list = []
+        pinned = list(takewhile(self.resident.__contains__, hashes))
+        self._pins_in.update(pinned)  # before any restore can evict them
         restored = 0
-        for h in hashes:
-            if h in resident:
-                self._pin(h)
-            elif h in host:
-                units = host.pop(h)
+        if len(pinned) < len(hashes) and self.host:
+            for h in hashes[len(pinned):]:
+                units = self.host.pop(h, None)
+                if units is None:
+                    break
                 self.host_used_units -= units
                 if not self._place(h, units):
                     self._to_host(h, units)
                     break
+                pinned.append(h)
                 restored += 1
-            else:
-                break
-            pinned.append(h)
         self.counters.restored += restored
         return Match(len(pinned), restored, pinned)
 
@@ -184,7 +183,7 @@ class PrefixCache:
         pinned: list = []
         for h in hashes:
             if h in self.resident:
-                self._pin(h)
+                self._pins_in[h] += 1
             else:
                 u = self.host.pop(h, None)
                 if u is not None:
@@ -197,16 +196,20 @@ class PrefixCache:
             pinned.append(h)
         return pinned
 
+    def release(self, hashes: list) -> None:
+        """Unpin `hashes` (as returned by match/insert) and touch them tail-first, so the head
+        of the prefix ends up most recently used."""
+        self._pins_out.update(hashes)
+        deque(map(self.lru.move_to_end, reversed(hashes)), maxlen=0)
+
     def drop(self, hashes: list) -> int:
         """Remove `hashes` from both tiers, except blocks pinned by someone. Output: dropped."""
         dropped = 0
         for h in hashes:
-            if h in self.pins:
-                continue
-            u = self.resident.pop(h, None)
-            if u is not None:
-                self.lru.pop(h, None)
-                self.used_units -= u
+            if h in self.resident:
+                if self.pinned(h):
+                    continue
+                self._forget(h)
                 dropped += 1
             u = self.host.pop(h, None)
             if u is not None:
@@ -216,10 +219,10 @@ class PrefixCache:
         return dropped
 
     def _drop_unpinned(self) -> int:
-        count = len(self.lru) + len(self.host)
-        for h in self.lru:
-            self.used_units -= self.resident.pop(h)
-        self.lru.clear()
+        victims = [h for h in self.lru if not self.pinned(h)]
+        for h in victims:
+            self._forget(h)
+        count = len(victims) + len(self.host)
         self.host.clear()
         self.host_used_units = 0
         return count

@@ -138,11 +138,11 @@ PRESETS: dict[str, SimConfig] = {
         decode_us_per_token=200.0,
     ),
     "needle-test": SimConfig(
-        max_model_len=409600,
+        max_model_len=524288,
         effective_context=50000,
         device_tokens=524288,
         prefill_us_per_token=1.0,
-        prefill_ctx_scale=131072,
+        prefill_ctx_scale=262144,
         decode_us_per_token=100.0,
     ),
     "agent-sim": SimConfig(

@@ -2,8 +2,8 @@
 token generation, with faults applied per request.
 
 Input: a parsed chat-completions body plus the `X-WL-Session` / `X-WL-Request` headers.
-Output: a `Job` whose `Simulator.run` async generator yields ("reasoning" | "content", word)
-pairs paced by the time model; the job then carries usage and server-side timings.
+Output: a `Job` whose `Simulator.run` async generator yields batches of
+("reasoning" | "content", word) pairs paced by the time model; the job then carries usage and server-side timings.
 
 Lifecycle: prepare (validate, render, plan) -> queue for a slot -> match the prefix cache (pin)
 -> prefill (sleep) -> insert the prompt's full blocks (pinned) -> decode -> finalize (insert the
@@ -29,6 +29,8 @@ from .timing import SlotPool, decode_seconds, prefill_seconds, restore_seconds
 from .tokenizer import ROOT_HASH, THINK, THINK_END, MessageError, Rendered, Renderer, chain_hashes
 
 DEFAULT_MAX_TOKENS = 256
+_MIN_SLEEP = 0.0005  # seconds: a token due sooner than this is emitted without sleeping
+_MAX_BATCH = 64  # tokens emitted before yielding to the event loop
 
 
 class ApiError(Exception):
@@ -267,8 +269,9 @@ class Simulator:
 
     # -------------------------------------------------------------- lifecycle
 
-    async def run(self, job: Job) -> AsyncIterator[tuple[str, str]]:
-        """Serve `job`: queue, prefill, decode. Yields (kind, word); always finalizes."""
+    async def run(self, job: Job) -> AsyncIterator[list]:
+        """Serve `job`: queue, prefill, decode. Yields lists of (kind, word) pairs (see
+        `_decode`); always finalizes, also when cancelled."""
         job.t_enqueued = perf_counter()
         try:
             await self.slots.acquire()
@@ -280,8 +283,8 @@ class Simulator:
             if cost > 0:
                 await asyncio.sleep(cost)
             self._prefilled(job)
-            async for item in self._decode(job):
-                yield item
+            async for batch in self._decode(job):
+                yield batch
             job.state = "done"
             job.finish_reason = job.plan.finish_reason
         finally:
@@ -321,27 +324,32 @@ class Simulator:
         job.t_prefill_end = perf_counter()
         job.state = "decode"
 
-    async def _decode(self, job: Job) -> AsyncIterator[tuple[str, str]]:
-        """Yield the planned words, token i due at prefill end + sum of decode costs."""
+    async def _decode(self, job: Job) -> AsyncIterator[list]:
+        """Yield the planned words in batches of (kind, word); token i is due at prefill end +
+        the decode costs of tokens 1..i. The first token is flushed alone (it is the TTFT);
+        later tokens that are already due are batched until the next sleep (max 64), so a
+        zero-cost stream is not one socket write per token."""
         cfg = self.config
         due = job.t_prefill_end
         context = job.n_prompt
-        since_pause = 0
+        batch: list = []
         for kind, word in job.plan.words():
             if job.t_first:
                 due += decode_seconds(context, cfg.decode_us_per_token, cfg.decode_ctx_scale)
-            delay = due - perf_counter()
-            if delay > 0.0005:
-                await asyncio.sleep(delay)
-                since_pause = 0
-            else:
-                since_pause += 1
-                if since_pause >= 64:
-                    await asyncio.sleep(0)
-                    since_pause = 0
+                if due - perf_counter() > _MIN_SLEEP or len(batch) >= _MAX_BATCH:
+                    if batch:
+                        yield batch
+                        batch = []
+                    delay = due - perf_counter()
+                    await asyncio.sleep(delay if delay > _MIN_SLEEP else 0)
             job.record(kind, word)
             context += 1
-            yield kind, word
+            batch.append((kind, word))
+            if len(job.reasoning) + len(job.content) == 1:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
         job.t_last = perf_counter()
 
     def _generated_hashes(self, job: Job) -> list:
