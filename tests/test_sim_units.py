@@ -276,3 +276,40 @@ def test_presets_are_named_and_frozen():
     # the one of 300k (60k from the end) is not
     assert needle.max_model_len > 450_000 + 1000 and 40_000 < needle.window < 60_000
     assert SimConfig(effective_context=None).window == SimConfig().max_model_len
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["run", "start", "finish", "drop", "evict"]),
+                          st.integers(0, 5), st.integers(1, 6), st.integers(1, 2)),
+                max_size=40),
+       st.integers(2, 12), st.integers(0, 6))
+def test_cache_invariants_under_random_operations(ops, device_blocks, host_blocks):
+    """Capacity is never exceeded, pinned blocks are never evicted, the bookkeeping agrees,
+    and a match is always a leading run of cached blocks."""
+    cache = PrefixCache(16, device_tokens=16 * device_blocks, host_tokens=16 * host_blocks)
+    prefixes = [_blocks(f"p{i}", 6) for i in range(6)]
+    held: list = []  # pinned hash lists of "active requests"
+    for op, which, length, units in ops:
+        hashes = prefixes[which][:length]
+        if op == "run":
+            m = cache.match(hashes)
+            assert hashes[:m.blocks] == m.pinned
+            cache.release(m.pinned + cache.insert(hashes[m.blocks:], units))
+        elif op == "start":
+            m = cache.match(hashes)
+            held.append(m.pinned + cache.insert(hashes[m.blocks:], units))
+        elif op == "finish" and held:
+            cache.release(held.pop(0))
+        elif op == "drop":
+            cache.drop(hashes)
+        elif op == "evict":
+            cache.evict_unpinned()
+        for pinned in held:
+            assert all(cache.contains(h) == "device" and cache.pinned(h) for h in pinned)
+        assert cache.used_units == sum(cache.resident.values()) <= device_blocks
+        assert set(cache.lru) == set(cache.resident)
+        assert cache.host_used_units == sum(cache.host.values()) <= host_blocks
+        assert not set(cache.host) & set(cache.resident)
+    for pinned in held:
+        cache.release(pinned)
+    assert cache.pinned_blocks == 0
