@@ -1,0 +1,62 @@
+"""`wl report`: results JSON files -> one self-contained HTML report with charts.
+
+    write_report([results], "report.html")          # what `wl run --report` calls
+    report_command(args)                            # `wl report A.json [B.json ...] -o out.html`
+
+Input: `Results` (the runner's summary JSON, `workloadlang.run.runner.Results`) of one workload;
+several overlay on the charts (before / after). Output: an HTML file with no scripts and no
+network access needed to open it. See docs/report.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def load_results(path: str | Path) -> Any:
+    """Input: a results JSON path (`wl run --output`). Output: a `Results`.
+    Raises OSError or pydantic.ValidationError."""
+    from workloadlang.run.runner import Results
+
+    return Results.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def write_report(results_list: Sequence[Any], path: str | Path,
+                 labels: Sequence[str] | None = None) -> Path:
+    """Input: `Results` objects of one workload, the output path, optional run labels.
+    Output: the path written. Raises `ReportError` (different workloads, no results)."""
+    from workloadlang.report.render import render_html
+
+    html = render_html(list(results_list), labels)
+    out = Path(path)
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+def report_command(args: Any) -> int:
+    """`wl report RESULTS.json [...] -o report.html`. Input: `args.results` (paths) and
+    `args.output`. Output: exit code 0, or 2 for unreadable or mismatched results."""
+    from pydantic import ValidationError
+
+    from workloadlang.report.render import ReportError
+
+    try:
+        runs = [load_results(p) for p in args.results]
+        out = write_report(runs, args.output, labels=[Path(p).stem for p in args.results])
+    except (OSError, ValidationError, ValueError, ReportError) as e:
+        print(f"wl report: error: {first_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"report: {out} ({out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
+    return EXIT_OK
+
+
+def first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+__all__ = ["load_results", "report_command", "write_report"]

@@ -1,0 +1,190 @@
+"""The report's text parts: header, gate table, headline numbers and the evidence table.
+
+Input: `Results` objects (one per results file) and their labels. Output: plain dicts and lists
+of already formatted strings for the template (which escapes every one of them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+from workloadlang.report.source import workload_lines
+
+# ---------------------------------------------------------------- formatting
+
+
+def fmt_num(v: Any) -> str:
+    """Input: any value. Output: short text: `12,345`, `0.9821`, `yes`, `–` for None."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) >= 1000:
+            return f"{int(v):,}"
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        items = list(v.items())
+        text = ", ".join(f"{k}: {fmt_num(x)}" for k, x in items[:12])
+        return text + (f", … ({len(items)} in all)" if len(items) > 12 else "")
+    return str(v)
+
+
+def fmt_seconds(s: float | None) -> str:
+    """Input: seconds or None. Output: `87 ms`, `1.24 s`, `–`."""
+    if s is None:
+        return "–"
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.1f}%"
+
+
+# ---------------------------------------------------------------- header
+
+
+def header(results: Any, label: str) -> dict[str, Any]:
+    """Input: one `Results` and its label. Output: the header fields as text."""
+    rs = results.records
+    eng = results.engine or {}
+    cal = results.calibration or {}
+    return {
+        "label": label,
+        "workload": results.workload,
+        "source": results.source,
+        "plan_hash": results.plan_hash,
+        "salt": results.salt,
+        "params": [(k, fmt_num(v)) for k, v in sorted(results.params.items())],
+        "engine": str(eng.get("engine") or "unknown") + (" (simulator)" if eng.get("sim") else ""),
+        "model": str(eng.get("model") or "unknown"),
+        "base_url": str(eng.get("base_url") or ""),
+        "when": results.started_at,
+        "elapsed": fmt_seconds(results.elapsed_s),
+        "exit_code": results.exit_code,
+        "incomplete": results.incomplete or "",
+        "requests": (f"{sum(1 for r in rs if not r.skipped):,} sent, "
+                     f"{sum(1 for r in rs if r.skipped):,} skipped, "
+                     f"{sum(1 for r in rs if r.error is not None):,} errored"),
+        "threshold": fmt_seconds(cal.get("threshold_s")) if cal.get("threshold_s") else "",
+        "headline": [(k, fmt_num(v)) for k, v in (results.report or {}).items()],
+    }
+
+
+# ---------------------------------------------------------------- gates
+
+
+def gate_state(g: Any) -> str:
+    """Input: a `GateResult`. Output: `pass`, `fail`, `warn` (a warn-severity gate that did not
+    pass) or `unverified` (a fail-severity gate that could not be judged: counts as failed)."""
+    if g.status == "pass":
+        return "pass"
+    if g.severity == "warn":
+        return "warn"
+    return "fail" if g.status == "fail" else "unverified"
+
+
+def gate_cell(g: Any) -> dict[str, Any]:
+    """Input: one `GateResult`. Output: its state, value vs threshold (for one scope) or a
+    count of failing scopes, and every scope that did not pass."""
+    bad = [r for r in g.results if r.status != "pass"]
+    cell: dict[str, Any] = {"state": gate_state(g), "verdict": g.verdict or "",
+                            "scopes": [scope_text(r) for r in bad[:20]],
+                            "more": max(0, len(bad) - 20)}
+    if len(g.results) == 1:
+        r = g.results[0]
+        cell.update(value=fmt_num(r.value) if r.status != "unknown" else "",
+                    threshold="" if r.threshold is None else fmt_num(r.threshold), detail=r.detail,
+                    summary="")
+        cell["scopes"] = []
+    else:
+        cell.update(value="", threshold="", detail="",
+                    summary=f"{len(bad)} of {len(g.results)} scopes did not pass" if bad
+                    else f"all {len(g.results)} scopes pass")
+    return cell
+
+
+def scope_text(r: Any) -> str:
+    """`main#2: unknown (no data)` or `main#2: 0.41 vs 0.66 fail`."""
+    if r.status == "unknown":
+        return f"{r.scope}: unknown ({r.detail})" if r.detail else f"{r.scope}: unknown"
+    extra = f" — {r.detail}" if r.detail else ""
+    return f"{r.scope}: {fmt_num(r.value)} vs {fmt_num(r.threshold)} {r.status}{extra}"
+
+
+def gate_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
+    """Input: the `Results` of each run. Output: one row per gate (name, scope, severity, its
+    `.wl` line and code) with one cell per run (None where that run lacks the gate)."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for i, res in enumerate(runs):
+        lines = workload_lines(res.source, res.workload)
+        for g in res.gates:
+            row = rows.setdefault((g.name, g.scope), {
+                "name": g.name, "scope": g.scope, "severity": g.severity, "line": g.line,
+                "where": f"{res.source}:{g.line}", "code": lines.get(g.line, "").strip(),
+                "cells": [None] * len(runs)})
+            row["cells"][i] = gate_cell(g)
+    return list(rows.values())
+
+
+# ---------------------------------------------------------------- evidence
+
+
+def row_class(r: Any) -> str:
+    """The evidence row's highlight: the timing contradicts the engine, a miss, an error."""
+    if r.skipped:
+        return "skip"
+    if r.error is not None and not r.aborted:
+        return "err"
+    if r.ttft_agrees is False:
+        return "disagree"
+    return "miss" if r.hit is False else ""
+
+
+def row_note(r: Any) -> str:
+    """Why a row stands out, then what the model said (the template escapes it)."""
+    parts = []
+    if r.skipped:
+        parts.append(f"skipped: {r.skipped}")
+    if r.error is not None:
+        parts.append(f"{r.error.kind}: {r.error.message}"[:160])
+    if r.aborted:
+        parts.append(f"aborted after {r.streamed_tokens} streamed tokens")
+    if r.ttft_agrees is False:
+        parts.append("engine claims a hit, TTFT looks cold" if r.hit
+                     else "engine reports a miss, TTFT looks warm")
+    parts += list(r.suspicious or [])
+    if r.reply_excerpt:
+        parts.append("reply: " + r.reply_excerpt[:80])
+    return "; ".join(parts)
+
+
+def evidence_row(r: Any) -> tuple[str, ...]:
+    """Input: a `Record`. Output: the evidence table's cells as text, class first:
+    (class, id, label, planned prompt, prompt, cached, cached source, expected, expected source,
+    reuse, hit, hit basis, TTFT, TTFT agrees, note)."""
+    return (row_class(r), r.id, r.label, fmt_num(r.planned_prompt_tokens),
+            fmt_num(r.prompt_tokens), fmt_num(r.cached_tokens), r.cached_source,
+            fmt_num(r.expected_cached), r.expected_source or "", fmt_pct(r.reuse),
+            fmt_num(r.hit), r.hit_basis or "", fmt_seconds(r.ttft_s),
+            fmt_num(r.ttft_agrees), row_note(r))
+
+
+def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
+    """Input: one `Results`. Output: the evidence table for it: every request's row, the rows
+    where the timing contradicts the engine's cached count, and counts. The cached source
+    most requests share is stated once (`common_source`) and left out of their rows."""
+    recs = sorted(results.records, key=lambda r: r.seq)
+    common = Counter(r.cached_source for r in recs if not r.skipped).most_common(1)
+    common_source = common[0][0] if common else ""
+    rows = [evidence_row(r) for r in recs]
+    rows = [row[:6] + ("" if row[6] == common_source else row[6],) + row[7:] for row in rows]
+    disagree = [row for row in rows if row[0] == "disagree"]
+    return {"label": label, "rows": rows, "disagree": disagree, "common_source": common_source,
+            "open": len(rows) <= open_limit,
+            "counts": {"requests": len(rows), "disagree": len(disagree),
+                       "miss": sum(1 for row in rows if row[0] == "miss"),
+                       "errors": sum(1 for row in rows if row[0] == "err")}}
