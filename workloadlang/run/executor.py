@@ -181,10 +181,10 @@ class Executor:
             return self.stop_all
         if req.stop_group and self.stopped.get(req.stop_group, 1 << 30) < (req.stop_iter or 0):
             return f"`until {req.stop_on}` reached in an earlier iteration"
-        for d in req.deps:
-            dep = self.records.get(d)
-            if dep is not None and dep.skipped:
-                return f"depends on skipped {d}"
+        src = self.records.get(req.prefix_source or "")
+        if req.kind == "resend" and src is not None and (src.error or src.skipped):
+            # Re-sending a prompt that never reached the engine measures nothing about retention.
+            return f"the request it re-sends ({src.id}) failed"
         if self.time_budget_s and self.clock() - self.t0 > self.time_budget_s:
             self.stop_all = "time budget exhausted"
             return self.stop_all

@@ -1,0 +1,156 @@
+"""Ground truth: the bundled benchmarks, run for real against the simulator (whose capacity,
+speeds and faults are known), must reach the right verdicts."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from runhelp import gate, records, verdicts, wl_run
+
+AGENT_SMALL = ["--sessions", "3", "--main-tokens", "3k", "--step-tokens", "500",
+               "--sub-tokens", "1500", "--finalize-tokens", "2k", "--max-tokens", "16",
+               "--sim-prefill-us-per-token", "40", "--sim-decode-us-per-token", "100"]
+
+
+# ---------------------------------------------------------------- cache-pressure
+
+
+@pytest.mark.parametrize("context", [500, 1000, 2000])
+def test_cache_pressure_retains_the_device_capacity(tmp_path, context):
+    capacity = 16384
+    code, res = wl_run(tmp_path, "cache-pressure", "--sim", "--kv-size", str(capacity),
+                       "--context-tokens", str(context), "--sim-device-tokens", str(capacity),
+                       "--sim-host-tokens", "0")
+    assert code == 0, res.get("gates")
+    retained = res["report"]["retained_tokens"]
+    assert abs(retained - capacity) <= context + 64, (retained, capacity)
+    verify = records(res, "verify")
+    hits = [r for r in verify if r["hit"]]
+    assert verify[len(hits)]["hit"] is False, "the walk stops at the first miss"
+    assert all(r["hit_basis"] == "cached" for r in verify if not r["skipped"])
+
+
+def test_cache_pressure_counts_the_host_tier(tmp_path):
+    device, host, context = 8192, 8192, 1000
+    code, res = wl_run(tmp_path, "cache-pressure", "--sim", "--kv-size", str(device),
+                       "--context-tokens", str(context), "--sim-device-tokens", str(device),
+                       "--sim-host-tokens", str(host), "--margin", "12")
+    retained = res["report"]["retained_tokens"]
+    assert abs(retained - (device + host)) <= context + 64, retained
+
+
+def test_cache_pressure_error_in_verify_is_an_error_not_an_eviction(tmp_path):
+    code, res = wl_run(tmp_path, "cache-pressure", "--sim", "--kv-size", "16384",
+                       "--context-tokens", "500", "--sim-device-tokens", "65536",
+                       "--sim-fault", "error_rate=0.25", "--sim-seed", "3")
+    verify = records(res, "verify")
+    errored = [r for r in verify if r["error"]]
+    assert errored, "the seeded fault should hit some verify requests"
+    assert all(r["hit"] is None for r in errored), "an error is neither hit nor miss"
+    assert not any(r["hit"] is False for r in verify), "nothing was evicted"
+    assert not any(r["skipped"] and "until" in r["skipped"] for r in verify), "errors do not stop"
+    failed_hydrate = {r["index"] for r in records(res, "ctx") if r["error"]}
+    for r in verify:
+        if r["index"] in failed_hydrate:
+            assert r["skipped"] and "failed" in r["skipped"], "a never-hydrated context is not re-sent"
+    assert gate(res, "no_errors")["status"] == "fail"
+    assert code == 1
+
+
+# ---------------------------------------------------------------- agent-sim
+
+
+def test_agent_sim_healthy_simulator_every_session_ok(tmp_path):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL)
+    assert verdicts(res) == {"main#0": "ok", "main#1": "ok", "main#2": "ok"}
+    assert code == 0
+
+
+def test_agent_sim_degraded_fault_only_in_the_affected_session(tmp_path):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL,
+                       "--sim-fault", "degraded@main#1")
+    assert verdicts(res) == {"main#0": "ok", "main#1": "degraded", "main#2": "ok"}
+    assert code == 1
+
+
+def test_agent_sim_no_cached_report_is_unverified_not_ok(tmp_path):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL,
+                       "--sim-fault", "no_cached_report@main#2")
+    v = verdicts(res)
+    assert v["main#0"] == "ok" and v["main#1"] == "ok"
+    assert "unverified" in v["main#2"]
+    assert code == 1
+
+
+def test_agent_sim_eviction_by_sub_agents_is_evicted(tmp_path):
+    # One session; the device holds the 3k main context or a 1.5k sub, not both: the subs push
+    # the main context out, and the finalize must be judged evicted.
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL, "--sessions", "1",
+                       "--sim-device-tokens", "4096", "--sim-host-tokens", "0")
+    assert verdicts(res) == {"main#0": "evicted"}
+    fin = records(res, "finalize")[0]
+    assert fin["cached_tokens"] < 0.66 * fin["expected_cached"]
+    assert code == 1
+
+
+# ---------------------------------------------------------------- abort-sim
+
+
+ABORT_SMALL = ["--context-tokens", "2k", "--thinking-tokens", "50", "--max-tokens", "2000",
+               "--settle", "100ms"]
+
+
+def test_abort_sim_healthy_passes_and_aborts_exactly(tmp_path):
+    code, res = wl_run(tmp_path, "abort-sim", "--sim", *ABORT_SMALL)
+    primes = records(res, "prime")
+    assert [p["streamed_tokens"] for p in primes] == [50, 50]
+    assert all(p["aborted"] for p in primes)
+    assert all(r["reuse"] >= 0.95 for r in records(res, "reprompt"))
+    assert code == 0
+
+
+def test_abort_sim_drop_on_abort_fails(tmp_path):
+    code, res = wl_run(tmp_path, "abort-sim", "--sim", *ABORT_SMALL, "--sim-fault", "drop_aborted")
+    assert gate(res, "reuse")["status"] == "fail"
+    assert code == 1
+
+
+# ---------------------------------------------------------------- needle-test
+
+
+def test_needle_passes_inside_the_limit_and_fails_beyond(tmp_path):
+    code, res = wl_run(tmp_path, "needle-test", "--sim", "--lengths", "2k,8k,60k",
+                       "--sim-effective-context", "10000")
+    found = {r["prompt_tokens"] // 1000: r["expect_ok"] for r in records(res, "needle")}
+    assert found == {2: True, 8: True, 60: False}, found  # 80 % depth: 12k from the end
+    assert code == 1
+    code, res = wl_run(tmp_path, "needle-test", "--sim", "--lengths", "2k,8k",
+                       "--sim-effective-context", "10000")
+    assert code == 0
+
+
+# ---------------------------------------------------------------- perf-sim
+
+
+def test_perf_sim_reproduces_configured_speeds(tmp_path):
+    us, scale, decode_us = 20.0, 32768.0, 2000.0
+    code, res = wl_run(tmp_path, "perf-sim", "--sim", "--step-tokens", "8k", "--runs", "2",
+                       "--output-tokens", "64", "--context-limit", "40k",
+                       "--sim-prefill-us-per-token", str(us), "--sim-prefill-ctx-scale",
+                       str(scale), "--sim-decode-us-per-token", str(decode_us),
+                       "--sim-decode-ctx-scale", "0")
+    assert code == 0
+    levels = records(res, "level")
+    first_run = [r for r in levels if r["seq"] < len(levels) // 2]
+    for r in levels:
+        cached, prompt = r["cached_tokens"], r["prompt_tokens"]
+        # the configured cost of prefilling positions cached..prompt
+        cost_us = us * ((prompt - cached) + (prompt**2 - cached**2) / (2 * scale))
+        expected_pp = (prompt - cached) / (cost_us / 1e6)
+        assert r["pp_tps"] == pytest.approx(expected_pp, rel=0.10), r["id"]
+        assert r["tg_tps"] == pytest.approx(1e6 / decode_us, rel=0.10), r["id"]
+    second_run_first = levels[len(first_run)]
+    assert second_run_first["index"] == 0
+    assert second_run_first["cached_tokens"] < 64, "every run starts cold (fresh filler)"
