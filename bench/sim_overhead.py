@@ -147,7 +147,7 @@ def main() -> int:
             print(f"short requests: {streams} concurrent streams x {n_req} = {n} requests, "
                   f"{args.prompt_words}-word prompts, {args.max_tokens} tokens streamed")
             print(f"  server CPU per request: {cpu / n * 1e3:.3f} ms "
-                  f"(whole request: parse, template, cache, {args.max_tokens + 4} SSE chunks)")
+                  f"(whole request: parse, template, cache, {args.max_tokens + 4} SSE events)")
             print(f"  server-side ttft_ms: p50 {statistics.median(ttfts):.3f}  "
                   f"p90 {pct(ttfts, 0.9):.3f}  p99 {pct(ttfts, 0.99):.3f}  "
                   f"max {max(ttfts):.3f}")
