@@ -281,6 +281,7 @@ class _Checker:
         kind = self.kind(e.operand, scope)
         if kind not in _NUMERIC | {"any"}:
             self.err("WL302", f"cannot negate {describe(kind)}", e.span)
+            return "any"
         return kind
 
     def _k_not(self, e: ir.Not, scope: _Scope) -> str:

@@ -70,16 +70,17 @@ class _KeywordsInContext(Lexer):
 
     def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
         for tok in self.inner.lex(lexer_state, parser_state):
-            if (tok.type in self.keywords and not _can_shift(parser_state, tok.type)
-                    and _can_shift(parser_state, "NAME")):
+            now = (parser_state.parse_conf.states, parser_state.state_stack)
+            if tok.type in self.keywords and not _can_shift(*now, tok.type) and _can_shift(
+                    *now, "NAME"):
                 tok = Token.new_borrow_pos("NAME", tok.value, tok)
             yield tok
 
 
-def _can_shift(parser_state: Any, terminal: str) -> bool:
-    """Whether the LALR parser would shift `terminal` now, after the reductions it implies."""
-    states = parser_state.parse_conf.states
-    stack = list(parser_state.state_stack)
+def _can_shift(states: dict, state_stack: list[int], terminal: str) -> bool:
+    """Whether the LALR parser (`states`: its action table) would shift `terminal` now, after
+    the reductions it implies."""
+    stack = list(state_stack)
     while True:
         action = states[stack[-1]].get(terminal)
         if action is None:
@@ -171,20 +172,23 @@ def _misspelt_previous(exc: UnexpectedToken, text: str) -> tuple[Token, str] | N
     """(token, keyword) when one of the few names just before the error is probably a misspelt
     keyword that was possible there: `sesion main {` fails at `main`, and `g: overal ttft{x}`
     at `{`, but the mistake is `sesion` or `overal`."""
-    recent: deque[tuple[Any, Token]] = deque(maxlen=_LOOKBACK)
+    recent: deque[tuple[list[int], Token]] = deque(maxlen=_LOOKBACK)
     try:
         cursor = parser().parse_interactive(text)
         for tok in cursor.iter_parse():  # yields each token before feeding it
             if tok.start_pos >= exc.token.start_pos:
                 break
-            recent.append((cursor.copy(), tok))
+            recent.append((list(cursor.parser_state.state_stack), tok))
     except UnexpectedInput:
         pass  # the lexer may fail on the error token itself before yielding it: the same error
-    for before, tok in reversed(recent):
-        keyword = tok.type == "NAME" and _keyword_like(tok.value, before.accepts() - {"NAME"})
+    states = cursor.parser_state.parse_conf.states
+    for stack, tok in reversed(recent):
+        possible = {t for t in states[stack[-1]] if t.isupper() and _can_shift(states, stack, t)}
+        keyword = tok.type == "NAME" and _keyword_like(tok.value, possible - {"NAME"})
         if keyword:
             return tok, keyword
     return None
+
 
 
 def _call_hint(tok: Token, text: str, expected: set[str]) -> str | None:

@@ -1,0 +1,6 @@
+workload w {
+  session main {
+    user filler 5kb
+    reply 1
+  }
+}

@@ -1,0 +1,11 @@
+workload w {
+  params { big: tokens = 8k }
+  session main {
+    user filler $big
+    reply 1
+    wait $ttft_threshold
+  }
+  gates {
+    hit: overall median(ttft{main}) < $ttft_threshold
+  }
+}

@@ -1,0 +1,5 @@
+workload w {
+  params {
+    n: int = ceil (2.5)
+  }
+}

@@ -1,0 +1,21 @@
+workload w {
+  params {
+    n: int = 2
+    n: int = 3
+  }
+  options { seed = 1, seed = 2 }
+  session main {
+    user "hi"
+    reply $n as first
+    reply $n as first
+  }
+  session main { user "again"; reply 1 }
+  gates {
+    ok: overall count(ok{main}) > 0
+    ok: overall count(ok{main}) > 1
+  }
+  report {
+    turns: count(ok{main})
+    turns: count(hit{main})
+  }
+}

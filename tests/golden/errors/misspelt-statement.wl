@@ -1,0 +1,6 @@
+workload w {
+  session main {
+    usr "hello"
+    reply 16
+  }
+}

@@ -1,0 +1,7 @@
+workload w {
+  session main {
+    turn t {
+      user "hi"
+      reply 1
+  }
+}

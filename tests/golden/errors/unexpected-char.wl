@@ -1,0 +1,5 @@
+workload w {
+  session main {
+    user "hi" @ "there"
+  }
+}

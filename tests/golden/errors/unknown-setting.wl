@@ -1,0 +1,4 @@
+workload w {
+  concurency = 4
+  session main { user "hi"; reply 1 }
+}

@@ -1,0 +1,5 @@
+workload w {
+  params {
+    count: integer = 3
+  }
+}

@@ -1,0 +1,6 @@
+workload w {
+  session main {
+    user "hello
+    reply 1
+  }
+}
