@@ -294,11 +294,12 @@ def test_abort_keeps_prompt_and_generated(sim, mode):
     assert cached(r) >= 0.9 * r["usage"]["prompt_tokens"]
 
 
-def test_disconnect_during_prefill_cancels(sim):
+@pytest.mark.parametrize("stream", [True, False])
+def test_disconnect_during_prefill_cancels(sim, stream):
     h = sim(prefill_us_per_token=1000.0, prefill_ctx_scale=0)
     msgs = [SYSTEM, user("slow", 1000)]  # ~1 s of prefill
     with pytest.raises(httpx.TimeoutException):
-        chat(h, msgs, timeout=0.2)
+        chat(h, msgs, timeout=0.2, stream=stream)
     s = wait_for(h, lambda s: s["counters"]["cancelled"] == 1)
     assert s["counters"]["cancelled"] == 1 and s["cache"]["blocks"] == 0 and s["active"] == 0
 
