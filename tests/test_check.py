@@ -38,7 +38,10 @@ SESSION = "session main { turn t { user filler 10; reply 1 } }"
     ("", "session s { reply sqrt(4) }", ["WL205"]),
     ("", f"{SESSION} gates {{ g: overall ttft{{nope}} < 1s }}", ["WL206"]),
     ("", f"{SESSION} gates {{ g: overall ttft{{label=main}} < 1s }}", ["WL206"]),
-    ("", f"{SESSION} gates {{ g: overall ttft{{main, t, warm, hit, session=main}} < 1s }}", []),
+    ("", f"{SESSION} gates {{ g: overall ttft{{t, warm, hit, session=main}} < 1s }}", []),
+    ("", f"{SESSION} gates {{ g: overall ttft{{main}} < 1s }}", ["WL206"]),  # needs session=
+    ("", f"{SESSION} gates {{ g: overall ttft{{t}} < max(1s, 2 * median(ttft{{t}})) }}", []),
+    ("", f"{SESSION} gates {{ g: overall ttft{{t}} < max(1, median(ttft{{t}})) }}", ["WL301"]),
     ("", "session s { resend nope }", ["WL207"]),
     ("", f"{SESSION} gates {{ g: overall ttft{{t}} < $hit_ttft }}", ["WL208"]),
     ("", f"calibrate ttft_threshold {SESSION} gates {{ g: overall ttft{{t}} < $hit_ttft }}", []),

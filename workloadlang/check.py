@@ -118,6 +118,17 @@ def _quotient(op: str, left: str, right: str) -> str | None:
     return None
 
 
+def common_kind(kinds: list[str]) -> str | None:
+    """The one kind of all `kinds` (null goes with anything; numbers with ratios are ratios),
+    or None when they differ."""
+    found = {k for k in kinds if k not in ("null", "any")}
+    if found == {"number", "ratio"}:
+        return "ratio"
+    if len(found) > 1:
+        return None
+    return found.pop() if found else ("null" if "null" in kinds else "any")
+
+
 def comparable(op: str, left: str, right: str) -> bool:
     """Whether `left op right` compares like with like (numbers and ratios mix)."""
     if "any" in (left, right) or (op in ("==", "!=") and "null" in (left, right)):
@@ -318,19 +329,17 @@ class _Checker:
         return self.unify(kinds, e.span, f"the arguments of `{e.func}`")
 
     def unify(self, kinds: list[str], span: ir.Span, what: str) -> str:
-        """The common kind of `kinds` (null goes with anything; number with ratio is ratio)."""
-        found = {k for k in kinds if k not in ("null", "any")}
-        if found == {"number", "ratio"}:
-            return "ratio"
-        if len(found) > 1:
-            shown = " and ".join(describe(k) for k in sorted(found))
+        """The common kind of `kinds`; WL301 when they have none."""
+        common = common_kind(kinds)
+        if common is None:
+            shown = " and ".join(sorted({describe(k) for k in kinds if k not in ("null", "any")}))
             self.err("WL301", f"{what} mix {shown}", span, "make them the same kind")
-            return "any"
-        return found.pop() if found else ("null" if "null" in kinds else "any")
+        return common or "any"
 
     def _k_listexpr(self, e: ir.ListExpr, scope: _Scope) -> str:
-        kinds = [self.kind(i, scope) for i in e.items]
-        return list_of(self.unify(kinds, e.span, "the items of this list"))
+        # A list may mix kinds (an option value is any JSON); a list param's items are checked
+        # one by one against its type instead.
+        return list_of(common_kind([self.kind(i, scope) for i in e.items]) or "any")
 
     def _k_obj(self, e: ir.ObjExpr, scope: _Scope) -> str:
         self.check_options(e.items, scope)
@@ -552,7 +561,7 @@ class _Checker:
             return self.agg_kind(g, scope)
         if isinstance(g, ir.GCall):
             kinds = [self.gkind(a, scope) for a in g.args]
-            return kinds[0] if len(set(kinds)) == 1 else "any"
+            return self.unify(kinds, g.span, f"the arguments of `{g.func}`")
         return self.metric_kind(g, scope)
 
     def metric_kind(self, m: ir.MetricRef, scope: _Scope) -> str:
@@ -672,14 +681,16 @@ class _Declared:
     def matching(self, key: str) -> set[str]:
         """The names a selector item with this key can match."""
         return {"label": self.labels, "phase": self.phases, "session": self.sessions,
-                "name": self.labels | self.phases | self.sessions}.get(key, set())
+                "name": self.labels | self.phases}.get(key, set())
 
     def unknown_message(self, item: ir.SelItem) -> str:
         if item.key == "name":
-            return f"no label, phase or session is named `{item.value}`"
+            return f"no label or phase is named `{item.value}`"
         return f"no {item.key} is named `{item.value}`"
 
     def selector_hint(self, item: ir.SelItem, known: set[str]) -> str | None:
+        if item.key == "name" and item.value in self.sessions:
+            return f"a bare name is a label or a phase; write `session={item.value}`"
         if item.value in self.requests:
             return (f"`{item.value}` names a request (`as {item.value}`); "
                     f"give it `label {item.value}` to select it")

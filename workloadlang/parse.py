@@ -70,9 +70,10 @@ class _KeywordsInContext(Lexer):
 
     def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
         for tok in self.inner.lex(lexer_state, parser_state):
-            now = (parser_state.parse_conf.states, parser_state.state_stack)
-            if tok.type in self.keywords and not _can_shift(*now, tok.type) and _can_shift(
-                    *now, "NAME"):
+            states, stack = parser_state.parse_conf.states, parser_state.state_stack
+            if (tok.type in self.keywords and "NAME" in states[stack[-1]]
+                    and not _can_shift(states, stack, tok.type)
+                    and _can_shift(states, stack, "NAME")):
                 tok = Token.new_borrow_pos("NAME", tok.value, tok)
             yield tok
 

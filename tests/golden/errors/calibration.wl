@@ -6,6 +6,6 @@ workload w {
     wait $ttft_threshold
   }
   gates {
-    hit: overall median(ttft{main}) < $ttft_threshold
+    hit: overall median(ttft{session=main}) < $ttft_threshold
   }
 }

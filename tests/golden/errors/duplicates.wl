@@ -11,11 +11,11 @@ workload w {
   }
   session main { user "again"; reply 1 }
   gates {
-    ok: overall count(ok{main}) > 0
-    ok: overall count(ok{main}) > 1
+    ok: overall count(ok{session=main}) > 0
+    ok: overall count(ok{session=main}) > 1
   }
   report {
-    turns: count(ok{main})
-    turns: count(hit{main})
+    turns: count(ok{session=main})
+    turns: count(hit{session=main})
   }
 }
