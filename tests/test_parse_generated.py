@@ -73,7 +73,7 @@ def workloads(draw: st.DrawFn) -> str:
     body = draw(statements(tuple(names)))
     gate = draw(st.sampled_from([
         "g: overall count(ok{a}) >= 0 -> bad warn",
-        "g: each session reuse{main, warm, last 2} >= 50% * 1",
+        "g: each session reuse{a, warm, last 2} >= 50% * 1",
         "g: overall median(ttft{phase=verify}) < 2s + 1s",
         "g: overall all(hit{b})",
     ]))
