@@ -119,7 +119,7 @@ def test_streamed_usage_and_timings(llama_server):
     first = r.chunks[0]["choices"][0]["delta"]
     assert first == {"role": "assistant", "content": None}
     assert r.first_chunk_s is not None and r.ttft_s is not None
-    assert r.ttft_s - r.first_chunk_s < 0.05
+    assert r.ttft_s - r.first_chunk_s < 0.25  # same moment; slack for a loaded machine
     # last chunk: choices == [] with usage and timings; timings appear only there
     last = r.chunks[-1]
     assert last["choices"] == []
@@ -140,6 +140,9 @@ def test_same_prompt_twice_second_is_cached(llama_server):
     msgs = user(filler_text(seed=31, n_words=380))  # ~450 prompt tokens
     a = stream_chat(llama_server.base_url, msgs, max_tokens=4)
     b = stream_chat(llama_server.base_url, msgs, max_tokens=4)
+    print(f"\n[same prompt twice] prompt={a.prompt_tokens} cached={a.cached_tokens}->{b.cached_tokens} "
+          f"prompt_ms={a.timings['prompt_ms']:.0f}->{b.timings['prompt_ms']:.1f} "
+          f"ttft={a.ttft_s * 1000:.0f}ms->{b.ttft_s * 1000:.0f}ms")
     assert a.prompt_tokens == b.prompt_tokens > 400
     # the first time only the template's system-prompt prefix can be in the slot
     assert a.cached_tokens <= 30
@@ -219,9 +222,10 @@ def test_abort_then_branch_prompt_reuses_the_slot(llama_server, settle_s):
     # the server noticed the close: the log says so
     assert "cancel task" in llama_server.log_text()
     if slot_after_abort is not None:
-        # the slot kept the whole prompt plus the tokens generated before the cancel; the
-        # server stopped within a few tokens of the client's close
-        assert n_prompt + n_read <= slot_after_abort <= n_prompt + n_read + 8
+        # the slot kept the whole prompt plus the tokens generated before the cancel (the last
+        # sampled token is not decoded into the KV yet); the server stopped within a few tokens
+        # of the client's close
+        assert n_prompt + n_read - 1 <= slot_after_abort <= n_prompt + n_read + 8
     # the whole original prompt + (most of) the partial assistant turn is reused; only the
     # end of the assistant turn and the new user turn are evaluated
     assert cached >= n_prompt + n_read - 4
