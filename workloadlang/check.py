@@ -23,7 +23,7 @@ from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
 from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, EvalError, evaluate, refs_in
 from workloadlang.parse import FLAGS
 
-_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached")
+_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached", "prefill_time")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
                    "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg")
 _FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
@@ -596,7 +596,7 @@ class _Checker:
     def check_unused(self) -> None:
         for p in self.wl.params:
             if p.name not in self.used:
-                self.diags.append(warning("WL214", f"parameter `{p.name}` is never used", p.span,
+                self.diags.append(warning("WL213", f"parameter `{p.name}` is never used", p.span,
                                           "use it as `$" + p.name + "`, or remove it"))
 
 
@@ -656,13 +656,18 @@ class _Declared:
         self.requests: dict[str, ir.Span] = {}
         self.diags = diags
         for s in wl.sessions:
-            self.walk(s.body)
+            self.walk(s.body, None)
 
-    def walk(self, body: tuple) -> None:
+    def walk(self, body: tuple, phase: ir.Phase | None) -> None:
         for stmt in body:
             self.declare(stmt)
+            if isinstance(stmt, ir.Phase) and phase is not None:
+                self.diags.append(error("WL214", f"phase `{stmt.name}` is inside phase "
+                                        f"`{phase.name}`", stmt.span,
+                                        "phases are barriers across sessions and do not nest"))
+            inner = stmt if isinstance(stmt, ir.Phase) else phase
             for field in ("body", "then", "orelse"):
-                self.walk(getattr(stmt, field, ()))
+                self.walk(getattr(stmt, field, ()), inner)
 
     def declare(self, stmt: Any) -> None:
         if getattr(stmt, "label", None):

@@ -150,7 +150,7 @@ def cmd_sim(args, extra) -> int:
     if extra:
         raise UsageError(f"unexpected arguments: {' '.join(extra)}")
     cfg = config_from_args(args)
-    eprint(f"simulator on http://{args.host}:{args.port}/v1 (preset {args.preset}); Ctrl-C stops")
+    eprint(f"simulator on http://{args.host}:{args.port}/v1 (preset {args.sim_preset or 'default'}); Ctrl-C stops")
     serve(cfg, host=args.host, port=args.port)
     return EXIT_OK
 

@@ -48,6 +48,7 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "cold_ok": lambda r: cold_ok(r),
     "cached_reported": lambda r: None if r.error else r.cached_source != "none",
     "ttft_agrees": lambda r: r.ttft_agrees,
+    "prefill_time": lambda r: r.prefill_s,
     "completion_tokens": lambda r: r.completion_tokens,
     "streamed_tokens": lambda r: r.streamed_tokens,
     "pp": lambda r: r.pp_tps,

@@ -42,7 +42,8 @@ workload agent_sim {
     survival: each session reuse{finalize} >= $miss_threshold -> evicted
     # ...and the timing agrees. Compare like with like: the warm baseline is scaled up by how
     # much more uncached work the finalize has (never down: fixed per-request costs stay).
-    speed: each session ttft{finalize} < $ttft_ratio * median(ttft{main, warm, last 3}) * max(1, median(uncached_tokens{finalize}) / median(uncached_tokens{main, warm, last 3})) -> degraded
+    # prefill_time is the engine's own prefill time when it reports one (no queueing), else TTFT.
+    speed: each session prefill_time{finalize} < $ttft_ratio * median(prefill_time{main, warm, last 3}) * max(1, median(uncached_tokens{finalize}) / median(uncached_tokens{main, warm, last 3})) -> degraded
     # A reported hit must also look like one: its TTFT stays under half of what a cold prefill
     # of the whole prompt costs on this engine (learned from the run's cold requests).
     timing: each session all(ttft_agrees{warm}) -> degraded

@@ -225,8 +225,8 @@ class Executor:
     def _learn_cold_speed(self, rec: Record) -> None:
         cold = rec.cached_tokens is not None and rec.prompt_tokens and \
             rec.cached_tokens <= 0.1 * rec.prompt_tokens
-        if cold and rec.error is None and rec.pp_tps and (rec.uncached_tokens or 0) >= 256:
-            self.cold_pp.append(rec.pp_tps)
+        if cold and rec.error is None and rec.prefill_s and (rec.uncached_tokens or 0) >= 256:
+            self.cold_pp.append(rec.uncached_tokens / rec.prefill_s)
 
     def _reference(self) -> TtftReference:
         if self.ref.cold_prefill_tps or not self.cold_pp:

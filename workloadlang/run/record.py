@@ -93,6 +93,8 @@ class Record(BaseModel):
     pp_tps: float | None = None
     tg_tps: float | None = None
     ttft_per_uncached: float | None = None
+    prefill_s: float | None = None
+    prefill_source: str | None = None
     expect_ok: bool | None = None
     reply_excerpt: str = ""
     suspicious: list[str] = []
@@ -171,17 +173,27 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
     out["pp_tps"], out["tg_tps"] = speeds(o, uncached)
     if uncached is not None and o.ttft_s is not None:
         out["ttft_per_uncached"] = o.ttft_s / max(1, uncached)
+    out["prefill_s"], out["prefill_source"] = prefill_time(o)
     warm = expected is not None and prompt and expected * 2 >= prompt
     if cached is not None and expected:
         out["reuse"] = min(1.0, cached / expected)
         out["missed"] = max(0, expected - cached)
     if cached is not None and warm:
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
-        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, o.ttft_s, ref)
+        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref)
     elif cached is None and warm:
         out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s)
         out["hit_basis"] = None if out["hit"] is None else "ttft"
     return out
+
+
+def prefill_time(o: Any) -> tuple[float | None, str | None]:
+    """Time spent prefilling: the engine's own figure when it reports one (llama.cpp
+    `timings.prompt_ms` excludes queueing, so concurrent sessions waiting on one slot do not look
+    degraded), else the client's TTFT."""
+    if o.server_prefill_ms is not None:
+        return o.server_prefill_ms / 1000, "server"
+    return o.ttft_s, None if o.ttft_s is None else "client_ttft"
 
 
 def ttft_agrees(hit: bool, prompt: int, uncached: int, ttft: float | None,
