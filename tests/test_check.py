@@ -27,7 +27,7 @@ SESSION = "session main { turn t { user filler 10; reply 1 } }"
 
 @pytest.mark.parametrize("params, body, expected", [
     # names
-    ("n: int = 1", "session s { reply $m }", ["WL201", "WL214"]),
+    ("n: int = 1", "session s { reply $m }", ["WL201", "WL213"]),
     ("n: int = 1", "session s { reply $nn }", ["WL201"]),  # the close match counts as used
     ("", "session s { for i in 0..2 { wait 1s }; reply $i }", ["WL201"]),
     ("n: int = 1; n: int = 2", "session s { reply $n }", ["WL202"]),
@@ -50,7 +50,9 @@ SESSION = "session main { turn t { user filler 10; reply 1 } }"
     ("a: int = $a", "session s { reply $a }", ["WL210"]),
     ("n: int = 1", "session s { repeat 2 as n { reply $n } }", ["WL211"]),
     ("", "session s { repeat 2 as i { repeat 2 as i { reply $i } } }", ["WL211"]),
-    ("cold_ttft: float = 1", "session s { reply 1 }", ["WL212", "WL214"]),
+    ("cold_ttft: float = 1", "session s { reply 1 }", ["WL212", "WL213"]),
+    ("", "session s { phase a { turn t { phase b { reply 1 } } } }", ["WL214"]),
+    ("", "session s { phase a { reply 1 } phase b { reply 1 } }", []),
     # types and units
     ("x: tokens = 500ms", "session s { reply $x }", ["WL301"]),
     ("x: duration = 5", "session s { wait $x }", ["WL301"]),
@@ -104,7 +106,7 @@ def test_codes(params: str, body: str, expected: list[str]):
 
 def test_unused_param_is_only_a_warning():
     diags = check(parse("workload w { params { n: int = 1 } }", "t.wl"))
-    assert [(d.code, d.severity) for d in diags] == [("WL214", "warning")]
+    assert [(d.code, d.severity) for d in diags] == [("WL213", "warning")]
 
 
 def test_check_collects_everything_in_source_order():
