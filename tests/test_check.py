@@ -180,3 +180,10 @@ def test_sort_puts_spanless_last():
 def test_workload_error_carries_its_diagnostics():
     exc = WorkloadError([error("WL101", "boom", SPAN)])
     assert str(exc) == "boom" and exc.diagnostics[0].code == "WL101"
+
+
+def test_checked_metrics_are_the_metrics_gates_can_read():
+    from workloadlang.check import METRICS
+    from workloadlang.gates import METRICS as READABLE
+
+    assert set(METRICS) == set(READABLE)

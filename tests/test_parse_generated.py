@@ -49,7 +49,6 @@ def statements(refs: tuple[str, ...], depth: int = 0) -> st.SearchStrategy[str]:
         loop_body = statements((*refs, var), depth + 1).map(lambda b: "{ " + b + " }")
         stmt = stmt | st.one_of(
             st.tuples(LABELS, body).map(lambda t: f"turn {t[0]} {t[1]}"),
-            st.tuples(LABELS, body).map(lambda t: f"phase {t[0]} {t[1]}"),
             st.tuples(n, n, loop_body).map(
                 lambda t: f"for {var} in reverse {t[0]}..{t[1]} until miss {t[2]}"),
             st.tuples(n, loop_body).map(lambda t: f"repeat {t[0]} as {var} label a {t[1]}"),
@@ -59,6 +58,9 @@ def statements(refs: tuple[str, ...], depth: int = 0) -> st.SearchStrategy[str]:
             body.map(lambda b: f"fresh label b {b}"),
             st.tuples(n, body, body).map(lambda t: f"if {t[0]} > 1 {t[1]} else {t[2]}"),
         )
+    if depth == 0:  # phases do not nest: only at the top, around simple statements
+        flat = statements(refs, 2).map(lambda b: "{ " + b + " }")
+        stmt = stmt | st.tuples(LABELS, flat).map(lambda t: f"phase {t[0]} {t[1]}")
     return st.lists(stmt, min_size=1, max_size=4).map("\n".join)
 
 

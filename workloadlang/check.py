@@ -23,7 +23,8 @@ from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
 from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, EvalError, evaluate, refs_in
 from workloadlang.parse import FLAGS
 
-_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached", "prefill_time")
+_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
+                     "prefill_time")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
                    "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg")
 _FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
