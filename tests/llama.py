@@ -313,7 +313,7 @@ def stream_chat(
 
 
 def filler_text(seed: int, n_words: int) -> str:
-    """Deterministic pseudo-random English-ish text (about 1.3 tokens a word for SmolLM2)."""
+    """Deterministic pseudo-random English-ish text (about 1.1 tokens a word for SmolLM2)."""
     import random
 
     words = (
