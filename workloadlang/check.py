@@ -20,7 +20,7 @@ from typing import Any
 from workloadlang import ir
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
-from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, EvalError, evaluate, refs_in
+from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, constant, param_order
 from workloadlang.parse import FLAGS
 
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
@@ -47,6 +47,20 @@ TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration"
 SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
                  "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
 
+_STMT_VALUES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "reply": (("max_tokens", "number", "the `max_tokens` of `reply`"),
+              ("abort_after", "number", "`abort after`")),
+    "probe": (("max_tokens", "number", "the `max_tokens` of `probe`"),),
+    "resend": (("index", "number", "the index of `resend`"),
+               ("max_tokens", "number", "the `max_tokens` of `resend`")),
+    "wait": (("duration", "duration", "`wait`"),),
+    "if": (("cond", "bool", "the condition of `if`"),),
+    "for": (("low", "number", "the start of the range"), ("high", "number", "the end of the range")),
+    "repeat": (("count", "number", "the count of `repeat`"),),
+    "grow": (("until", "number", "the size of `grow until`"), ("by", "number", "the step of `grow`")),
+    "spawn": (("count", "number", "the count of `spawn`"),),
+}
+"""What each statement's expressions must be: (field, kind, how a message names it)."""
 _LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
 _NUMERIC = frozenset({"number", "ratio", "duration"})
 _DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
@@ -161,22 +175,9 @@ def _shown(e: Any) -> str:
     return "this"
 
 
-def _const(e: Any) -> Any:
-    """The value of a constant expression, or `_UNKNOWN` if it has refs or cannot be evaluated."""
-    if e is None or refs_in(e):
-        return _UNKNOWN
-    try:
-        return evaluate(e, {})
-    except EvalError:
-        return _UNKNOWN
-
-
-_UNKNOWN = object()
-
-
 def _const_items(e: Any) -> list:
     """The items of a constant list expression, or the constant as a one-item list."""
-    value = _const(e)
+    value = constant(e)
     return value if isinstance(value, list) else [value]
 
 
@@ -362,7 +363,7 @@ class _Checker:
             self.check_default(p)
             self.check_range(p)
             self.check_choices(p)
-        for cycle in _cycles(self.wl.params):
+        for cycle in param_order(self.wl.params)[1]:
             first = self.params[cycle[0]]
             path = " -> ".join(f"`${n}`" for n in cycle)
             self.err("WL210", f"`{first.name}` is computed from itself: {path}",
@@ -402,7 +403,7 @@ class _Checker:
         self.check_constant_range(p)
 
     def check_constant_range(self, p: ir.Param) -> None:
-        low, high = _const(p.range.low), _const(p.range.high)
+        low, high = constant(p.range.low), constant(p.range.high)
         known = [b for b in (low, high) if _is_number(b)]
         if len(known) == 2 and low > high:
             self.err("WL305", f"the range of `{p.name}` is empty: {low:g} > {high:g}",
@@ -448,81 +449,46 @@ class _Checker:
 
     def stmts(self, body: tuple, scope: _Scope) -> None:
         for stmt in body:
-            getattr(self, "_s_" + stmt.kind)(stmt, scope)
+            self.stmt(stmt, scope)
 
-    def number(self, e: Any, scope: _Scope, what: str) -> None:
-        if e is not None:
-            self.expect(e, scope, "number", what)
-
-    def _s_message(self, s: ir.Message, scope: _Scope) -> None:
-        for part in s.parts:
-            if isinstance(part, ir.FillerPart):
-                self.number(part.tokens, scope, "the size of `filler`")
-                if part.needle_at is not None:
-                    self.expect(part.needle_at, scope, "ratio", "the depth of `needle at`")
-
-    def _s_reply(self, s: ir.Reply, scope: _Scope) -> None:
-        self.number(s.max_tokens, scope, "the `max_tokens` of `reply`")
-        self.number(s.abort_after, scope, "`abort after`")
-        self.check_options(s.options, scope)
-
-    def _s_probe(self, s: ir.Probe, scope: _Scope) -> None:
-        self.number(s.max_tokens, scope, "the `max_tokens` of `probe`")
-        self.check_options(s.options, scope)
-
-    def _s_resend(self, s: ir.Resend, scope: _Scope) -> None:
-        if s.name not in self.names.requests:
+    def stmt(self, s: Any, scope: _Scope) -> None:
+        """One statement: its values (by `_STMT_VALUES`), options, parts, names, then bodies."""
+        for field, wanted, what in _STMT_VALUES.get(s.kind, ()):
+            if getattr(s, field) is not None:
+                self.expect(getattr(s, field), scope, wanted, what)
+        self.check_options(getattr(s, "options", ()), scope)
+        if isinstance(s, ir.Message):
+            self.check_parts(s, scope)
+        if isinstance(s, ir.Resend) and s.name not in self.names.requests:
             self.err("WL207", f"no request is named `{s.name}`", s.span,
                      did_you_mean(s.name, self.names.requests) or
                      f"name a request with `as {s.name}` on a `reply` or `probe`")
-        self.number(s.index, scope, "the index of `resend`")
-        self.number(s.max_tokens, scope, "the `max_tokens` of `resend`")
+        inner = self.loop_scope(s, scope)
+        for field in ("body", "then", "orelse"):
+            self.stmts(getattr(s, field, ()), inner)
 
-    def _s_wait(self, s: ir.Wait, scope: _Scope) -> None:
-        self.expect(s.duration, scope, "duration", "`wait`")
+    def check_parts(self, s: ir.Message, scope: _Scope) -> None:
+        for part in s.parts:
+            if isinstance(part, ir.FillerPart):
+                self.expect(part.tokens, scope, "number", "the size of `filler`")
+                if part.needle_at is not None:
+                    self.expect(part.needle_at, scope, "ratio", "the depth of `needle at`")
 
-    def _s_turn(self, s: ir.Turn | ir.Phase | ir.Fresh, scope: _Scope) -> None:
-        self.stmts(s.body, scope)
-
-    _s_phase = _s_fresh = _s_turn
-
-    def _s_if(self, s: ir.If, scope: _Scope) -> None:
-        self.expect(s.cond, scope, "bool", "the condition of `if`")
-        self.stmts(s.then, scope)
-        self.stmts(s.orelse, scope)
-
-    def _s_for(self, s: ir.For, scope: _Scope) -> None:
-        kind = "number"
-        if s.over is not None:
-            over = self.kind(s.over, scope)
-            kind = element(over) or "any"
-            if over not in ("any",) and not element(over):
-                self.err("WL302", f"`for ... in` needs a list or a range `lo..hi`, but "
-                         f"{_shown(s.over)} is {describe(over)}", s.over.span)
-        self.number(s.low, scope, "the start of the range")
-        self.number(s.high, scope, "the end of the range")
-        self.loop_body(s, s.var, kind, scope)
-
-    def _s_repeat(self, s: ir.Repeat, scope: _Scope) -> None:
-        self.number(s.count, scope, "the count of `repeat`")
-        self.loop_body(s, s.var, "number", scope)
-
-    def _s_grow(self, s: ir.Grow, scope: _Scope) -> None:
-        self.number(s.until, scope, "the size of `grow until`")
-        self.number(s.by, scope, "the step of `grow ... by`")
-        self.loop_body(s, s.var, "number", scope)
-
-    def _s_spawn(self, s: ir.Spawn, scope: _Scope) -> None:
-        self.number(s.count, scope, "the count of `spawn`")
-        self.loop_body(s, s.var, "number", scope)
-
-    def loop_body(self, s: Any, var: str | None, kind: str, scope: _Scope) -> None:
-        if var is not None and var in scope:
+    def loop_scope(self, s: Any, scope: _Scope) -> _Scope:
+        """The scope of a statement's body: with its loop variable, if it has one."""
+        var = getattr(s, "var", None)
+        if var is None:
+            return scope
+        if var in scope:
             what = "parameter" if var in self.params else "name" if var in BUILTIN_REFS \
                 else "loop variable"
             self.err("WL211", f"loop variable `{var}` hides the {what} `${var}`", s.span,
                      "give the loop variable another name")
-        self.stmts(s.body, scope.child(var, kind) if var else scope)
+        over = self.kind(s.over, scope) if isinstance(s, ir.For) and s.over else "list:number"
+        if over != "any" and not element(over):
+            self.err("WL302", f"`for ... in` needs a list or a range `lo..hi`, but "
+                     f"{_shown(s.over)} is {describe(over)}", s.over.span)
+        return scope.child(var, element(over) or "any")
 
     # -- gates and report
 
@@ -587,7 +553,7 @@ class _Checker:
 
     def check_sel_item(self, item: ir.SelItem, scope: _Scope) -> None:
         if item.key in ("last", "first"):
-            self.number(item.count, scope, f"`{item.key}`")
+            self.expect(item.count, scope, "number", f"`{item.key}`")
             return
         known = self.names.matching(item.key)
         if item.key != "flag" and item.value not in known:
@@ -621,27 +587,6 @@ def _is_number(v: Any) -> bool:
 
 def _param_kind(p: ir.Param) -> str:
     return list_of(TYPE_KINDS[p.type]) if p.is_list else TYPE_KINDS[p.type]
-
-
-def _cycles(params: tuple[ir.Param, ...]) -> list[list[str]]:
-    """Cycles among param defaults (one per back edge of a depth-first walk), each as the names
-    around it: `["a", "b", "a"]`."""
-    deps = {p.name: sorted(refs_in(p.default) if p.default else ()) for p in params}
-    found: list[list[str]] = []
-    done: set[str] = set()
-
-    def walk(name: str, path: list[str]) -> None:
-        for dep in deps.get(name, ()):
-            if dep in path:
-                found.append(path[path.index(dep):] + [dep])
-            elif dep not in done:
-                walk(dep, path + [dep])
-        done.add(name)
-
-    for p in params:
-        if p.name not in done:
-            walk(p.name, [p.name])
-    return found
 
 
 # ---------------------------------------------------------------- declared names

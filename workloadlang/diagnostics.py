@@ -69,10 +69,6 @@ def did_you_mean(word: str, candidates: Iterable[str], fmt: str = "`{}`") -> str
     return f"did you mean {fmt.format(close)}?" if close else None
 
 
-def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
-    return any(d.severity == "error" for d in diagnostics)
-
-
 def sort_diagnostics(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
     """Source order (diagnostics without a span last), then by code: a stable order for output."""
     def key(d: Diagnostic) -> tuple:

@@ -237,6 +237,20 @@ def _show(v: Value) -> str:
     return str(v)
 
 
+NOT_CONSTANT = object()
+"""What `constant` returns for an expression whose value depends on refs or cannot be computed."""
+
+
+def constant(expr: ir.Expr | None) -> Value:
+    """The value of an expression without refs (`8k * 2`), else `NOT_CONSTANT`."""
+    if expr is None or refs_in(expr):
+        return NOT_CONSTANT
+    try:
+        return evaluate(expr, {})
+    except EvalError:
+        return NOT_CONSTANT
+
+
 def refs_in(expr: ir.Expr) -> set[str]:
     """The names of every `$ref` inside `expr`."""
     if isinstance(expr, ir.Ref):
@@ -357,7 +371,7 @@ def resolve_params(wl: ir.Workload, overrides: Mapping[str, str],
     diags: list[Diagnostic] = []
     values, failed = _parse_overrides(params, overrides, diags)
     given = set(values) | failed
-    for p in _dependency_order(wl.params):
+    for p in param_order(wl.params)[0]:
         if p.name not in given and not _resolve_default(p, params, values, env, diags, failed):
             failed.add(p.name)
     for p in wl.params:
@@ -395,24 +409,28 @@ def _unknown_override(raw: str, name: str, params: Mapping[str, ir.Param]) -> Di
     return error("WL403", f"unknown parameter `{raw}`", None, hint)
 
 
-def _dependency_order(params: tuple[ir.Param, ...]) -> list[ir.Param]:
-    """Params ordered so that every default's param refs come first (cycles: declared order)."""
+def param_order(params: tuple[ir.Param, ...]) -> tuple[list[ir.Param], list[list[str]]]:
+    """The params in dependency order (the params a default refers to come first), and each
+    cycle among defaults once, as the names around it: `["a", "b", "a"]`."""
     by_name = {p.name: p for p in params}
+    deps = {p.name: sorted(refs_in(p.default) & set(by_name) if p.default else ()) for p in params}
     order: list[ir.Param] = []
-    seen: set[str] = set()
+    cycles: list[list[str]] = []
+    done: set[str] = set()
 
-    def visit(p: ir.Param) -> None:
-        if p.name in seen:
-            return  # done, or on the stack: a cycle, reported when its default is evaluated
-        seen.add(p.name)
-        for dep in sorted(refs_in(p.default) if p.default else ()):
-            if dep in by_name:
-                visit(by_name[dep])
-        order.append(p)
+    def visit(name: str, path: list[str]) -> None:
+        for dep in deps[name]:
+            if dep in path:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in done:
+                visit(dep, path + [dep])
+        done.add(name)
+        order.append(by_name[name])
 
     for p in params:
-        visit(p)
-    return order
+        if p.name not in done:
+            visit(p.name, [p.name])
+    return order, cycles
 
 
 def _resolve_default(p: ir.Param, params: Mapping[str, ir.Param], values: dict[str, Value],

@@ -308,6 +308,17 @@ def _keyword(self: _Lower, meta: Any, children: list) -> str:
     return " ".join(str(c) for c in children)
 
 
+def _clause(key: str, how: str) -> Any:
+    """A lowering method returning `_Clause(key, ...)` of its first child as is ("value"), as a
+    name ("word") or an unescaped string ("string"), or of all its children ("all")."""
+    def lower(self: _Lower, meta: Any, c: list) -> _Clause:
+        if how == "all":
+            return _Clause(key, tuple(c), self.span(meta))
+        value = self.string(c[0]) if how == "string" else str(c[0]) if how == "word" else c[0]
+        return _Clause(key, value, self.span(meta))
+    return lower
+
+
 @v_args(meta=True)
 class _Lower(Transformer):
     """Builds IR nodes bottom-up; problems go to `self.diags` (lowering always finishes)."""
@@ -319,6 +330,21 @@ class _Lower(Transformer):
 
     ptype = setting_name = calib_name = role = stop_on = severity = _keyword
     fmt_name = by_key = sel_key = _keyword
+    # Clauses that only carry one value to an IR field.
+    pdefault = _clause("default", "value")
+    prange = _clause("range", "value")
+    cal_tokens = _clause("tokens", "value")
+    cal_repeat = _clause("repeat", "value")
+    abort = _clause("abort", "value")
+    resend_max = _clause("max_tokens", "value")
+    until = _clause("until", "value")
+    as_name = _clause("as", "word")
+    label = _clause("label", "word")
+    mode = spawn_mode = _clause("mode", "word")
+    params = _clause("params", "all")
+    gates = _clause("gates", "all")
+    report = _clause("report", "all")
+    doc = pdoc = _clause("doc", "string")
 
     # -- helpers
 
@@ -368,12 +394,6 @@ class _Lower(Transformer):
             gates=_flat(found.get("gates", [])), report=_flat(found.get("report", [])),
             span=self.span(meta))
 
-    def doc(self, meta: Any, c: list) -> _Clause:
-        return _Clause("doc", self.string(c[0]), self.span(meta))
-
-    def params(self, meta: Any, c: list) -> _Clause:
-        return _Clause("params", tuple(c), self.span(meta))
-
     def param(self, meta: Any, c: list) -> ir.Param:
         name, ptype, is_list, *clauses = c
         found = self.gather(clauses)
@@ -382,20 +402,11 @@ class _Lower(Transformer):
                         choices=found.get("choices", ()), doc=found.get("doc", ""),
                         span=self.span(meta))
 
-    def pdefault(self, meta: Any, c: list) -> _Clause:
-        return _Clause("default", c[0], self.span(meta))
-
-    def prange(self, meta: Any, c: list) -> _Clause:
-        return _Clause("range", c[0], self.span(meta))
-
     def range(self, meta: Any, c: list) -> ir.Range:
         return ir.Range(low=c[0], high=c[1], span=self.span(meta))
 
     def pchoices(self, meta: Any, c: list) -> _Clause:
         return _Clause("choices", tuple(self.string(t) for t in c), self.span(meta))
-
-    def pdoc(self, meta: Any, c: list) -> _Clause:
-        return _Clause("doc", self.string(c[0]), self.span(meta))
 
     def setting(self, meta: Any, c: list) -> _Clause:
         return _Clause(c[0], c[1], self.span(meta))
@@ -415,12 +426,6 @@ class _Lower(Transformer):
         node = ir.Calibrate(what=c[0], tokens=found.get("tokens"), repeat=found.get("repeat"),
                             span=self.span(meta))
         return _Clause("calibrate", node, node.span)
-
-    def cal_tokens(self, meta: Any, c: list) -> _Clause:
-        return _Clause("tokens", c[0], self.span(meta))
-
-    def cal_repeat(self, meta: Any, c: list) -> _Clause:
-        return _Clause("repeat", c[0], self.span(meta))
 
     # -- sessions and statements
 
@@ -446,15 +451,6 @@ class _Lower(Transformer):
                         name=f.get("as"), label=f.get("label"), options=_flat(f.get("options", [])),
                         expect=tuple(f.get("expect", [])), span=self.span(meta))
 
-    def abort(self, meta: Any, c: list) -> _Clause:
-        return _Clause("abort", c[0], self.span(meta))
-
-    def as_name(self, meta: Any, c: list) -> _Clause:
-        return _Clause("as", str(c[0]), self.span(meta))
-
-    def label(self, meta: Any, c: list) -> _Clause:
-        return _Clause("label", str(c[0]), self.span(meta))
-
     def expect(self, meta: Any, c: list) -> _Clause:
         span = self.span(meta)
         node = (ir.Expect(what="text", text=self.string(c[0]), span=span) if c
@@ -471,9 +467,6 @@ class _Lower(Transformer):
         return ir.Resend(name=str(c[0]), index=c[1], max_tokens=f.get("max_tokens"),
                          label=f.get("label"), span=self.span(meta))
 
-    def resend_max(self, meta: Any, c: list) -> _Clause:
-        return _Clause("max_tokens", c[0], self.span(meta))
-
     def wait(self, meta: Any, c: list) -> ir.Wait:
         return ir.Wait(duration=c[0], span=self.span(meta))
 
@@ -489,15 +482,6 @@ class _Lower(Transformer):
         bounds = {"over": first} if second is None else {"low": first, "high": second}
         return ir.For(var=str(var), reverse=reverse is not None, until=f.get("until"),
                       label=f.get("label"), body=body, span=self.span(meta), **bounds)
-
-    def mode(self, meta: Any, c: list) -> _Clause:
-        return _Clause("mode", str(c[0]), self.span(meta))
-
-    def until(self, meta: Any, c: list) -> _Clause:
-        return _Clause("until", c[0], self.span(meta))
-
-    def spawn_mode(self, meta: Any, c: list) -> _Clause:
-        return _Clause("mode", str(c[0]), self.span(meta))
 
     def repeat(self, meta: Any, c: list) -> ir.Repeat:
         f = self.gather(c[1:-1])
@@ -564,9 +548,6 @@ class _Lower(Transformer):
 
     # -- gates and report
 
-    def gates(self, meta: Any, c: list) -> _Clause:
-        return _Clause("gates", tuple(c), self.span(meta))
-
     def gate(self, meta: Any, c: list) -> ir.Gate:
         name, scope, left, compare, verdict, severity = c
         op, right = compare or (None, None)
@@ -582,9 +563,6 @@ class _Lower(Transformer):
 
     def scope(self, meta: Any, c: list) -> str:
         return " ".join(str(t) for t in c)
-
-    def report(self, meta: Any, c: list) -> _Clause:
-        return _Clause("report", tuple(c), self.span(meta))
 
     def report_item(self, meta: Any, c: list) -> ir.ReportItem:
         return ir.ReportItem(name=str(c[0]), value=_gexpr(c[1]), fmt=c[2] or "number", by=c[3],
