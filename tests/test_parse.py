@@ -135,6 +135,8 @@ def test_if_call_and_if_statement():
     assert isinstance(stmt.cond, ir.Not) and isinstance(stmt.orelse[0], ir.If)
     assert stmt.orelse[0].orelse[0].parts[0].value == "c"
     assert reply.max_tokens.func == "if" and len(reply.max_tokens.args) == 3
+    stmt = parse('workload w { session s { if($t) { user "a" } } }', "t.wl").sessions[0].body[0]
+    assert isinstance(stmt, ir.If) and stmt.cond.name == "t"  # `if(` is a call only in expressions
 
 
 def test_separators_and_objects():

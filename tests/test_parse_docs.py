@@ -28,3 +28,12 @@ def test_example_parses_and_checks_cleanly(example: Example):
     except WorkloadError as exc:
         diags = exc.diagnostics
     assert diags == [], render_text(diags, {example.name: example.text})
+
+
+def test_the_reference_names_every_metric_aggregation_and_function():
+    from workloadlang.check import AGGREGATIONS, METRICS
+    from workloadlang.evaluate import FUNCTIONS
+
+    text = LANGUAGE_DOC.read_text(encoding="utf-8")
+    missing = [n for n in [*METRICS, *AGGREGATIONS, *FUNCTIONS] if f"`{n}" not in text]
+    assert missing == []

@@ -6,7 +6,7 @@ stops at the first); structural problems found while lowering (a clause given tw
 escape, an aggregation of something that is not one metric) are all collected and raised
 together. Semantic checks are `workloadlang.check`'s job.
 
-The grammar is `grammars/workload.lark` (LALR, contextual lexer). The Lark parser is built once
+The grammar is `grammars/workload.lark` (LALR; keywords reserved only where they can stand). The Lark parser is built once
 per process and its tables are cached on disk by Lark (`cache=True`), so start-up stays fast.
 """
 
@@ -37,45 +37,43 @@ FLAGS = frozenset({"warm", "cold", "hit", "miss", "aborted", "ok", "probe", "err
 @functools.lru_cache(maxsize=1)
 def parser() -> Lark:
     """The process-wide Lark parser (LALR tables loaded from Lark's on-disk cache when present)."""
-    lark = Lark(read_grammar(), parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True, cache=True, postlex=_NamesEverywhere())
-    keywords = {t.name for t in lark.terminals
+    lark = Lark(read_grammar(), parser="lalr", lexer="basic", propagate_positions=True,
+                maybe_placeholders=True, cache=True)
+    keywords = {t.name: t.pattern.value for t in lark.terminals
                 if t.pattern.type == "str" and _WORD.fullmatch(t.pattern.value)}
-    lark.parser.lexer = _KeywordsInContext(lark.parser.lexer, frozenset(keywords))
+    lark.parser.lexer = _WordsInContext(lark.parser.lexer, keywords)
     return lark
 
 
-class _NamesEverywhere:
-    """A no-op post-lexer whose only job is `always_accept`: every state's lexer also tries NAME,
-    so a word is always read whole (`integer` is a name, never the keyword `int` + `eger`)."""
+class _WordsInContext(Lexer):
+    """Lark's basic lexer, plus context: a word means what the parser can take where it stands.
 
-    always_accept = ("NAME",)
-
-    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
-        return stream
-
-
-class _KeywordsInContext(Lexer):
-    """Lark's contextual lexer, plus: a keyword the parser cannot take here is a name.
-
-    LALR merges the states after an expression, so after `a: int = 5` the lexer also expects
-    the keywords that follow an expression elsewhere (`settle`, `label`, ...) and would read a
-    next param called `settle` as the setting keyword. A word lexed as a keyword the parser
-    cannot shift (after its pending reductions) but where it can shift a name becomes a name.
+    The lexer reads every word whole (`integer` is never `int` + `eger`) and types a keyword as
+    that keyword. Keywords are reserved only where they can stand, so a keyword the parser cannot
+    shift here (after the reductions it implies) becomes a NAME when a name can: a param, label
+    or option may be called `settle`, `label` or `max_tokens`. Likewise `if(` is a call only
+    where an expression can start; in statement position it is the keyword `if`.
     """
 
-    def __init__(self, inner: Lexer, keywords: frozenset[str]):
+    def __init__(self, inner: Lexer, keywords: dict[str, str]):
         self.inner = inner
-        self.keywords = keywords
+        self.keywords = keywords  # terminal name -> the word
+        self.by_word = {word: name for name, word in keywords.items()}
 
     def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
         for tok in self.inner.lex(lexer_state, parser_state):
-            states, stack = parser_state.parse_conf.states, parser_state.state_stack
-            if (tok.type in self.keywords and "NAME" in states[stack[-1]]
-                    and not _can_shift(states, stack, tok.type)
-                    and _can_shift(states, stack, "NAME")):
-                tok = Token.new_borrow_pos("NAME", tok.value, tok)
+            if tok.type in self.keywords or tok.type == "CALL":
+                tok = self.in_context(tok, parser_state.parse_conf.states,
+                                      parser_state.state_stack)
             yield tok
+
+    def in_context(self, tok: Token, states: dict, stack: list[int]) -> Token:
+        if _can_shift(states, stack, tok.type):
+            return tok
+        for other in (self.by_word.get(tok.value), "NAME"):
+            if other and other != tok.type and _can_shift(states, stack, other):
+                return Token.new_borrow_pos(other, tok.value, tok)
+        return tok  # a syntax error either way: report the token as lexed
 
 
 def _can_shift(states: dict, state_stack: list[int], terminal: str) -> bool:
