@@ -12,6 +12,7 @@ import math
 from typing import Any, Sequence
 
 from matplotlib.cm import ScalarMappable
+from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -79,14 +80,16 @@ def retention_run(top: Any, bottom: Any, d: Retention, i: int, label: str) -> li
     marker, style = RUN_MARKERS[i % len(RUN_MARKERS)], ["--", ":", "-.", "-"][i % 4]
     colours = [hit_colour(h) for h in d.hit]
     dense = len(d.order) > RASTER_ABOVE
+    if dense:
+        for ax in (top, bottom):
+            ax.set_rasterization_zorder(3.5)
     xs = [x for x, t in zip(d.order, d.ttft) if t is not None]
     top.plot(xs, [t for t in d.ttft if t is not None], color="#c5c9cf", linewidth=0.8,
              linestyle=["-", "--", ":", "-."][i % 4], zorder=1)
     top.scatter(d.order, [math.nan if t is None else t for t in d.ttft], c=colours,
-                marker=marker, s=10 if dense else 30, zorder=3, rasterized=dense,
-                edgecolors="none")
+                marker=marker, s=10 if dense else 30, zorder=3, edgecolors="none")
     bottom.scatter(d.order, [math.nan if f is None else f for f in d.cached_frac], c=colours,
-                   marker=marker, s=8 if dense else 22, rasterized=dense, edgecolors="none")
+                   marker=marker, s=8 if dense else 22, zorder=3, edgecolors="none")
     suffix = f" ({label})" if label else ""
     extra: list[Any] = []
     if label:
@@ -138,15 +141,16 @@ def lanes_chart(series: Sequence[tuple[str, Lanes]]) -> Figure:
     shapes = {lab: RUN_MARKERS[k % len(RUN_MARKERS)] for k, lab in enumerate(labels)}
     tmax = max((t for _, d in series for t in d.ttft if t is not None), default=1.0) or 1.0
     norm = Normalize(0, 1)
+    biggest = min(biggest_mark(len(d.sessions), h - 0.6) for h, (_, d) in zip(heights, series))
     for ax, (label, d) in zip(axes, series):
-        lanes_panel(ax, d, shapes, tmax, norm)
+        lanes_panel(ax, d, shapes, tmax, norm, biggest)
         ax.set_title(f"Sessions over time{' — ' + label if len(series) > 1 else ''}")
     axes[-1].set_xlabel("start time (s since the run began)")
     handles = [legend_dot("#4a4f57", lab, marker=shapes[lab], hollow=True) for lab in labels]
-    handles += [legend_dot("#9aa0a6", "nothing expected from cache", hollow=True),
+    handles += [legend_dot("#9aa0a6", "cold: little expected from the cache", hollow=True),
                 Line2D([], [], linestyle="none", marker="x", color="black",
                        label="errored / aborted")]
-    handles += size_legend(tmax)
+    handles += size_legend(tmax, biggest)
     fig.legend(handles=handles, loc="outside lower left", ncols=min(6, len(handles)))
     fig.colorbar(ScalarMappable(norm=norm, cmap=REUSE_CMAP), ax=list(axes), location="bottom",
                  shrink=0.35, aspect=40, pad=0.01, format=PercentFormatter(1.0, decimals=0),
@@ -154,40 +158,52 @@ def lanes_chart(series: Sequence[tuple[str, Lanes]]) -> Figure:
     return fig
 
 
-def ttft_size(t: float | None, tmax: float) -> float:
-    """Mark area for a TTFT: 10 (instant) to 230 (the slowest of the chart)."""
-    return 10 + 220 * ((t or 0) / tmax) ** 0.5
+def ttft_size(t: float | None, tmax: float, biggest: float = 230) -> float:
+    """Mark area (pt²) for a TTFT: from a dot (instant) to `biggest` (the chart's slowest)."""
+    small = min(10.0, biggest / 6)
+    return small + (biggest - small) * ((t or 0) / tmax) ** 0.5
 
 
-def size_legend(tmax: float) -> list[Any]:
+def biggest_mark(lanes: int, panel_in: float) -> float:
+    """The largest mark area that still fits its lane: at most 1.5 lane pitches across."""
+    pitch_pt = 72 * panel_in / max(1, lanes)
+    return min(230.0, (1.5 * pitch_pt) ** 2)
+
+
+def size_legend(tmax: float, biggest: float) -> list[Any]:
+    """Legend entries for two mark sizes (a tenth of the slowest TTFT, and the slowest)."""
     out = []
     for frac in (0.1, 1.0):
         t = tmax * frac
         out.append(Line2D([], [], linestyle="none", marker="o", color="#c5c9cf",
-                          markersize=ttft_size(t, tmax) ** 0.5, label=f"TTFT {t:.2g} s"))
+                          markersize=ttft_size(t, tmax, biggest) ** 0.5, label=f"TTFT {t:.2g} s"))
     return out
 
 
-def lanes_panel(ax: Any, d: Lanes, shapes: dict[str, str], tmax: float, norm: Any) -> None:
-    """Draw one run's lanes: durations, marks per label, failures, verdicts."""
-    dense = len(d.t) > RASTER_ABOVE
-    ax.hlines(d.lane, d.t, [t + e for t, e in zip(d.t, d.e2e)], color="#b9bec6",
-              linewidth=1.5 if len(d.sessions) <= 40 else 0.6, alpha=0.6, rasterized=dense)
+def lanes_panel(ax: Any, d: Lanes, shapes: dict[str, str], tmax: float, norm: Any,
+                biggest: float) -> None:
+    """Draw one run's lanes: durations, marks per label (area up to `biggest`), failures,
+    verdicts."""
+    if len(d.t) > RASTER_ABOVE:
+        ax.set_rasterization_zorder(3.5)  # every mark below: one embedded PNG per panel
+    ax.hlines(d.lane, d.t, [t + e for t, e in zip(d.t, d.e2e)], color="#d3d6db",
+              linewidth=1.5 if len(d.sessions) <= 40 else 0.6, zorder=1)
     for lab in dict.fromkeys(d.label):
         idx = [k for k, x in enumerate(d.label) if x == lab]
         known = [k for k in idx if d.reuse[k] is not None]
         cold = [k for k in idx if d.reuse[k] is None]
         ax.scatter([d.t[k] for k in known], [d.lane[k] for k in known],
                    c=[d.reuse[k] for k in known], cmap=REUSE_CMAP, norm=norm,
-                   s=[ttft_size(d.ttft[k], tmax) for k in known], marker=shapes[lab],
-                   edgecolors="#30343a", linewidths=0.4, zorder=3, rasterized=dense)
+                   s=[ttft_size(d.ttft[k], tmax, biggest) for k in known], marker=shapes[lab],
+                   edgecolors="#30343a" if len(d.t) <= RASTER_ABOVE else "none",
+                   linewidths=0.4, zorder=3)
         ax.scatter([d.t[k] for k in cold], [d.lane[k] for k in cold], facecolors="white",
-                   edgecolors="#9aa0a6", s=[ttft_size(d.ttft[k], tmax) for k in cold],
-                   marker=shapes[lab], linewidths=0.8, zorder=2, rasterized=dense)
+                   edgecolors="#9aa0a6", s=[ttft_size(d.ttft[k], tmax, biggest) for k in cold],
+                   marker=shapes[lab], linewidths=0.8, zorder=2)
     bad = [k for k, f in enumerate(d.failed) if f]
     if bad:
         ax.scatter([d.t[k] for k in bad], [d.lane[k] for k in bad], marker="x", color="black",
-                   s=25, zorder=4, linewidths=1)
+                   s=25, zorder=3.2, linewidths=1)
     lane_axis(ax, d)
 
 
@@ -253,14 +269,18 @@ def speed_chart(series: Sequence[tuple[str, Speed]]) -> Figure:
 
 
 def speed_lines(ax: Any, d: Speed, key: str, colour: str, marker: str) -> None:
-    for run in d.runs:
-        pts = [(p.context, getattr(p, key)) for p in run if getattr(p, key) is not None]
-        if pts:
-            ax.plot(*zip(*pts), color=colour, linewidth=0.9, alpha=0.45)
+    """One thin line per run (one PNG when there are many points), the mean on top."""
+    if sum(len(run) for run in d.runs) > RASTER_ABOVE:
+        ax.set_rasterization_zorder(1.5)
+    lines = [[(p.context, getattr(p, key)) for p in run if getattr(p, key) is not None]
+             for run in d.runs]
+    ax.add_collection(LineCollection([ln for ln in lines if ln], colors=colour, linewidths=0.9,
+                                     alpha=0.45, zorder=1))
+    ax.autoscale_view()
     mean = [(p.context, getattr(p, key)) for p in d.mean() if getattr(p, key) is not None]
     if mean:
         ax.plot(*zip(*mean), color=colour, linewidth=2.4, marker=marker,
-                markersize=4 if len(mean) < 60 else 0)
+                markersize=4 if len(mean) < 60 else 0, zorder=3)
 
 
 # ---------------------------------------------------------------- abort
@@ -271,7 +291,7 @@ def abort_chart(series: Sequence[tuple[str, Abort]]) -> Figure:
     """Left: the re-prompt's reuse per run against the gate. Right: where the cache stopped,
     in tokens past the end of the aborted request's prompt, with the streamed point (the
     tokens streamed before the abort) marked. Input: (label, Abort) per run. Output: figure."""
-    fig = new_figure(11, 3.2 + 0.18 * max(len(d.runs) for _, d in series))
+    fig = new_figure(11, 3.2 + min(4.0, 0.18 * max(len(d.runs) for _, d in series)))
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.4])
     n = len(series)
     handles: list[Any] = [legend_dot(HIT, "hit"), legend_dot(MISS, "miss"),
@@ -299,26 +319,32 @@ def abort_chart(series: Sequence[tuple[str, Abort]]) -> Figure:
 
 
 def abort_reuse(ax: Any, d: Abort, off: float, marker: str) -> None:
+    """Reuse per run, coloured hit / miss."""
+    dense = len(d.runs) > RASTER_ABOVE
+    if dense:
+        ax.set_rasterization_zorder(3.5)
     ax.scatter([r.run + off for r in d.runs],
                [math.nan if r.reuse is None else r.reuse for r in d.runs],
-               c=[hit_colour(r.hit) for r in d.runs], marker=marker, s=45, zorder=3)
+               c=[hit_colour(r.hit) for r in d.runs], marker=marker, s=8 if dense else 45,
+               zorder=3)
 
 
 def abort_tokens(ax: Any, d: Abort, off: float, marker: str) -> None:
     """Per run (a row): reported cached (filled) and expected (hollow) tokens past the aborted
     prompt's end, and the streamed point (a bar)."""
-    for r in d.runs:
-        y = r.run + off
-        if r.prime_prompt is None:
-            continue
-        ax.scatter([r.streamed], [y], marker="|", s=260, color="#3b6fb6", linewidths=2,
-                   zorder=2)
-        if r.expected is not None:
-            ax.scatter([r.expected - r.prime_prompt], [y], marker=marker, s=60,
-                       facecolors="white", edgecolors="#4a4f57", zorder=3)
-        if r.cached is not None:
-            ax.scatter([r.cached - r.prime_prompt], [y], marker=marker, s=36,
-                       color=hit_colour(r.hit), zorder=4)
+    runs = [r for r in d.runs if r.prime_prompt is not None]
+    dense = len(runs) > RASTER_ABOVE
+    if dense:
+        ax.set_rasterization_zorder(4.5)
+    k = 0.15 if dense else 1.0
+    ax.scatter([r.streamed for r in runs], [r.run + off for r in runs], marker="|",
+               s=260 * k, color="#3b6fb6", linewidths=2 * k, zorder=2)
+    exp = [r for r in runs if r.expected is not None]
+    ax.scatter([r.expected - r.prime_prompt for r in exp], [r.run + off for r in exp],
+               marker=marker, s=60 * k, facecolors="white", edgecolors="#4a4f57", zorder=3)
+    got = [r for r in runs if r.cached is not None]
+    ax.scatter([r.cached - r.prime_prompt for r in got], [r.run + off for r in got],
+               marker=marker, s=36 * k, c=[hit_colour(r.hit) for r in got], zorder=4)
 
 
 def abort_token_axis(ax: Any) -> None:
@@ -349,10 +375,12 @@ def needles_chart(series: Sequence[tuple[str, Needles]]) -> Figure:
     for i, (label, d) in enumerate(series):
         depth = f" (needle at {d.depth:.0%})" if d.depth is not None else ""
         names.append(f"{label}{depth}" if len(series) > 1 else f"found?{depth}")
-        for row in d.rows:
-            mark = "o" if row.found else "X" if row.found is False else "D"
-            ax.scatter([row.length], [i], marker=mark, s=90, zorder=3,
-                       color=hit_colour(row.found))
+        if len(d.rows) > RASTER_ABOVE:
+            ax.set_rasterization_zorder(3.5)
+        for found, mark in ((True, "o"), (False, "X"), (None, "D")):
+            xs = [row.length for row in d.rows if row.found is found]
+            ax.scatter(xs, [i] * len(xs), marker=mark, s=90 if len(d.rows) <= 200 else 20,
+                       zorder=3, color=hit_colour(found))
     ax.set_yticks(range(len(series)), names)
     ax.set_ylim(len(series) - 0.5, -0.5)
     ax.xaxis.set_major_formatter(TOKENS)

@@ -101,7 +101,7 @@ class Lanes:
     t: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
     label: list[str] = field(default_factory=list)
-    reuse: list[float | None] = field(default_factory=list)
+    reuse: list[float | None] = field(default_factory=list)  # None: not judged (cold)
     ttft: list[float | None] = field(default_factory=list)
     failed: list[bool] = field(default_factory=list)  # errored or aborted
 
@@ -121,7 +121,7 @@ def lanes(records: Sequence[Any], verdicts: dict[str, str]) -> Lanes | None:
         out.t.append(r.t_start_s)
         out.e2e.append(r.e2e_s or 0.0)
         out.label.append(r.label)
-        out.reuse.append(r.reuse)
+        out.reuse.append(r.reuse if r.hit is not None else None)
         out.ttft.append(r.ttft_s)
         out.failed.append(r.error is not None or r.aborted)
     return out
@@ -162,11 +162,19 @@ def avg(xs: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def extends(child: Any, parent: Any | None) -> bool:
+    """Does `child` continue `parent`'s conversation: same label, a longer prompt that expects
+    (nearly) all of the parent's prompt from the cache? Cold siblings that share only a
+    system prompt do not."""
+    return (parent is not None and parent.label == child.label
+            and child.planned_prompt_tokens > parent.planned_prompt_tokens
+            and child.planned_expected_cached >= 0.9 * parent.planned_prompt_tokens)
+
+
 def grown_label(records: Sequence[Any]) -> str | None:
     """The label whose requests most often extend a request of the same label (>= 2 links)."""
     by_id = {r.id: r for r in records}
-    links = Counter(r.label for r in records
-                    if r.prefix_source in by_id and by_id[r.prefix_source].label == r.label)
+    links = Counter(r.label for r in records if extends(r, by_id.get(r.prefix_source)))
     if not links:
         return None
     label, n = links.most_common(1)[0]
@@ -180,14 +188,15 @@ def speed(records: Sequence[Any]) -> Speed | None:
     label = grown_label(rs)
     if label is None:
         return None
+    by_id = {r.id: r for r in rs}
     mine = [r for r in rs if r.label == label]
-    ids = {r.id for r in mine}
+    linked = {r.id for r in mine if extends(r, by_id.get(r.prefix_source))}
     children: dict[str, list[Any]] = defaultdict(list)
     for r in mine:
-        if r.prefix_source in ids:
+        if r.id in linked:
             children[r.prefix_source].append(r)
     runs = []
-    for root in (r for r in mine if r.prefix_source not in ids):
+    for root in (r for r in mine if r.id not in linked):
         chain, node = [], root
         while node is not None:
             chain.append(SpeedPoint(level=node.index,
@@ -216,6 +225,19 @@ class AbortRun:
     expected: int | None
     reuse: float | None
     hit: bool | None
+    estimated: bool = False  # prime_prompt estimated: the engine reported no usage
+
+
+def prime_prompt(prime: Any, nxt: Any) -> tuple[int | None, bool]:
+    """The aborted request's prompt in the engine's tokens: as reported, else (an aborted
+    stream often ends before its usage) the re-prompt's reported prompt less the planned
+    growth between the two. Output: (tokens or None, estimated?)."""
+    if prime.prompt_tokens is not None:
+        return prime.prompt_tokens, False
+    if nxt.prompt_tokens is None:
+        return None, False
+    growth = nxt.planned_prompt_tokens - prime.planned_prompt_tokens
+    return max(0, nxt.prompt_tokens - growth), True
 
 
 @dataclass
@@ -237,8 +259,9 @@ def abort(records: Sequence[Any], reuse_threshold: float | None) -> Abort | None
         nxt = reuser.get(prime.id)
         if nxt is None:
             continue
+        prompt, estimated = prime_prompt(prime, nxt)
         runs.append(AbortRun(run=len(runs) + 1, prime_id=prime.id, reprompt_id=nxt.id,
-                             aborted=prime.aborted, prime_prompt=prime.prompt_tokens,
+                             aborted=prime.aborted, prime_prompt=prompt, estimated=estimated,
                              streamed=prime.streamed_tokens, cached=nxt.cached_tokens,
                              expected=nxt.expected_cached, reuse=nxt.reuse, hit=nxt.hit))
     return Abort(runs=runs, threshold=reuse_threshold) if runs else None

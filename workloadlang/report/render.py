@@ -80,7 +80,8 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("sessions", "Sessions over time",
      "One lane per session; each request is a mark at its start time, coloured by reuse "
      "(reported cached / expected), sized by TTFT, shaped by its label; the faint bar is its "
-     "duration. Hollow marks expected nothing from the cache. Verdicts are on the right.",
+     "duration. Hollow marks are cold requests (less than half the prompt expected from the "
+     "cache, so neither hit nor miss). Verdicts are on the right.",
      lambda r: data.lanes(r.records, r.verdicts), "lanes_chart"),
     ("speed", "Speed vs context",
      "Prefill (over the uncached tokens) and generation tokens/s at each level of the "
@@ -89,7 +90,8 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("abort", "Abort and re-prompt",
      "Left: reuse of the request sent after each aborted one, against the reuse gate. Right: "
      "how far past the aborted prompt the reported cache reaches, against the expected prefix "
-     "and the streamed point (the tokens streamed before the abort).",
+     "and the streamed point (the tokens streamed before the abort). When the engine reported "
+     "no usage for the aborted request, its prompt is the re-prompt's less the planned growth.",
      lambda r: data.abort(r.records, reuse_threshold(r)), "abort_chart"),
     ("needles", "Needles",
      "Whether the reply contained the needle, per haystack length.",

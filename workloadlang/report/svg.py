@@ -42,7 +42,7 @@ STYLE: dict[str, Any] = {
     "svg.fonttype": "none",
     "text.parse_math": False,  # a `$` in a session name or verdict is just a dollar sign
     "figure.dpi": 100,
-    "savefig.dpi": 110,  # the resolution of rasterised marks
+    "savefig.dpi": 96,  # the resolution of rasterised marks (only dense charts have any)
 }
 
 # Hit / miss / unknown, and the overlay colours (one per results file).
@@ -72,6 +72,9 @@ def styled(fn):
 def to_svg(fig: Figure, key: str, title: str = "") -> str:
     """Input: a figure, a page-unique key and an accessible title. Output: `<svg ...>...</svg>`."""
     buf = io.StringIO()
+    for ax in fig.axes:  # marks are clipped to their axes: the layout need not measure them
+        for artist in [*ax.collections, *ax.lines, *ax.images]:
+            artist.set_in_layout(False)
     with matplotlib.rc_context({**STYLE, "svg.hashsalt": f"wl-{key}"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None,
                                                  "Type": None})

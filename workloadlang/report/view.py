@@ -178,7 +178,7 @@ def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
     where the timing contradicts the engine's cached count, and counts. The cached source
     most requests share is stated once (`common_source`) and left out of their rows."""
     recs = sorted(results.records, key=lambda r: r.seq)
-    common = Counter(r.cached_source for r in recs if not r.skipped).most_common(1)
+    common = Counter(r.cached_source for r in recs if r.cached_tokens is not None).most_common(1)
     common_source = common[0][0] if common else ""
     rows = [evidence_row(r) for r in recs]
     rows = [row[:6] + ("" if row[6] == common_source else row[6],) + row[7:] for row in rows]
