@@ -40,7 +40,8 @@ def main(total: int) -> int:
     start = time.perf_counter()
     plan = [("edited bundled workloads", test_fuzz.edited(), total // 2),
             ("keyword soups", test_fuzz.soups, total // 4),
-            ("keyword soups in a workload", test_fuzz.wrapped_soups, total - total // 2 - total // 4)]
+            ("keyword soups in a workload", test_fuzz.wrapped_soups,
+             total - total // 2 - total // 4)]
     done = 0
     for label, strategy, examples in plan:
         ran = run(strategy, examples)

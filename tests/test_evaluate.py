@@ -163,7 +163,8 @@ def test_unknown_override_wl403():
 def test_bad_value_wl404():
     values, codes, diags = resolve("n: int = 3  m: int = $n", {"n": "lots"})
     assert values == {} and codes == ["WL404"]  # no fallback to the default
-    assert diags[0].message == "bad value for --n: expected a whole number like `8` or `8k`, got `lots`"
+    assert diags[0].message == ("bad value for --n: expected a whole number like `8` or `8k`, "
+                                "got `lots`")
     _, codes, _ = resolve("n: float = 1 / 0")
     assert codes == ["WL404"]
 

@@ -1,4 +1,5 @@
-"""parse: bundled workloads -> IR (golden JSON), spans, literals, contextual keywords, grammar hygiene.
+"""parse: bundled workloads -> IR (golden JSON), spans, literals, keywords in context, and the
+grammar's hygiene.
 
 Golden files: tests/golden/parse/<name>.json; regenerate with WL_UPDATE_GOLDEN=1.
 """
@@ -84,7 +85,8 @@ def test_every_node_has_a_span_inside_the_file(name: str):
 def test_spans_point_at_the_construct():
     text = 'workload w {\n  session main {\n    user filler 5k\n    reply 16 label x\n  }\n}\n'
     reply = parse(text, "t.wl").sessions[0].body[1]
-    assert (reply.span.line, reply.span.col, reply.span.end_line, reply.span.end_col) == (4, 5, 4, 21)
+    span = reply.span
+    assert (span.line, span.col, span.end_line, span.end_col) == (4, 5, 4, 21)
     assert (reply.max_tokens.span.col, reply.max_tokens.span.end_col) == (11, 13)
 
 
@@ -106,7 +108,8 @@ def test_range_dots_are_not_a_decimal_point():
 
 
 def test_open_range_followed_by_the_next_param():
-    wl = parse("workload w { params { a: int = 1 in 1..\n b: int = 2 in ..9 c: int in 0..1 } }", "t.wl")
+    text = "workload w { params { a: int = 1 in 1..\n b: int = 2 in ..9 c: int in 0..1 } }"
+    wl = parse(text, "t.wl")
     a, b, c = wl.params
     assert a.range.low.value == 1 and a.range.high is None
     assert b.range.low is None and b.range.high.value == 9
@@ -130,7 +133,9 @@ def test_keywords_are_names_where_a_name_is_expected():
 
 
 def test_if_call_and_if_statement():
-    text = 'workload w { params { t: bool = false } session s { if not($t) { user "a" } else if $t { user "b" } else { user "c" } reply if($t, 1, 2) } }'
+    text = """workload w { params { t: bool = false } session s {
+      if not($t) { user "a" } else if $t { user "b" } else { user "c" }
+      reply if($t, 1, 2) } }"""
     stmt, reply = parse(text, "t.wl").sessions[0].body
     assert isinstance(stmt.cond, ir.Not) and isinstance(stmt.orelse[0], ir.If)
     assert stmt.orelse[0].orelse[0].parts[0].value == "c"
@@ -147,7 +152,8 @@ def test_separators_and_objects():
 
 
 def test_string_escapes():
-    part = parse(r'workload w { session s { user "a\n\t\"b\\" } }', "t.wl").sessions[0].body[0].parts[0]
+    wl = parse(r'workload w { session s { user "a\n\t\"b\\" } }', "t.wl")
+    part = wl.sessions[0].body[0].parts[0]
     assert part.value == 'a\n\t"b\\'
 
 
@@ -162,7 +168,8 @@ def test_statement_clauses_in_any_order():
       grow until 10k by 1k as g label q { wait 1s }
     } }"""
     reply, probe, resend, spawn, loop, grow = parse(text, "t.wl").sessions[0].body
-    assert (reply.mode, reply.name, reply.label, reply.abort_after.value) == ("synthetic", "n", "l", 3)
+    assert (reply.mode, reply.name, reply.label) == ("synthetic", "n", "l")
+    assert reply.abort_after.value == 3
     assert [e.what for e in reply.expect] == ["needle", "text"] and reply.options[0].key == "seed"
     assert probe.max_tokens is None and probe.label == "p"
     assert (resend.name, resend.index.value, resend.label) == ("n", 0, "r")
@@ -187,7 +194,9 @@ def test_gate_expressions_lower_metric_free_parts_to_gnum():
 
 def test_selector_items():
     text = """workload w { session s { turn t { reply 1 } }
-      report { r: count(ok{t, warm, label=t, phase=p, session=s, first 2}) as percent by label } }"""
+      report {
+        r: count(ok{t, warm, label=t, phase=p, session=s, first 2}) as percent by label
+      } }"""
     item = parse(text, "t.wl").report[0]
     keys = [(i.key, i.value) for i in item.value.arg.selector]
     assert keys == [("name", "t"), ("flag", "warm"), ("label", "t"), ("phase", "p"),

@@ -84,7 +84,11 @@ def workloads(draw: st.DrawFn) -> str:
       params {{ {"; ".join(params)} }}
       concurrency = 2; settle = 1s
       options {{ seed = 7, extra = {{ deep = [1, "x", null] }} }}
-      session main repeat 2 {{ turn a {{ user filler {uses.replace(" ", " + ")}; reply 1 }} turn b {{ phase verify {{ reply 1 }} }} {body} }}
+      session main repeat 2 {{
+        turn a {{ user filler {uses.replace(" ", " + ")}; reply 1 }}
+        turn b {{ phase verify {{ reply 1 }} }}
+        {body}
+      }}
       gates {{ {gate} }}
       report {{ r: mean(prompt_tokens{{a}}) / 2 as tokens by index }}
     }}"""

@@ -55,9 +55,11 @@ _STMT_VALUES: dict[str, tuple[tuple[str, str, str], ...]] = {
                ("max_tokens", "number", "the `max_tokens` of `resend`")),
     "wait": (("duration", "duration", "`wait`"),),
     "if": (("cond", "bool", "the condition of `if`"),),
-    "for": (("low", "number", "the start of the range"), ("high", "number", "the end of the range")),
+    "for": (("low", "number", "the start of the range"),
+            ("high", "number", "the end of the range")),
     "repeat": (("count", "number", "the count of `repeat`"),),
-    "grow": (("until", "number", "the size of `grow until`"), ("by", "number", "the step of `grow`")),
+    "grow": (("until", "number", "the size of `grow until`"),
+             ("by", "number", "the step of `grow`")),
     "spawn": (("count", "number", "the count of `spawn`"),),
 }
 """What each statement's expressions must be: (field, kind, how a message names it)."""

@@ -39,7 +39,8 @@ _NUMBER = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|ms|min|k|M|s|%)?")
 
 
 def split_number(text: str) -> tuple[float, ir.UnitKind] | None:
-    """`"1.5M"` -> `(1500000.0, "number")`, `"500ms"` -> `(0.5, "duration")`; None if not a number."""
+    """`"1.5M"` -> `(1500000.0, "number")`, `"500ms"` -> `(0.5, "duration")`; None if it is not
+    a number."""
     m = _NUMBER.fullmatch(text)
     if m is None:
         return None
@@ -492,7 +493,7 @@ def _check_bounds(p: ir.Param, values: Mapping[str, Value], env: Mapping[str, Va
             return [error("WL401", f"{shown} is not one of {choices}", p.span,
                           did_you_mean(str(item), p.choices, '"{}"'))]
         if _is_num(item) and not ((low is None or item >= low) and (high is None or item <= high)):
-            bounds = "..".join(format_value(p.type, b) if b is not None else "" for b in (low, high))
+            bounds = "..".join("" if b is None else format_value(p.type, b) for b in (low, high))
             return [error("WL401", f"{shown} is out of its range {bounds}", p.range.span,
                           _range_hint(p, low, high, derived))]
     return []

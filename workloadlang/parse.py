@@ -6,8 +6,9 @@ stops at the first); structural problems found while lowering (a clause given tw
 escape, an aggregation of something that is not one metric) are all collected and raised
 together. Semantic checks are `workloadlang.check`'s job.
 
-The grammar is `grammars/workload.lark` (LALR; keywords reserved only where they can stand). The Lark parser is built once
-per process and its tables are cached on disk by Lark (`cache=True`), so start-up stays fast.
+The grammar is `grammars/workload.lark` (LALR; keywords reserved only where they can stand). The
+Lark parser is built once per process and its tables are cached on disk by Lark (`cache=True`),
+so start-up stays fast.
 """
 
 from __future__ import annotations
@@ -189,7 +190,6 @@ def _misspelt_previous(exc: UnexpectedToken, text: str) -> tuple[Token, str] | N
     return None
 
 
-
 def _call_hint(tok: Token, text: str, expected: set[str]) -> str | None:
     if tok.type == "NAME" and "CALL" in expected and text[tok.end_pos:].lstrip().startswith("("):
         return f"write a call without a space before `(`: `{tok.value}(...)`"
@@ -237,19 +237,20 @@ def _describe_token(tok: Token) -> str:
 
 
 def _unexpected_char(exc: UnexpectedCharacters, text: str, filename: str) -> Diagnostic:
-    char = exc.char
-    rest = text[exc.pos_in_stream:]
+    char, rest = exc.char, text[exc.pos_in_stream:]
     if char == '"':
-        length = len(rest.split("\n", 1)[0])
-        return error("WL104", "unterminated string", _point(filename, exc.line, exc.column, length),
+        span = _point(filename, exc.line, exc.column, len(rest.split("\n", 1)[0]))
+        return error("WL104", "unterminated string", span,
                      'a string ends with `"` on the same line; write `\\n` for a line break')
     if char.isdigit():
         word = re.match(r"[\w.%]+", rest).group(0)
-        return error("WL105", f"bad number `{word}`", _point(filename, exc.line, exc.column, len(word)),
+        return error("WL105", f"bad number `{word}`",
+                     _point(filename, exc.line, exc.column, len(word)),
                      "a number may end in one unit: k, M, Ki, Mi (counts), ms, s, min "
                      "(durations) or % (ratios)")
     hint = "a reference is `$` and a name, like `$tokens`" if char == "$" else None
-    return error("WL103", f"unexpected character `{char}`", _point(filename, exc.line, exc.column), hint)
+    return error("WL103", f"unexpected character `{char}`",
+                 _point(filename, exc.line, exc.column), hint)
 
 
 _BRACES = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[{}]')
@@ -388,7 +389,8 @@ class _Lower(Transformer):
         return ir.Workload(
             name=str(c[0]), doc=found.get("doc", ""), settings=ir.Settings(**settings, span=first),
             params=_flat(found.get("params", [])), options=_flat(found.get("options", [])),
-            calibrations=tuple(found.get("calibrate", [])), sessions=tuple(found.get("session", [])),
+            calibrations=tuple(found.get("calibrate", [])),
+            sessions=tuple(found.get("session", [])),
             gates=_flat(found.get("gates", [])), report=_flat(found.get("report", [])),
             span=self.span(meta))
 
@@ -549,7 +551,8 @@ class _Lower(Transformer):
     def gate(self, meta: Any, c: list) -> ir.Gate:
         name, scope, left, compare, verdict, severity = c
         op, right = compare or (None, None)
-        return ir.Gate(name=str(name), scope="each_session" if scope == "each session" else "overall",
+        scope = "each_session" if scope == "each session" else "overall"
+        return ir.Gate(name=str(name), scope=scope,
                        left=_gexpr(left), op=op, right=right and _gexpr(right), verdict=verdict,
                        severity=severity or "fail", span=self.span(meta))
 
@@ -592,9 +595,10 @@ class _Lower(Transformer):
         if func in ("max", "min") and len(args) >= 2:
             return ir.GCall(func=func, args=tuple(_gexpr(a) for a in args), span=span)
         if len(args) != 1 or not isinstance(args[0], ir.MetricRef):
-            self.diags.append(error("WL308", f"`{func}` takes one metric, like `{func}(ttft{{main}})`",
-                                    span, "aggregate first, then do arithmetic: "
-                                    "`median(ttft{a}) * 2`, not `median(ttft{a} * 2)`"))
+            self.diags.append(error(
+                "WL308", f"`{func}` takes one metric, like `{func}(ttft{{main}})`", span,
+                "aggregate first, then do arithmetic: `median(ttft{a}) * 2`, not "
+                "`median(ttft{a} * 2)`"))
             return ir.GNum(value=ir.Num(value=0, text="0", span=span), span=span)
         return ir.Agg(func=func, arg=args[0], span=span)
 
