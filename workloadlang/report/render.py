@@ -125,7 +125,7 @@ def context(runs: Sequence[Any], labels: Sequence[str]) -> dict[str, Any]:
     secs = charts(runs, labels)
     needle_rows = [(lab, row) for sec in secs if sec["key"] == "needles"
                    for lab, d in sec["data"] for row in d.rows]
-    return {"csp": CSP, "workload": runs[0].workload,
+    return {"csp": Markup(CSP), "workload": runs[0].workload,
             "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "headers": [view.header(r, lab) for r, lab in zip(runs, labels)],
             "labels": labels, "gates": view.gate_rows(runs), "charts": secs,

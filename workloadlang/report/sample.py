@@ -168,6 +168,7 @@ def agent_session(s: int, steps: int, subs: int, step: int, evicted: bool,
         rid = f"{sid}/main/{k}"
         out.append(record(id=rid, seq=seq0 + len(out), session=sid, label="main", index=k,
                           line=30, planned_prompt_tokens=prompt, max_tokens=64, prefix_source=prev,
+                          planned_expected_cached=expected,
                           t_start_s=t, ttft_s=ttft, e2e_s=ttft + 64 * 2e-4, completion_tokens=64,
                           pp_tps=(prompt - expected) / ttft, tg_tps=63 / (64 * 2e-4),
                           **warm(prompt, expected, expected)))
@@ -183,6 +184,7 @@ def agent_session(s: int, steps: int, subs: int, step: int, evicted: bool,
     ttft = (prompt + 2000 - cached) * 8e-6
     out.append(record(id=f"{sid}/finalize/0", seq=seq0 + len(out), session=sid,
                       label="finalize", line=39, planned_prompt_tokens=prompt + 2064,
+                      planned_expected_cached=expected,
                       prefix_source=prev, t_start_s=t, ttft_s=ttft, e2e_s=ttft + 0.013,
                       **warm(prompt + 2064, expected, cached, source=f"engine:{prev}")))
     return out
@@ -208,6 +210,7 @@ def perf(runs: int = 3, steps: int = 8, step_tokens: int = 10000, slower: float 
             rid = f"main#1/level/{k}" + (f".{run}" if run else "")
             recs.append(record(id=rid, seq=len(recs), label="level", index=k, line=26,
                                max_tokens=256, planned_prompt_tokens=prompt, prefix_source=prev,
+                               planned_expected_cached=expected,
                                t_start_s=t, ttft_s=ttft, e2e_s=ttft + 255 / tg,
                                completion_tokens=256, pp_tps=pp, tg_tps=tg,
                                **warm(prompt, expected, expected)))
@@ -241,6 +244,7 @@ def abort(runs: int = 2, kept: Iterable[bool] = (True, False), context: int = 40
         cached = expected if keep else prompt - 16
         recs.append(record(id=f"main#1/reprompt/{run}", seq=len(recs), label="reprompt",
                            index=run, kind="probe", line=30, planned_prompt_tokens=rprompt,
+                           planned_expected_cached=expected,
                            prefix_source=prime, t_start_s=t, ttft_s=0.02 if keep else 0.1,
                            e2e_s=0.03, completion_tokens=1,
                            **warm(rprompt, expected, cached, hit_ratio=0.95,
