@@ -254,7 +254,8 @@ class _Checker:
             return self.calibration_ref(e, scope)
         candidates = [*scope, *(CALIBRATION_REFS if scope.gates else ())]
         close = closest(e.name, candidates)
-        self.used.add(close)  # so the misspelt param is not also reported as unused
+        if close:
+            self.used.add(close)  # so the misspelt param is not also reported as unused
         self.err("WL201", f"unknown parameter `${e.name}`", e.span,
                  close and f"did you mean `${close}`?")
         return "any"
