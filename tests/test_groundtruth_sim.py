@@ -9,8 +9,10 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
-AGENT_SMALL = ["--sessions", "3", "--main-tokens", "3k", "--step-tokens", "500",
-               "--sub-tokens", "1500", "--finalize-tokens", "2k", "--max-tokens", "16",
+# Small, but shaped like agent work: a context much larger than each new step, so a reported
+# hit that was really recomputed is visible in timing (cold/warm cost ratio >= 8).
+AGENT_SMALL = ["--sessions", "3", "--main-tokens", "8k", "--step-tokens", "1k",
+               "--sub-tokens", "1500", "--finalize-tokens", "500", "--max-tokens", "16",
                "--sim-prefill-us-per-token", "40", "--sim-decode-us-per-token", "100"]
 
 
@@ -85,10 +87,11 @@ def test_agent_sim_no_cached_report_is_unverified_not_ok(tmp_path):
 
 
 def test_agent_sim_eviction_by_sub_agents_is_evicted(tmp_path):
-    # One session; the device holds the 3k main context or a 1.5k sub, not both: the subs push
+    # One session; the device holds the 8k main context or a 6k sub, not both: the subs push
     # the main context out, and the finalize must be judged evicted.
     code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL, "--sessions", "1",
-                       "--sim-device-tokens", "4096", "--sim-host-tokens", "0")
+                       "--sub-tokens", "6k", "--sim-device-tokens", "9216",
+                       "--sim-host-tokens", "0")
     assert verdicts(res) == {"main#0": "evicted"}
     fin = records(res, "finalize")[0]
     assert fin["cached_tokens"] < 0.66 * fin["expected_cached"]

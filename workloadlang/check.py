@@ -26,9 +26,10 @@ from workloadlang.parse import FLAGS
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
                      "prefill_time")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
-                   "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg")
+                   "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg",
+                   "prefill_work")
 _FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
-                 "ttft_agrees")
+                 "ttft_agrees", "ttft_disagrees")
 METRICS: dict[str, str] = {**dict.fromkeys(_DURATION_METRICS, "duration"),
                            **dict.fromkeys(_NUMBER_METRICS, "number"), "reuse": "ratio",
                            **dict.fromkeys(_FLAG_METRICS, "bool")}

@@ -48,6 +48,8 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "cold_ok": lambda r: cold_ok(r),
     "cached_reported": lambda r: None if r.error else r.cached_source != "none",
     "ttft_agrees": lambda r: r.ttft_agrees,
+    "ttft_disagrees": lambda r: None if r.ttft_agrees is None else not r.ttft_agrees,
+    "prefill_work": lambda r: prefill_work(r),
     "prefill_time": lambda r: r.prefill_s,
     "completion_tokens": lambda r: r.completion_tokens,
     "streamed_tokens": lambda r: r.streamed_tokens,
@@ -56,6 +58,15 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "ttft_per_uncached": lambda r: r.ttft_per_uncached,
     "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
 }
+
+
+def prefill_work(r: Record) -> float | None:
+    """Sum of the positions prefilled (`(prompt² - cached²) / 2`): with a per-token cost that
+    grows linearly with position, the cost of two prefills compares between their uncached-token
+    ratio and their prefill_work ratio, so the larger of the two bounds a healthy slowdown."""
+    if r.error or r.cached_tokens is None or r.prompt_tokens is None:
+        return None
+    return (r.prompt_tokens**2 - r.cached_tokens**2) / 2
 
 
 def cold_ok(r: Record) -> bool | None:

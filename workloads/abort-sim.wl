@@ -13,9 +13,10 @@ workload abort_sim {
     runs: int = 2 in 1.. doc "independent runs, each with its own context"
     min_reuse: ratio = 95% in 0..1 doc "least reuse of the re-prompt"
     settle: duration = 500ms in 0s.. doc "pause after the abort so the server sees the disconnect"
+    ignore_eos: bool = false doc "ask the engine not to stop early (llama.cpp, vLLM): a small model may finish before the abort point"
   }
   concurrency = 1
-  options { reasoning_effort = "xhigh" }
+  options { reasoning_effort = "xhigh", ignore_eos = if($ignore_eos, true, null) }
 
   session main {
     for run in 0..$runs label run {

@@ -7,15 +7,19 @@ workload needle_test {
     needle_pos: ratio = 80% in 0..1 doc "needle depth as a fraction of the haystack"
     max_tokens: int = 128 in 1.. doc "generation budget for the answer"
     thinking: bool = false doc "ask the chat template to think"
+    temperature: float = -1 doc "sampling temperature (negative: the engine's default)"
   }
   concurrency = 1
-  options { chat_template_kwargs = if($thinking, { thinking = true }, null) }
+  options {
+    chat_template_kwargs = if($thinking, { thinking = true }, null)
+    temperature = if($temperature >= 0, $temperature, null)
+  }
 
   session main {
     for len in $lengths label needle {
       fresh {
         system "You are a careful reader."
-        user filler $len needle at $needle_pos, "\n\nWhat is the secret code hidden in the text above? Reply with the code only, in square brackets."
+        user filler $len needle at $needle_pos, "\n\nOne sentence in the text above is in square brackets and starts with \"the secret code is\". Copy that sentence exactly, with its brackets."
         reply $max_tokens drop expect reply contains needle
       }
     }

@@ -1,0 +1,47 @@
+"""Ground truth on a real engine: llama-server (SmolLM2-135M Q4_1, one slot, prompt cache on).
+
+Small sizes: this machine prefills a few hundred tokens per second. A healthy server must be
+judged healthy; these are the cases where the original tool raised false alarms.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runhelp import gate, records, verdicts, wl_run
+
+pytestmark = pytest.mark.llama
+
+
+def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
+    # The original's setup: 2 sessions, a 3k main context grown in 500-token steps, 1.5k subs and
+    # the default 2k finalize. It called both finalizes "degraded" (unequal suffix work).
+    code, res = wl_run(tmp_path, "agent-sim", "--base-url", llama_server.base_url,
+                       "--sessions", "2", "--main-tokens", "3k", "--step-tokens", "500",
+                       "--sub-tokens", "1500", "--max-tokens", "16", "--salt", "llama-agent")
+    assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
+    fins = records(res, "finalize")
+    assert all(f["cached_source"] == "usage.prompt_tokens_details.cached_tokens" for f in fins)
+    assert all(f["prefill_source"] == "server" for f in fins)
+    assert code == 0
+
+
+def test_abort_sim_healthy_llama_server_passes(tmp_path, llama_server):
+    code, res = wl_run(tmp_path, "abort-sim", "--base-url", llama_server.base_url,
+                       "--context-tokens", "1000", "--thinking-tokens", "50",
+                       "--max-tokens", "2000", "--ignore-eos", "true", "--salt", "llama-abort")
+    primes = records(res, "prime")
+    assert [p["streamed_tokens"] for p in primes] == [50, 50], "the abort point is exact"
+    assert gate(res, "reuse")["status"] == "pass"
+    assert code == 0
+
+
+def test_needle_found_at_hundreds_to_thousands_of_tokens(tmp_path, llama_server):
+    # SmolLM2-135M is a weak reader: it finds the needle in roughly half of the haystacks we
+    # tried. This salt's haystacks are ones it reads, so the test checks the pipeline (needle
+    # placement, sizing, greedy decoding, the reply check) against a real engine.
+    code, res = wl_run(tmp_path, "needle-test", "--base-url", llama_server.base_url,
+                       "--lengths", "500,2000", "--needle-pos", "95%", "--temperature", "0",
+                       "--salt", "n2")
+    assert [r["expect_ok"] for r in records(res, "needle")] == [True, True]
+    assert code == 0
