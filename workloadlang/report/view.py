@@ -23,9 +23,7 @@ def fmt_num(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
-        if v.is_integer() and abs(v) >= 1000:
-            return f"{int(v):,}"
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
     if isinstance(v, dict):
         items = list(v.items())
         text = ", ".join(f"{k}: {fmt_num(x)}" for k, x in items[:12])
