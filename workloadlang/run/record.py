@@ -175,7 +175,8 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
         out["ttft_per_uncached"] = o.ttft_s / max(1, uncached)
     out["prefill_s"], out["prefill_source"] = prefill_time(o)
     warm = expected is not None and prompt and expected * 2 >= prompt
-    if cached is not None and expected:
+    if cached is not None and expected and warm:
+        # Reuse is a warm request's measure; a cold one is judged by `cold_ok` instead.
         out["reuse"] = min(1.0, cached / expected)
         out["missed"] = max(0, expected - cached)
     if cached is not None and warm:

@@ -59,6 +59,7 @@ class Results(BaseModel):
     gates: list[GateResult]
     verdicts: dict[str, str]
     report: dict[str, Any]
+    report_format: dict[str, str] = {}
     records: list[Record]
 
     def to_json(self) -> str:
@@ -150,6 +151,7 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
         client=run.client if run else {}, incomplete=run.incomplete if run else "not started",
         exit_code=exit_code(run, gates, interrupted), gates=gates,
         verdicts=session_verdicts(plan, gates), report=evaluate_report(plan, records, env),
+        report_format={item.name: item.fmt for item in plan.report},
         records=records)
     sink.event("summary", {"exit_code": results.exit_code, "incomplete": results.incomplete,
                            "verdicts": results.verdicts, "report": results.report})

@@ -135,8 +135,8 @@ def summary_text(results: Any) -> str:
             "session", "verdict", "requests", "errors", "reuse (warm)", "median ttft"],
             tablefmt="simple", disable_numparse=True))
     if results.report:
-        parts += ["", "── report ──", tabulate(report_rows(results.report), tablefmt="plain",
-                                                  disable_numparse=True)]
+        parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
+                                                  tablefmt="plain", disable_numparse=True)]
     parts += ["", footer(results), ""]
     return "\n".join(parts)
 
@@ -153,13 +153,28 @@ def session_rows(results: Any) -> list[list[Any]]:
     return rows
 
 
-def report_rows(report: dict[str, Any]) -> list[list[str]]:
+def fmt_report(v: Any, fmt: str) -> str:
+    if v is None or isinstance(v, bool):
+        return fmt_val(v)
+    if fmt == "percent":
+        return fmt_pct(v)
+    if fmt == "tokens":
+        return fmt_tok(round(v))
+    if fmt == "seconds":
+        return fmt_s(v)
+    if isinstance(v, int) or float(v).is_integer() or abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def report_rows(report: dict[str, Any], formats: dict[str, str] | None = None) -> list[list[str]]:
     rows = []
     for name, v in report.items():
+        fmt = (formats or {}).get(name, "number")
         if isinstance(v, dict):
-            rows.append([name, "  ".join(f"{k}:{fmt_val(x)}" for k, x in v.items())])
+            rows.append([name, "  ".join(f"{k}: {fmt_report(x, fmt)}" for k, x in v.items())])
         else:
-            rows.append([name, fmt_val(v)])
+            rows.append([name, fmt_report(v, fmt)])
     return rows
 
 
@@ -169,7 +184,7 @@ def footer(results: Any) -> str:
            f"{len(results.records)} requests in {results.elapsed_s:.1f}s · salt {results.salt}"
     if results.incomplete:
         line += f" · incomplete: {results.incomplete}"
-    if results.client.get("client_bottleneck"):
+    if results.client.get("client_bottleneck") and not results.engine.get("sim"):
         line += " · NOTE: the client was a bottleneck (see client in the results)"
     return line
 
