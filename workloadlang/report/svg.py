@@ -14,9 +14,7 @@ import re
 from typing import Any
 
 import matplotlib
-
-matplotlib.use("svg", force=False)  # never a GUI backend; figures are built without pyplot
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
 # A quiet look: no box, light grid, one sans-serif family, colours that survive greyscale print.
 STYLE: dict[str, Any] = {
