@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -121,7 +122,7 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
     executor = None
     try:
         sizer = await calibrate.sizer_for(client, endpoint, tokenizer, plan.salt, cal)
-        ref = await threshold_reference(plan, client, endpoint, sizer, cal)
+        ref = await threshold_reference(plan, client, endpoint, sizer, cal, fresh_salt())
         sink.event("calibration", cal.model_dump())
         await snapshot(client, metrics_url, endpoint, "start", snaps, sink)
 
@@ -158,7 +159,14 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
     return results
 
 
-async def threshold_reference(plan: Plan, client, endpoint, sizer, cal) -> TtftReference:
+def fresh_salt() -> str:
+    """Calibration twins get a salt of their own, fresh every run: a replayed run (`--salt S`)
+    against a warm server must not find its "cold" twin already cached."""
+    return secrets.token_hex(6)
+
+
+async def threshold_reference(plan: Plan, client, endpoint, sizer, cal,
+                              salt: str) -> TtftReference:
     for c in plan.calibrations:
         if c.what != "ttft_threshold":
             continue
@@ -166,7 +174,7 @@ async def threshold_reference(plan: Plan, client, endpoint, sizer, cal) -> TtftR
 
         tokens = int(evaluate(c.tokens, plan.params)) if c.tokens is not None else 1024
         repeat = int(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
-        await calibrate.ttft_threshold(client, endpoint, sizer, plan.salt, tokens, repeat, cal)
+        await calibrate.ttft_threshold(client, endpoint, sizer, salt, tokens, repeat, cal)
     cold = [cal.threshold_tokens / t for t in cal.cold_ttft_s if t] if cal.threshold_tokens else []
     return TtftReference(threshold_s=cal.threshold_s, threshold_tokens=cal.threshold_tokens,
                          cold_prefill_tps=sorted(cold)[len(cold) // 2] if cold else None)

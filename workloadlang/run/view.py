@@ -118,8 +118,8 @@ def fmt_val(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.4g}"
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
 def summary_text(results: Any) -> str:
