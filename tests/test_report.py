@@ -361,6 +361,16 @@ def test_fmt_num(value, text):
     assert view.fmt_num(value) == text
 
 
+def test_headline_numbers_follow_their_declared_format():
+    res = sample.retention().model_copy(update={
+        "report": {"retained_pct": 1.2232, "retained_tokens": 80130.0, "by_level": {"0": 0.5}},
+        "report_format": {"retained_pct": "percent", "retained_tokens": "tokens",
+                          "by_level": "percent"}})
+    head = dict(view.header(res, "x")["headline"])
+    assert head == {"retained_pct": "122.3%", "retained_tokens": "80,130 tokens",
+                    "by_level": "0: 50.0%"}
+
+
 def test_fmt_seconds_and_percent():
     assert view.fmt_seconds(0.0874) == "87 ms" and view.fmt_seconds(1.236) == "1.24 s"
     assert view.fmt_pct(0.9821) == "98.2%" and view.fmt_pct(None) == "–"

@@ -42,6 +42,24 @@ def fmt_pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:.1f}%"
 
 
+def fmt_headline(v: Any, fmt: str) -> str:
+    """Input: a headline number (or a dict of them, `by` a field) and its declared format
+    (`percent`, `tokens`, `seconds`, `number`). Output: text such as `98.2%`, `80,130 tokens`."""
+    if isinstance(v, dict):
+        items = list(v.items())
+        text = ", ".join(f"{k}: {fmt_headline(x, fmt)}" for k, x in items[:12])
+        return text + (f", … ({len(items)} in all)" if len(items) > 12 else "")
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return fmt_num(v)
+    if fmt == "percent":
+        return fmt_pct(v)
+    if fmt == "tokens":
+        return f"{round(v):,} tokens"
+    if fmt == "seconds":
+        return fmt_seconds(v)
+    return fmt_num(v)
+
+
 # ---------------------------------------------------------------- header
 
 
@@ -50,6 +68,7 @@ def header(results: Any, label: str) -> dict[str, Any]:
     rs = results.records
     eng = results.engine or {}
     cal = results.calibration or {}
+    formats = getattr(results, "report_format", None) or {}
     return {
         "label": label,
         "workload": results.workload,
@@ -68,7 +87,8 @@ def header(results: Any, label: str) -> dict[str, Any]:
                      f"{sum(1 for r in rs if r.skipped):,} skipped, "
                      f"{sum(1 for r in rs if r.error is not None):,} errored"),
         "threshold": fmt_seconds(cal.get("threshold_s")) if cal.get("threshold_s") else "",
-        "headline": [(k, fmt_num(v)) for k, v in (results.report or {}).items()],
+        "headline": [(k, fmt_headline(v, formats.get(k, "number")))
+                     for k, v in (results.report or {}).items()],
     }
 
 
