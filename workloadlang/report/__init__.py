@@ -55,6 +55,7 @@ def report_command(args: Any) -> int:
 
 
 def first_line(e: Exception) -> str:
+    """The first line of an error's message (pydantic's run long)."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 

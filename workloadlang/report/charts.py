@@ -36,6 +36,7 @@ REUSE_CMAP = "RdYlGn"
 
 
 def hit_colour(h: bool | None) -> str:
+    """Input: hit / miss / unknown. Output: green, red or grey."""
     return HIT if h else MISS if h is False else UNKNOWN
 
 
@@ -46,6 +47,7 @@ def legend_dot(colour: str, text: str, marker: str = "o", hollow: bool = False) 
 
 
 def legend_line(colour: str, text: str, style: str = "-", width: float = 1.5) -> Line2D:
+    """A legend entry for a line (threshold, mean, run)."""
     return Line2D([], [], color=colour, linestyle=style, linewidth=width, label=text)
 
 
@@ -235,6 +237,7 @@ def lane_axis(ax: Any, d: Lanes) -> None:
 
 
 def verdict_colour(v: str) -> str:
+    """Input: a session verdict. Output: green for `ok`, grey when unjudged, else red."""
     return HIT if v == "ok" else UNKNOWN if v in ("", "unverified") else MISS
 
 
@@ -269,7 +272,8 @@ def speed_chart(series: Sequence[tuple[str, Speed]]) -> Figure:
 
 
 def speed_lines(ax: Any, d: Speed, key: str, colour: str, marker: str) -> None:
-    """One thin line per run (one PNG when there are many points), the mean on top."""
+    """Input: an axes, one file's `Speed`, `pp` or `tg`. Draws one thin line per run (one PNG
+    when there are many points) and the mean on top."""
     if sum(len(run) for run in d.runs) > RASTER_ABOVE:
         ax.set_rasterization_zorder(1.5)
     lines = [[(p.context, getattr(p, key)) for p in run if getattr(p, key) is not None]
@@ -348,6 +352,7 @@ def abort_tokens(ax: Any, d: Abort, off: float, marker: str) -> None:
 
 
 def abort_token_axis(ax: Any) -> None:
+    """Axis, zero line and legend of the "where the cache stopped" panel."""
     ax.axvline(0, color="#8a8f98", linewidth=1)
     ax.set_title("Where the cache stopped (0 = end of the aborted prompt)")
     ax.set_xlabel("tokens past the aborted request's prompt")

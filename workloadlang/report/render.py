@@ -64,6 +64,7 @@ def reuse_threshold(res: Any) -> float | None:
 
 
 def needle_data(res: Any) -> data.Needles | None:
+    """Input: a `Results`. Output: its needles, the checked labels read from its `.wl`."""
     text = read_source(res.source) or ""
     return data.needles(res.records, data.checked_labels(text.splitlines()),
                         res.params.get("needle_pos"))

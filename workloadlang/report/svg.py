@@ -93,6 +93,7 @@ def drop_unreferenced_ids(text: str) -> str:
 
 
 def escape_attr(s: str) -> str:
+    """Text made safe for a double-quoted XML attribute."""
     return (s.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
             .replace(">", "&gt;"))
 
