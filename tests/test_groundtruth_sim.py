@@ -157,3 +157,25 @@ def test_perf_sim_reproduces_configured_speeds(tmp_path):
     second_run_first = levels[len(first_run)]
     assert second_run_first["index"] == 0
     assert second_run_first["cached_tokens"] < 64, "every run starts cold (fresh filler)"
+
+
+def test_agent_sim_evict_over_concurrency_is_evicted_where_the_prefix_was_lost(tmp_path):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL,
+                       "--sim-fault", "evict_over_concurrency=1")
+    v = verdicts(res)
+    assert "evicted" in v.values(), v
+    for fin in records(res, "finalize"):
+        lost = fin["cached_tokens"] < 0.66 * fin["expected_cached"]
+        assert ("evicted" in v[fin["session"]]) == lost, (fin["session"], v)
+    assert not any("degraded" in x for x in v.values()), "an eviction is not a slowdown"
+    assert code == 1
+
+
+def test_cache_pressure_duplicate_blocks_halve_the_retained_capacity(tmp_path):
+    capacity, context = 16384, 1000
+    code, res = wl_run(tmp_path, "cache-pressure", "--sim", "--kv-size", str(capacity),
+                       "--context-tokens", str(context), "--sim-device-tokens", str(capacity),
+                       "--sim-host-tokens", "0", "--sim-fault", "duplicate_blocks")
+    retained = res["report"]["retained_tokens"]
+    assert abs(retained - capacity / 2) <= context + 64, retained
+    assert [g["status"] for g in res["gates"] if g["name"] == "retained"] == ["fail"]

@@ -131,8 +131,10 @@ def summary_text(results: Any) -> str:
         head = f"── sessions: {len(results.verdicts) - len(bad)}/{len(results.verdicts)} ok"
         parts += ["", head + (f"; worst: {', '.join(f'{s} {v}' for s, v in bad.items())}"
                               if bad else "") + " ──"]
-        parts.append(tabulate(session_rows(results), headers=[
-            "session", "verdict", "requests", "errors", "reuse (warm)", "median ttft"],
+        per_session = [g for g in results.gates if g.scope == "each session"]
+        parts.append(tabulate(session_rows(results, per_session), headers=[
+            "session", "verdict", "requests", "errors", "reuse (warm)", "median ttft",
+            *(f"{g.name} (value / threshold)" for g in per_session)],
             tablefmt="simple", disable_numparse=True))
     if results.report:
         parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
@@ -141,7 +143,15 @@ def summary_text(results: Any) -> str:
     return "\n".join(parts)
 
 
-def session_rows(results: Any) -> list[list[Any]]:
+def gate_cell(g: Any, sid: str) -> str:
+    r = next((r for r in g.results if r.scope == sid), None)
+    if r is None:
+        return "–"
+    cell = f"{fmt_val(r.value)} / {fmt_val(r.threshold)}"
+    return cell if r.status == "pass" else f"{cell} {r.status.upper()}"
+
+
+def session_rows(results: Any, per_session: list[Any] = ()) -> list[list[Any]]:
     rows = []
     for sid, verdict in results.verdicts.items():
         rs = [r for r in results.records if r.session == sid and not r.skipped]
@@ -149,7 +159,8 @@ def session_rows(results: Any) -> list[list[Any]]:
         ttfts = sorted(r.ttft_s for r in rs if r.ttft_s is not None)
         rows.append([sid, verdict, len(rs), sum(1 for r in rs if r.error),
                      fmt_pct(sum(warm) / len(warm)) if warm else "–",
-                     fmt_s(ttfts[len(ttfts) // 2]) if ttfts else "–"])
+                     fmt_s(ttfts[len(ttfts) // 2]) if ttfts else "–",
+                     *(gate_cell(g, sid) for g in per_session)])
     return rows
 
 
