@@ -173,13 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="check .wl files (exit 0 valid, 2 not)")
     c.add_argument("workloads", nargs="+")
     c.add_argument("--format", choices=["text", "json"], default="text")
-    p = sub.add_parser("plan", help="dry-run: print the token schedule, send nothing")
+    # No abbreviations on plan/run: a param flag such as `--max` must not be read as `--max-context`.
+    p = sub.add_parser("plan", help="dry-run: print the token schedule, send nothing",
+                       allow_abbrev=False)
     add_plan_args(p)
     p.add_argument("--json", action="store_true", help="the full plan as JSON")
     p.add_argument("--full", action="store_true", help="list every request")
     p.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
     sub.add_parser("list", help="the bundled workloads")
-    r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)")
+    r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)",
+                       allow_abbrev=False)
     add_plan_args(r)
     from workloadlang.run.cli_run import add_run_args
 
