@@ -144,6 +144,14 @@ def cmd_compare(args, extra) -> int:
     return compare_command(args)
 
 
+def cmd_report(args, extra) -> int:
+    from workloadlang.report import report_command
+
+    if extra:
+        raise UsageError(f"unexpected arguments: {' '.join(extra)}")
+    return report_command(args)
+
+
 def cmd_sim(args, extra) -> int:
     from workloadlang.sim import config_from_args, serve
 
@@ -190,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="compare two results files of the same workload")
     cmp_.add_argument("a")
     cmp_.add_argument("b")
+    rep = sub.add_parser("report", help="results JSON files -> one self-contained HTML report")
+    rep.add_argument("results", nargs="+",
+                     help="results files (wl run --output) of one workload; several overlay")
+    rep.add_argument("-o", "--output", default="report.html",
+                     help="the HTML file (default: %(default)s)")
     s = sub.add_parser("sim", help="the embedded simulator")
     ssub = s.add_subparsers(dest="sim_command", required=True)
     serve = ssub.add_parser("serve", help="serve the simulator on loopback")
@@ -202,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"check": cmd_check, "plan": cmd_plan, "list": cmd_list, "run": cmd_run,
-            "compare": cmd_compare, "sim": cmd_sim}
+            "compare": cmd_compare, "report": cmd_report, "sim": cmd_sim}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

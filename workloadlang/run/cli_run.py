@@ -42,6 +42,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
     p.add_argument("--output", "-o", help="write the summary JSON here")
     p.add_argument("--records", help="write one JSON line per request as it completes")
+    p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
     p.add_argument("--time-budget", type=float, help="stop after this many seconds (exit 4)")
     p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
     from workloadlang.sim import add_sim_arguments
@@ -140,8 +141,21 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
                 fh.write(results.to_json())
+        if args.report:
+            write_html(results, args.report)
         view.summary(results)
         return results.exit_code
+
+
+def write_html(results, path: str) -> None:
+    from workloadlang.cli import eprint
+    from workloadlang.report import write_report
+    from workloadlang.report.render import ReportError
+
+    try:
+        write_report([results], path)
+    except (OSError, ReportError) as e:
+        eprint(f"wl run: report not written: {e}")
 
 
 def install_interrupt(task: asyncio.Future) -> None:
