@@ -8,9 +8,7 @@ capability, 4 run incomplete, 130 interrupted (after writing what was measured).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import difflib
-import os
 import sys
 from typing import Any, Sequence
 
@@ -192,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)",
                        allow_abbrev=False)
     add_plan_args(r)
-    from workloadlang.run.cli_run import add_run_args
+    from workloadlang.run.args import add_run_args
 
     add_run_args(r)
     cmp_ = sub.add_parser("compare", help="compare two results files of the same workload")

@@ -11,9 +11,20 @@ Public API:
 See docs/simulator.md for the tokenizer, template, cache and time models, faults and presets.
 """
 
-from .app import create_app
 from .config import PRESETS, FaultSpec, SimConfig, add_sim_arguments, config_from_args, parse_fault
-from .server import SimHandle, serve, start_in_thread
+
+_LAZY = {"create_app": "app", "SimHandle": "server", "serve": "server",
+         "start_in_thread": "server"}
+
+
+def __getattr__(name: str):
+    """The server half (starlette, uvicorn) is imported only when used, so `wl plan` and
+    `wl check`, which only need the option parser, start fast."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(name)
 
 __all__ = [
     "PRESETS",
