@@ -49,7 +49,8 @@ class RatioSizer:
 
 class ExactSizer(RatioSizer):
     """Sizes each filler with the engine's tokenizer: a first guess from the ratio, then up to
-    two corrections, keeping the word count whose token count is closest to the plan."""
+    two corrections, keeping the word count whose token count is closest to the plan. A
+    correction scales by the tokens per word just measured, so a stale ratio still converges."""
 
     def __init__(self, count: Callable[[str], Awaitable[int]], tokens_per_word: float = 1.0):
         super().__init__(tokens_per_word)
@@ -63,7 +64,7 @@ class ExactSizer(RatioSizer):
     async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None:
         if key in self.sized or tokens <= 0:
             return
-        words = super().words_for(key, tokens)
+        words = max(1, super().words_for(key, tokens))
         best = None
         for _ in range(3):
             got = await self.count(render(words))
@@ -71,7 +72,8 @@ class ExactSizer(RatioSizer):
                 best = (words, got)
             if got == tokens:
                 break
-            words = max(0, words + round((tokens - got) / self.tokens_per_word))
+            rate = got / words if words and got else self.tokens_per_word
+            words = max(0, words + round((tokens - got) / rate))
         self.sized[key], self.measured[key] = best
 
 
