@@ -1,0 +1,103 @@
+"""The installed wheel: build it, `pip install` it into a fresh virtual environment, and use the
+installed `wl` from outside the repository.
+
+tests/test_parse_resources.py already checks the wheel's file list by unpacking it onto
+sys.path; this goes the whole way a user does: a real install (dependencies from the package
+index), the console script, every bundled workload checked, one planned, and the grammar and
+workloads read from inside the installed package, not from the checkout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from workloadlang import cli
+from workloadlang.resources import bundled_workloads
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = [name for name, _ in bundled_workloads()]
+pytestmark = pytest.mark.slow
+
+
+def run(cmd: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    # No PYTHONPATH and a cwd outside the checkout: only the installed copy can be imported.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin/ directory of a fresh venv with the wheel built from this checkout installed."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                 str(tmp / "dist"), str(ROOT)], cwd=tmp)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (wheel,) = (tmp / "dist").glob("workloadlang-*.whl")
+    env_dir = tmp / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    bin_dir = env_dir / "bin"
+    pip = run([str(bin_dir / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+               "-q", str(wheel)], cwd=tmp, timeout=900)
+    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
+    return bin_dir
+
+
+@pytest.fixture()
+def outside(tmp_path: Path) -> Path:
+    assert ROOT not in tmp_path.parents
+    return tmp_path
+
+
+def test_installed_package_is_the_wheel_not_the_checkout(installed: Path, outside: Path):
+    script = ("import workloadlang, workloadlang.resources as r\n"
+              "print(workloadlang.__file__)\n"
+              "print(r._data_dir('grammars'))\n"
+              "print(r._data_dir('workloads'))\n"
+              "print(len(r.read_grammar()))\n")
+    r = run([str(installed / "python"), "-c", script], cwd=outside)
+    assert r.returncode == 0, r.stderr
+    package, grammars, workloads, grammar_len = r.stdout.splitlines()
+    site = installed.parent / "lib"
+    for path in (package, grammars, workloads):
+        assert Path(path).resolve().is_relative_to(site.resolve()), path
+        assert not Path(path).resolve().is_relative_to(ROOT), path
+    assert grammars.endswith(os.path.join("workloadlang", "_data", "grammars"))
+    grammar = (ROOT / "grammars" / "workload.lark").read_text(encoding="utf-8")
+    assert int(grammar_len) == len(grammar)
+
+
+def test_installed_wl_plans_agent_sim_like_the_checkout(installed: Path, outside: Path):
+    r = run([str(installed / "wl"), "plan", "agent-sim", "--salt", "x"], cwd=outside)
+    assert r.returncode == 0, r.stderr
+    here = io.StringIO()
+    with contextlib.redirect_stdout(here):
+        assert cli.main(["plan", "agent-sim", "--salt", "x"]) == 0
+    assert r.stdout == here.getvalue()
+    assert r.stdout.startswith("workload agent_sim: ") and "salt x · plan " in r.stdout
+
+
+def test_installed_wl_checks_every_bundled_workload(installed: Path, outside: Path):
+    r = run([str(installed / "wl"), "check", *BUNDLED], cwd=outside)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [f"{name}.wl: ok" for name in BUNDLED]
+    listed = run([str(installed / "wl"), "list"], cwd=outside)
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()[2:]
+            if line and not line[0].isspace()] == BUNDLED
+
+
+def test_installed_wl_reports_errors_without_a_traceback(installed: Path, outside: Path):
+    bad = outside / "bad.wl"
+    bad.write_text("workload w {\n  sesion main { }\n}\n", encoding="utf-8")
+    r = run([str(installed / "wl"), "check", str(bad)], cwd=outside)
+    assert r.returncode == 2
+    assert f"{bad}:2:3: error[" in r.stderr and "^" in r.stderr
+    assert "Traceback" not in r.stderr
