@@ -6,10 +6,22 @@ manager. The chat route picks its behaviour from the `X-Fault` request header an
 request by `X-WL-Request`; the server records every request's headers and body, how many token
 chunks it sent, and — as a `threading.Event` per request id — whether it saw the client disconnect.
 
-Scenarios (`X-Fault`): ok, nospace, pings, http500, http429, cut, malformed, engine_error, stall,
-slow (one token every `X-Interval-Ms`, up to `X-Tokens`), prefill (sleeps before any byte).
+Scenarios (`X-Fault`): ok, nospace, pings, http500, http429, echo_auth (HTTP 401 whose message
+repeats the Authorization header), cut, malformed, engine_error, stall, slow (one token every
+`X-Interval-Ms`, up to `X-Tokens`), prefill (sleeps before any byte).
 `/v1/models` answers `models_status` / `models_body` (settable); `/metrics` answers
 `metrics_text`; `/tokenize` answers both the vLLM and llama.cpp request shapes.
+
+For clients that cannot set headers (the `wl run` CLI), `defaults` supplies header values a chat
+request lacks (e.g. `{"x-fault": "http500"}` or `{"x-tokens": "3", "x-interval-ms": "50"}`), and
+`fault_for` (a callable `(request_id, body) -> fault name | {header: value} | None`) can pick
+them per request (request headers win, then `fault_for`, then `defaults`).
+Every chat request is also timed: `spans[request_id] = (start, end)` on `time.monotonic()`, from
+its arrival to the end of its response — marked just BEFORE the final `[DONE]` is written (so a
+client cannot have finished the request earlier), else when the response stops; `inflight` /
+`max_inflight` count chat requests in progress by the same marks. `/tokenize` answers HTTP 500
+once it has answered `tokenize_fail_after` times (None: never). `/v1/models` requests are
+logged in `requests` too (path `/v1/models`).
 """
 
 from __future__ import annotations
@@ -71,6 +83,13 @@ class FaultServer:
         self.metrics_text = ""
         self.props: dict[str, Any] | None = None
         self.tokenize_shapes = ("prompt", "content")
+        self.tokenize_calls = 0
+        self.tokenize_fail_after: int | None = None
+        self.defaults: dict[str, str] = {}
+        self.fault_for: Any = None
+        self.spans: dict[str, tuple[float, float | None]] = {}
+        self.inflight = 0
+        self.max_inflight = 0
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
@@ -84,6 +103,39 @@ class FaultServer:
         """Output: the event set when the server saw request `request_id`'s client go away."""
         with self._lock:
             return self._disconnects.setdefault(request_id, threading.Event())
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """Output: the logged chat requests, in arrival order."""
+        return [r for r in self.requests if r["path"] == "/v1/chat/completions"]
+
+    def reset(self) -> None:
+        """Forget what was observed and restore the default behaviour (between tests)."""
+        self.requests.clear()
+        self.sent.clear()
+        self.spans.clear()
+        self.defaults = {}
+        self.fault_for = None
+        self.max_inflight = 0
+        self.tokenize_calls, self.tokenize_fail_after = 0, None
+        self.props, self.tokenize_shapes, self.metrics_text = None, ("prompt", "content"), ""
+        self.models_status, self.models_body = 200, DEFAULT_MODELS
+
+    def _begin(self, rid: str) -> Any:
+        """Mark a chat request's arrival. Output: an idempotent callable marking its end."""
+        start = time.monotonic()
+        with self._lock:
+            self.spans[rid] = (start, None)
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+        ended = []
+
+        def end() -> None:
+            with self._lock:
+                if not ended:
+                    ended.append(True)
+                    self.spans[rid] = (start, time.monotonic())
+                    self.inflight -= 1
+        return end
 
     def start(self) -> "FaultServer":
         self._thread.start()
@@ -110,6 +162,7 @@ def build_app(server: FaultServer) -> Starlette:
     """Output: the starlette app whose behaviour is driven by `server`'s settings."""
 
     async def models(request: Request) -> Response:
+        server.requests.append({"path": "/v1/models", "headers": dict(request.headers)})
         if server.models_status >= 400 or not isinstance(server.models_body, (dict, list)):
             body = server.models_body if isinstance(server.models_body, str) else json.dumps(server.models_body)
             return Response(body, status_code=server.models_status, media_type="application/json")
@@ -126,6 +179,9 @@ def build_app(server: FaultServer) -> Starlette:
 
     async def tokenize(request: Request) -> Response:
         body = await request.json()
+        server.tokenize_calls += 1
+        if server.tokenize_fail_after is not None and server.tokenize_calls > server.tokenize_fail_after:
+            return JSONResponse({"error": {"message": "tokenizer crashed"}}, status_code=500)
         if "prompt" in body and "prompt" in server.tokenize_shapes:
             ids = list(range(len(body["prompt"].split())))
             return JSONResponse({"count": len(ids), "tokens": ids, "max_model_len": 4096})
@@ -136,8 +192,24 @@ def build_app(server: FaultServer) -> Starlette:
     async def chat(request: Request) -> Response:
         body = await request.json()
         rid = request.headers.get("x-wl-request", "?")
+        end = server._begin(rid)
         server.requests.append({"path": "/v1/chat/completions", "headers": dict(request.headers), "body": body, "id": rid})
-        return await respond(server, request, rid, request.headers.get("x-fault", "ok"))
+        chosen = server.fault_for(rid, body) if server.fault_for else None
+        opts = dict(server.defaults)
+        opts.update(chosen if isinstance(chosen, dict) else {"x-fault": chosen} if chosen else {})
+        opts.update({k: v for k, v in request.headers.items() if k in ("x-fault", "x-tokens", "x-interval-ms")})
+        request.state.wl_opts = opts
+        fault = opts.get("x-fault", "ok")
+        try:
+            response = await respond(server, request, rid, fault)
+        except BaseException:
+            end()
+            raise
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = _ended(response.body_iterator, end)
+        else:
+            end()
+        return response
 
     return Starlette(routes=[
         Route("/v1/models", models),
@@ -154,12 +226,29 @@ async def respond(server: FaultServer, request: Request, rid: str, fault: str) -
         return JSONResponse({"error": {"message": "CUDA out of memory", "type": "server_error", "code": 500}}, status_code=500)
     if fault == "http429":
         return JSONResponse({"error": {"message": "too many requests, slow down", "type": "rate_limit"}}, status_code=429)
+    if fault == "echo_auth":  # a careless gateway: its error repeats the credential it got
+        auth = request.headers.get("authorization", "")
+        return JSONResponse({"error": {"message": f"invalid credential {auth}", "type": "auth"}}, status_code=401)
     if fault == "prefill":
         return await _prefill(server, request, rid)
-    tokens = int(request.headers.get("x-tokens", "5"))
-    interval = float(request.headers.get("x-interval-ms", "0")) / 1000
+    opts = getattr(request.state, "wl_opts", {})
+    tokens = int(opts.get("x-tokens", "5"))
+    interval = float(opts.get("x-interval-ms", "0")) / 1000
     gen = _events(server, request, rid, fault, tokens, interval)
     return StreamingResponse(gen, media_type="text/event-stream")
+
+
+async def _ended(body: AsyncIterator[bytes], end: Any) -> AsyncIterator[bytes]:
+    """The streamed body, marking the request's end before `[DONE]` goes out, else however it
+    stops (cut or disconnect)."""
+    try:
+        async for part in body:
+            if part.rstrip().endswith(b"[DONE]"):
+                end()
+            yield part
+    finally:
+        end()
+        await body.aclose()  # type: ignore[attr-defined]  # run the inner generator's cleanup now
 
 
 async def _prefill(server: FaultServer, request: Request, rid: str) -> Response:
@@ -218,3 +307,27 @@ def fault_server() -> Any:
     """A running `FaultServer`, shared by the tests of one module."""
     with FaultServer() as server:
         yield server
+
+
+def wl_command() -> list[str]:
+    """Output: argv prefix of the installed `wl` entry point (next to this Python), else
+    `python -m workloadlang.cli`."""
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("wl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "workloadlang.cli"]
+
+
+def run_wl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
+    """Run `wl ARGS` as a subprocess (a real process: real signal handling, real stderr).
+    `env` entries are added to a copy of the environment from which every `*API_KEY*` variable
+    was removed (so a test controls exactly which credentials exist). Output: CompletedProcess
+    with text stdout / stderr."""
+    import os
+    import subprocess
+
+    full = {k: v for k, v in os.environ.items() if "API_KEY" not in k.upper()}
+    full.update(env or {})
+    return subprocess.run([*wl_command(), *args], capture_output=True, text=True, env=full,
+                          timeout=timeout)
