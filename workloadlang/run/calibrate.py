@@ -64,6 +64,11 @@ async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: An
         cal.notes.append("the engine reported no prompt_tokens: sizing by the plan's estimate "
                          "(1 token per word)")
         return RatioSizer(1.0)
+    if full.prompt_tokens <= bare.prompt_tokens:
+        cal.notes.append(f"the engine counted {full.prompt_tokens} prompt tokens with "
+                         f"{SAMPLE_WORDS} more words than {bare.prompt_tokens}: sizing by the "
+                         "plan's estimate (1 token per word)")
+        return RatioSizer(1.0)
     cal.tokens_per_word, cal.sizing = (full.prompt_tokens - bare.prompt_tokens) / SAMPLE_WORDS, "usage"
     return RatioSizer(cal.tokens_per_word)
 

@@ -131,6 +131,9 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         install_interrupt(task)
         try:
             results = await task
+        except EndpointError as e:  # calibration could not use the engine (its tokenizer failed)
+            eprint(f"wl run: endpoint error: {e}")
+            return EXIT_ENDPOINT
         finally:
             view.stop()
             writer.close()

@@ -23,6 +23,7 @@ import httpx
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.errors import EndpointError
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 
@@ -101,6 +102,7 @@ class Executor:
         self.errors_in_row = 0
         self.delays: list[float] = []
         self.cold_pp: list[float] = []
+        self.sizing_failed = False
         self.t0 = 0.0
 
     # ------------------------------------------------------------ the run
@@ -148,7 +150,7 @@ class Executor:
             return self._emit(skipped_record(req, reason))
         if req.wait_before:
             await asyncio.sleep(req.wait_before)
-        await self.realiser.prepare(req)
+        await self._prepare(req)
         wire = WireRequest(
             id=req.id, messages=self.realiser.messages(req, self.outcomes),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
@@ -160,6 +162,20 @@ class Executor:
         self.delays.append(max(0.0, outcome.t_send - ready))
         self.outcomes[req.id] = outcome
         self._emit(self._record(req, outcome))
+
+    async def _prepare(self, req: PRequest) -> None:
+        """Size the request's filler with the engine's tokenizer; if the tokenizer stops working
+        mid-run, say so once and size the rest by the calibrated ratio (the run goes on)."""
+        if self.sizing_failed:
+            return
+        try:
+            await self.realiser.prepare(req)
+        except EndpointError as e:
+            if self.sizing_failed:  # another session saw it first
+                return
+            self.sizing_failed = True
+            self.sink.event("note", {"message": f"the engine's tokenizer failed ({e}); text not "
+                                     "sized yet is sized by the calibrated tokens-per-word ratio"})
 
     def _record(self, req: PRequest, o: Outcome) -> Record:
         src_req = self.by_id.get(req.prefix_source) if req.prefix_source else None
@@ -212,6 +228,10 @@ class Executor:
             return self.stop_all
         if any(r.skipped == "not run (interrupted)" for r in self.records.values()):
             return "interrupted"
+        sent = [r for r in self.records.values() if not r.skipped]
+        if sent and all(r.error is not None for r in sent):
+            # Nothing was measured: not a pass, even when no gate reads the errors.
+            return f"every request failed ({len(sent)} errors)"
         return None
 
     # ------------------------------------------------------------ timing references

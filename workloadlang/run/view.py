@@ -86,6 +86,8 @@ class PlainView:
 
 
 def event_line(kind: str, data: dict[str, Any]) -> str | None:
+    if kind == "note":
+        return f"note: {data['message']}"
     if kind == "calibration":
         bits = [f"sizing by {data['sizing']}"]
         if data.get("tokens_per_word"):

@@ -1,0 +1,193 @@
+"""`wl run` (a real subprocess) against a REAL misbehaving loopback server (tests/faultserver.py):
+every fault gives a recorded error of the right kind in the records and the results, the exit
+code docs/cli.md documents, and never a Python traceback.
+
+Exit codes under test: 3 when the endpoint is unreachable or `/models` is unusable (no chat
+request is sent); 4 when the run is incomplete because every request failed or 10 failed in a
+row; 1 when a gate fails on a recorded error; 0 when some requests failed but every gate passed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultserver import FaultServer, fault_server, run_wl  # noqa: F401  (fixture)
+
+TINY = """
+workload tiny {
+  timeout = 2s
+  session s repeat 3 { turn ask { user "hello"; reply 4 } }
+}
+"""
+
+SERIAL = """
+workload serial {
+  timeout = 2s
+  session s { repeat 12 label ask { user "hello"; reply 4 } }
+}
+"""
+
+GATED = """
+workload gated {
+  timeout = 2s
+  session s repeat 3 { turn ask { user "hello"; reply 4 } }
+  gates { clean: overall count(error{ask}) == 0 }
+}
+"""
+
+
+@pytest.fixture
+def server(fault_server: FaultServer) -> FaultServer:  # noqa: F811
+    fault_server.reset()
+    return fault_server
+
+
+def wl_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "w.wl"
+    path.write_text(text)
+    return str(path)
+
+
+def run(tmp_path: Path, base_url: str, text: str = TINY, *extra: str) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+    """Output: the finished process, the `--output` JSON ({} when absent) and the JSONL lines."""
+    out, rec = tmp_path / "out.json", tmp_path / "r.jsonl"
+    proc = run_wl("run", wl_file(tmp_path, text), "--base-url", base_url, "--no-viz",
+                  "--output", str(out), "--records", str(rec), *extra)
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
+    results = json.loads(out.read_text()) if out.exists() else {}
+    lines = [json.loads(line) for line in rec.read_text().splitlines()] if rec.exists() else []
+    return proc, results, lines
+
+
+def requests_of(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in lines if line["type"] == "request"]
+
+
+@pytest.mark.parametrize(("fault", "kind", "status"), [
+    ("http500", "http", 500),
+    ("http429", "http", 429),
+    ("cut", "stream_cut", 200),
+    ("malformed", "malformed", 200),
+    ("engine_error", "engine", 200),
+    ("stall", "timeout", 200),      # one token, then silence past the 2 s total deadline
+    ("prefill", "timeout", None),   # not a byte before the 2 s total deadline
+])
+def test_every_request_failing_is_recorded_and_exits_4(tmp_path: Path, server: FaultServer,
+                                                      fault: str, kind: str, status: int | None) -> None:
+    server.defaults = {"x-fault": fault}
+    proc, results, lines = run(tmp_path, server.base_url)
+    assert proc.returncode == 4, (proc.stdout, proc.stderr)
+    reqs = requests_of(lines)
+    assert len(reqs) == 3 and len(server.chat_requests()) == 3
+    for rec in [*reqs, *results["records"]]:
+        assert rec["error"]["kind"] == kind, rec["error"]
+        assert rec["error"]["status"] == status
+        assert rec["hit"] is None and rec["reuse"] is None  # an error is neither hit nor miss
+        if fault == "http500":  # the engine's own message is kept
+            assert "CUDA out of memory" in rec["error"]["message"]
+    assert results["exit_code"] == 4 and "every request failed" in results["incomplete"]
+    assert proc.stdout.count(f"err={kind}") == 3
+    assert "INCOMPLETE" in proc.stdout
+    assert lines[-1]["type"] == "summary" and lines[-1]["exit_code"] == 4
+    if kind == "timeout":
+        for rec in reqs:  # the deadline is total: the client gave up at about 2 s, not 60 s
+            assert 1.9 <= rec["e2e_s"] < 30
+            assert server.disconnected(rec["id"]).wait(5), "the client never closed the stalled stream"
+
+
+def test_ten_errors_in_a_row_stop_the_run(tmp_path: Path, server: FaultServer) -> None:
+    server.defaults = {"x-fault": "http500"}
+    proc, results, lines = run(tmp_path, server.base_url, SERIAL)
+    assert proc.returncode == 4
+    assert results["incomplete"] == "too many errors (10 in a row)"
+    reqs = requests_of(lines)
+    assert [r["error"]["kind"] for r in reqs if r["error"]] == ["http"] * 10
+    assert [r["skipped"] for r in reqs if r["skipped"]] == ["too many errors (10 in a row)"] * 2
+    assert len(server.chat_requests()) == 10  # the skipped ones were never sent
+
+
+def test_some_errors_with_a_failing_gate_exit_1(tmp_path: Path, server: FaultServer) -> None:
+    server.fault_for = lambda rid, body: "http429" if rid.startswith("s#1/") else None
+    proc, results, lines = run(tmp_path, server.base_url, GATED)
+    assert proc.returncode == 1, proc.stdout
+    kinds = {r["session"]: (r["error"] or {}).get("kind") for r in requests_of(lines)}
+    assert kinds == {"s#0": None, "s#1": "http", "s#2": None}
+    gate = next(line for line in lines if line["type"] == "gate")
+    assert gate["name"] == "clean" and gate["status"] == "fail"
+    assert results["incomplete"] is None
+
+
+def test_some_errors_without_gates_exit_0(tmp_path: Path, server: FaultServer) -> None:
+    server.fault_for = lambda rid, body: "cut" if rid.startswith("s#2/") else None
+    proc, results, _ = run(tmp_path, server.base_url)
+    assert proc.returncode == 0, proc.stdout
+    errors = [r["error"]["kind"] for r in results["records"] if r["error"]]
+    assert errors == ["stream_cut"]
+
+
+@pytest.mark.parametrize(("status", "body", "says"), [
+    (500, {"error": {"message": "model is loading"}}, "HTTP 500: model is loading"),
+    (200, "<html>not json</html>", "not JSON"),
+    (200, {"object": "list", "data": []}, "lists no model"),
+    (200, {"unexpected": 1}, "no model list"),
+])
+def test_unusable_models_exit_3_before_any_chat(tmp_path: Path, server: FaultServer,
+                                               status: int, body: Any, says: str) -> None:
+    server.models_status, server.models_body = status, body
+    proc, results, lines = run(tmp_path, server.base_url)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert says in proc.stderr and "endpoint error" in proc.stderr
+    assert server.chat_requests() == [] and results == {}
+
+
+def test_connection_refused_exits_3(tmp_path: Path) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # bound, then closed: nothing listens there
+    proc, results, _ = run(tmp_path, f"http://127.0.0.1:{port}/v1")
+    assert proc.returncode == 3
+    assert "cannot connect" in proc.stderr and f"127.0.0.1:{port}" in proc.stderr
+    assert results == {}
+
+
+FILLED = """
+workload filled {
+  session s repeat 2 { user filler 100; reply 4; user filler 50; reply 4 }
+}
+"""
+
+
+def test_tokenizer_failing_mid_run_is_a_note_not_a_crash(tmp_path: Path, server: FaultServer) -> None:
+    server.tokenize_fail_after = 4  # discovery's probe, calibration, then two fillers
+    proc, results, lines = run(tmp_path, server.base_url, FILLED)
+    assert proc.returncode == 0, proc.stderr
+    assert len(server.chat_requests()) == 4
+    assert [r["error"] for r in results["records"]] == [None] * 4
+    notes = [line for line in lines if line["type"] == "note"]
+    assert len(notes) == 1 and "tokenizer crashed" in notes[0]["message"]
+    assert "note: the engine's tokenizer failed" in proc.stdout
+
+
+def test_tokenizer_failing_at_calibration_exits_3(tmp_path: Path, server: FaultServer) -> None:
+    server.tokenize_fail_after = 1  # discovery's probe only
+    proc, results, _ = run(tmp_path, server.base_url, FILLED)
+    assert proc.returncode == 3
+    assert "endpoint error" in proc.stderr and "tokenizer crashed" in proc.stderr
+    assert server.chat_requests() == []
+
+
+def test_usage_that_does_not_grow_falls_back_to_the_plan_estimate(tmp_path: Path, server: FaultServer) -> None:
+    server.tokenize_shapes = ()  # no tokenizer: calibrate from usage, which here is always 100
+    try:
+        proc, results, _ = run(tmp_path, server.base_url, FILLED)
+    finally:
+        server.tokenize_shapes = ("prompt", "content")
+    assert proc.returncode == 0, proc.stderr
+    assert results["calibration"]["sizing"] == "plan"
+    assert "1 token per word" in results["calibration"]["notes"][0]
