@@ -24,7 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
 
 from . import evidence
-from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json
+from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
 _loads = json.loads
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
@@ -332,6 +332,10 @@ class _Stream:
         error = self.error
         if error is not None and error.kind == "malformed" and self.n_malformed > 1:
             error = error.model_copy(update={"message": f"{error.message} ({self.n_malformed} malformed chunks)"})
+        if error is not None and endpoint.api_key is not None:  # never keep an echoed key
+            key = endpoint.api_key.get_secret_value()
+            error = error.model_copy(update={"message": redact(error.message, key),
+                                             "body": redact(error.body or "", key) or error.body})
         cached, source = evidence.resolve_cached(
             self.cached[0], self.cached[1], self.usage_seen, endpoint.cached_zero_when_absent
         )

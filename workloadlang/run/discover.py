@@ -16,7 +16,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from .client import auth_headers, root_of
-from .errors import EndpointError, engine_message
+from .errors import EndpointError, engine_message, redact
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "ninfer", "workloadlang-sim", "unknown"]
 TokenizeStyle = Literal["prompt", "content"]
@@ -107,8 +107,9 @@ async def _request_json(
     except httpx.HTTPError as exc:
         raise EndpointError("unreachable", f"{url}: cannot connect ({type(exc).__name__}: {exc})", url=url) from None
     if response.status_code >= 400:
+        key = headers.get("Authorization", "").removeprefix("Bearer ")  # never print an echoed key
         raise EndpointError(
-            "http", f"{url}: HTTP {response.status_code}: {engine_message(response.content)}",
+            "http", f"{url}: HTTP {response.status_code}: {redact(engine_message(response.content), key)}",
             url=url, status=response.status_code,
         )
     try:

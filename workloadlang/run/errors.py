@@ -62,6 +62,15 @@ class EndpointError(Exception):
         return self.message
 
 
+REDACTED = "[redacted]"
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Input: text for the user or a file, and the API key (or None). Output: the text with the
+    key replaced by `[redacted]` (a server may repeat the credential it got in its error)."""
+    return text.replace(secret, REDACTED) if secret and text else text
+
+
 def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
     """Input: a body (text or bytes). Output: at most `limit` characters on one line, with `…`
     appended when it was cut."""
