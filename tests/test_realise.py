@@ -78,6 +78,19 @@ def test_filler_is_a_pure_function_of_salt_key_and_length():
     assert len(synth.filler("s", "k", 500).split()) == 500
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 255, 4096])
+def test_filler_text_is_pinned_to_its_definition(n: int):
+    """Word i is WORDS[byte i of SHAKE-256(salt NUL name)]: runs replayed with a salt realise
+    the same bytes whatever the implementation (or its speed-ups) of the day."""
+    import hashlib
+
+    digest = hashlib.shake_256("salt\0main#0:main#0/1".encode()).digest(n)
+    expected = " ".join(synth.WORDS[b] for b in digest)
+    assert synth.filler("salt", "main#0:main#0/1", n) == expected
+    assert synth.words("salt", "main#0:main#0/1", n) == (expected.split() if n else [])
+    assert synth.filler("s", "k", 3) == "coast seed tower"
+
+
 def test_a_grown_conversation_is_a_byte_prefix_of_the_next_request():
     plan = plan_of(GROWING)
     realiser, replies = Realiser(plan), replies_for(plan)

@@ -3,15 +3,16 @@
 Input: a salt and a stable name (e.g. `main#1:3/0.2`). Output: words, deterministic across
 processes and platforms (SHAKE-256 of `salt NUL name`, never Python's `hash` or the global RNG).
 
-Each byte of the hash stream picks one of 256 common English words, so text is realised with a
-C-level `map` over bytes instead of a per-word `random.choice` loop. Every word is a single,
-space-prefixed token in common BPE vocabularies and one token in the simulator, so the number of
-words tracks the number of tokens closely.
+Each byte of the hash stream picks one of 256 common English words, so text is realised with one
+C-level `itemgetter` over the bytes instead of a per-word `random.choice` loop. Every word is a
+single, space-prefixed token in common BPE vocabularies and one token in the simulator, so the
+number of words tracks the number of tokens closely.
 """
 
 from __future__ import annotations
 
 import hashlib
+from operator import itemgetter
 
 WORDS: tuple[str, ...] = tuple(
     """
@@ -44,14 +45,22 @@ def stream(salt: str, name: str, n: int) -> bytes:
     return hashlib.shake_256(f"{salt}\0{name}".encode()).digest(n)
 
 
+def pick(indices: bytes) -> tuple[str, ...]:
+    """The word of each byte. One `itemgetter` call indexes them all in C: about twice as fast
+    as `map(WORDS.__getitem__, ...)`, which goes through a method-wrapper call per word."""
+    if len(indices) < 2:  # itemgetter of a single index returns the item, not a tuple
+        return tuple(WORDS[i] for i in indices)
+    return itemgetter(*indices)(WORDS)
+
+
 def words(salt: str, name: str, n: int) -> list[str]:
     """`n` filler words for `(salt, name)`; a longer request extends a shorter one's prefix."""
-    return list(map(WORDS.__getitem__, stream(salt, name, n)))
+    return list(pick(stream(salt, name, n)))
 
 
 def filler(salt: str, name: str, n: int) -> str:
     """`n` filler words joined by spaces."""
-    return " ".join(map(WORDS.__getitem__, stream(salt, name, n)))
+    return " ".join(pick(stream(salt, name, n)))
 
 
 def needle_code(salt: str, name: str) -> str:
