@@ -249,3 +249,20 @@ def test_bundled_plan_hash_is_stable_across_processes(name: str):
                        env={**os.environ, "PYTHONHASHSEED": "random"}, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["plan_hash"] == json.loads(cli_json(name, "golden"))["plan_hash"]
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_conversations_never_share_filler(name: str):
+    """No bundled workload forks: no two requests of different conversations (session copies,
+    sub-agents, contexts, fresh runs) have a filler message in common, unless one request's
+    prompt is a prefix of the other's (a conversation growing, or a resend)."""
+    plan = bundled_plan(name, "props")
+    keys = [s.key for m in plan.messages for s in m.segs if s.kind == "filler"]
+    assert keys and len(keys) == len(set(keys))
+    fill = [filler_keys(plan, r.messages) for r in plan.requests]
+    for i, a in enumerate(plan.requests):
+        for j in range(i + 1, len(plan.requests)):
+            b = plan.requests[j]
+            same = a.messages == b.messages[:len(a.messages)] or \
+                b.messages == a.messages[:len(b.messages)]
+            assert same or fill[i].isdisjoint(fill[j]), (a.id, b.id)
