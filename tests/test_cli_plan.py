@@ -110,7 +110,8 @@ def test_every_param_is_a_flag_kv_size_480000_gives_65_contexts(capsys):
     n = math.ceil(480000 / (8000 + 1)) + 5
     assert n == 65 and plan["params"]["num_contexts"] == 65
     assert len([r for r in plan["requests"] if r["label"] == "ctx"]) == 65
-    assert [r["index"] for r in plan["requests"] if r["label"] == "verify"] == list(range(64, -1, -1))
+    verify = [r["index"] for r in plan["requests"] if r["label"] == "verify"]
+    assert verify == list(range(64, -1, -1))
 
 
 @pytest.mark.parametrize("args", [

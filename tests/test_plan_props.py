@@ -221,7 +221,8 @@ def test_needle_codes_follow_the_salt():
     codes_a = [e.text for r in a.requests for e in r.expect]
     codes_b = [e.text for r in b.requests for e in r.expect]
     assert len(codes_a) == 2 and all(codes_a) and codes_a != codes_b
-    assert codes_a == [e.text for r in bundled_plan("needle-test", "one").requests for e in r.expect]
+    again = bundled_plan("needle-test", "one")
+    assert codes_a == [e.text for r in again.requests for e in r.expect]
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -96,7 +96,8 @@ def test_fork_shares_the_parent_prefix_and_leaves_the_parent_untouched():
         spawn 2 fork label side { user "A side question."; reply 8 }
         turn back { user "Back to work."; reply 8 }
     } }""")
-    (first,), sides, (back,) = labelled(plan, "first"), labelled(plan, "side"), labelled(plan, "back")
+    (first,), (back,) = labelled(plan, "first"), labelled(plan, "back")
+    sides = labelled(plan, "side")
     parent = first.messages + (first.messages[-1] + 1,)  # the prompt, then first's reply
     assert plan.messages[parent[-1]].segs[0].key == first.id
     for side in sides:
@@ -107,7 +108,8 @@ def test_fork_shares_the_parent_prefix_and_leaves_the_parent_untouched():
     assert sides[1].expected_cached == sides[0].prompt_tokens - 1
     assert set(sides[0].messages[len(parent):]).isdisjoint(sides[1].messages)
     assert back.messages[:len(parent)] == parent
-    assert not set(back.messages) & set(sides[0].messages[len(parent):] + sides[1].messages[len(parent):])
+    forked = sides[0].messages[len(parent):] + sides[1].messages[len(parent):]
+    assert not set(back.messages) & set(forked)
     # From the last fork's prompt: the parent's prompt and reply, then the reply's end marker and
     # the next user header (the fork's question differs from there on).
     assert back.expected_cached == first.prompt_tokens + first.max_tokens + END_TOKENS + \
