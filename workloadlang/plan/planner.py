@@ -422,8 +422,9 @@ def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int) 
 
 
 def plan_hash(plan: Plan) -> str:
-    """sha256 of the canonical JSON of the plan (without its hash): equal plans, equal hashes."""
-    text = plan.model_dump_json(exclude={"plan_hash"})
+    """sha256 of the canonical JSON of the plan, without its hash and without the path it was
+    read from (`x.wl` and `./x.wl` are the same plan): equal plans, equal hashes."""
+    text = plan.model_dump_json(exclude={"plan_hash", "source"})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
