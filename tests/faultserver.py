@@ -8,7 +8,9 @@ chunks it sent, and — as a `threading.Event` per request id — whether it saw
 
 Scenarios (`X-Fault`): ok, nospace, pings, http500, http429, echo_auth (HTTP 401 whose message
 repeats the Authorization header), cut, malformed, engine_error, stall, slow (one token every
-`X-Interval-Ms`, up to `X-Tokens`), prefill (sleeps before any byte).
+`X-Interval-Ms`, up to `X-Tokens`), prefill (sleeps before any byte), linger (after `[DONE]`,
+keeps the stream open with comment lines for 5 s), cut_after_done (breaks the connection right
+after `[DONE]`, without ending the chunked body).
 `/v1/models` answers `models_status` / `models_body` (settable); `/metrics` answers
 `metrics_text`; `/tokenize` answers both the vLLM and llama.cpp request shapes.
 
@@ -19,7 +21,8 @@ them per request (request headers win, then `fault_for`, then `defaults`).
 Every chat request is also timed: `spans[request_id] = (start, end)` on `time.monotonic()`, from
 its arrival to the end of its response — marked just BEFORE the final `[DONE]` is written (so a
 client cannot have finished the request earlier), else when the response stops; `inflight` /
-`max_inflight` count chat requests in progress by the same marks. `/tokenize` answers HTTP 500
+`max_inflight` count chat requests in progress by the same marks; a chat request's log entry has
+the client's source port as `peer` (one port = one reused connection). `/tokenize` answers HTTP 500
 once it has answered `tokenize_fail_after` times (None: never). `/v1/models` requests are
 logged in `requests` too (path `/v1/models`).
 """
@@ -193,7 +196,8 @@ def build_app(server: FaultServer) -> Starlette:
         body = await request.json()
         rid = request.headers.get("x-wl-request", "?")
         end = server._begin(rid)
-        server.requests.append({"path": "/v1/chat/completions", "headers": dict(request.headers), "body": body, "id": rid})
+        server.requests.append({"path": "/v1/chat/completions", "headers": dict(request.headers), "body": body, "id": rid,
+                                "peer": request.client.port if request.client else None})
         chosen = server.fault_for(rid, body) if server.fault_for else None
         opts = dict(server.defaults)
         opts.update(chosen if isinstance(chosen, dict) else {"x-fault": chosen} if chosen else {})
@@ -289,6 +293,12 @@ async def _events(server: FaultServer, request: Request, rid: str, fault: str, t
         yield sse(chunk(finish="stop"), sep)
         yield sse(usage_chunk(100, tokens, 60), sep)
         yield sep + b"[DONE]\n\n"
+        if fault == "cut_after_done":
+            raise RuntimeError("simulated crash right after [DONE]")
+        if fault == "linger":  # keeps the stream open after [DONE]
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                yield b": still here\n\n"
         completed = True
     finally:
         if not completed and fault != "cut":

@@ -1,7 +1,7 @@
 """Scheduling through `wl run` (the CLI's `main`, in-process) against a REAL loopback server that
 times every chat request (tests/faultserver.py `spans`, `max_inflight`): the workload's
 concurrency limit is really enforced, sessions start together, requests of one session follow
-each other, and a phase is a barrier across sessions."""
+each other, a phase is a barrier across sessions, and connections are kept alive."""
 
 from __future__ import annotations
 
@@ -77,3 +77,13 @@ def test_phases_are_barriers(tmp_path: Path, server: FaultServer) -> None:
     assert min(start for start, _ in two.values()) > last_end
     # phase one itself ran concurrently (the barrier is between phases, not between requests)
     assert max(start for start, _ in one.values()) < min(end for _, end in one.values())
+
+
+def test_sequential_requests_reuse_one_connection(tmp_path: Path, server: FaultServer) -> None:
+    # a finished stream's connection goes back to the pool (its body is read to the end after
+    # [DONE]); a new TCP connection per request would cost every TTFT a connect
+    code, _ = wl_run(tmp_path, 'workload seq { session s { repeat 6 { user "hi"; reply 4 } } }',
+                     "--base-url", server.base_url)
+    assert code == 0
+    peers = [r["peer"] for r in server.chat_requests()]
+    assert len(peers) == 6 and len(set(peers)) == 1, peers

@@ -191,3 +191,15 @@ def test_usage_that_does_not_grow_falls_back_to_the_plan_estimate(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     assert results["calibration"]["sizing"] == "plan"
     assert "1 token per word" in results["calibration"]["notes"][0]
+
+
+@pytest.mark.parametrize("fault", ["linger", "cut_after_done"])
+def test_what_follows_done_is_not_an_error(tmp_path: Path, server: FaultServer, fault: str) -> None:
+    # the client reads a finished body to its end to keep the connection, but only briefly, and
+    # a connection broken after [DONE] does not undo a complete answer
+    server.defaults = {"x-fault": fault}
+    proc, results, _ = run(tmp_path, server.base_url)
+    assert proc.returncode == 0, proc.stdout
+    for rec in results["records"]:
+        assert rec["error"] is None and rec["completion_tokens"] == 5
+        assert rec["e2e_s"] < 1.0  # measured at [DONE], not when the connection was given up

@@ -16,19 +16,29 @@ pydantic work and no per-chunk clock reads after the first token.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import sys
 import time
 from typing import Any, AsyncIterator, Callable
 
+import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
 
 from . import evidence
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore runs `import sniffio` inside a try on every request (several times); when sniffio
+    # is not installed each attempt searches sys.path again (~0.2 ms a time). A None entry makes
+    # the failing import immediate; httpcore then assumes asyncio, exactly as it does anyway.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
+
 _loads = json.loads
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
+_FINISH_BODY_S = 1.0
 
 
 class Endpoint(BaseModel):
@@ -153,7 +163,7 @@ class _Stream:
         "clock", "t0", "abort_after", "content", "reasoning", "n_tokens", "n_content",
         "n_reasoning", "ttft", "ttft_content", "finish_reason", "done", "aborted", "event",
         "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
-        "n_malformed", "status",
+        "n_malformed", "status", "t_end",
     )
 
     def __init__(self, clock: Callable[[], float], abort_after: int | None) -> None:
@@ -176,6 +186,7 @@ class _Stream:
         self.error: ErrorInfo | None = None
         self.n_malformed = 0
         self.status: int | None = None
+        self.t_end: float | None = None
 
     # ------------------------------------------------------------------ errors
     def fail(self, kind: ErrorKind, message: str, status: int | None = None, body: str | None = None) -> None:
@@ -419,8 +430,9 @@ async def send(
     try:
         await asyncio.wait_for(_exchange(client, request, state), timeout=req.deadline_s)
     except asyncio.TimeoutError:
-        state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
-    return state.outcome(endpoint, req.id, t_send_unix, clock())
+        if not state.done:  # [DONE] seen: only the body's end was still being read
+            state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
+    return state.outcome(endpoint, req.id, t_send_unix, state.t_end or clock())
 
 
 async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream) -> None:
@@ -468,8 +480,28 @@ async def _read_response(response: httpx.Response, state: _Stream) -> None:
             state.check_abort_target()
             return
     await _read_sse(chunks, state, head)
+    if state.done:
+        state.t_end = state.clock()
+        await _finish_body(chunks)
     state.end_of_stream()
     state.check_abort_target()
+
+
+async def _finish_body(chunks: AsyncIterator[bytes], limit: int = 64 * 1024) -> None:
+    """After `[DONE]`: read the body's end (the chunked terminator) so that httpcore sees a
+    complete response and keeps the connection for the next request; otherwise closing the
+    response closes the connection and every request pays a new TCP connection. Bounded in time
+    and bytes: a server that keeps streaming after `[DONE]` is simply disconnected, and one that
+    breaks the connection after `[DONE]` does not make the finished request an error."""
+    read = 0
+    try:
+        with anyio.move_on_after(_FINISH_BODY_S):
+            async for chunk in chunks:
+                read += len(chunk)
+                if read > limit:
+                    return
+    except httpx.HTTPError:  # the request is complete; a broken ending only loses the connection
+        return
 
 
 async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b"") -> None:
