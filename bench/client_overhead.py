@@ -1,0 +1,312 @@
+"""Measure the runner's client overhead on TTFT: what the client adds on top of the server.
+
+Starts `python -m workloadlang.sim` in a SEPARATE process with zero prefill cost (and a decode
+cost, `--decode-us`, so that 64 streams are really in flight at once; `--decode-us 0` instead
+measures a saturated client+server pair), then drives it with the runner's own code at 1 and
+64 concurrent streams. For every request:
+
+    overhead = client TTFT (what `wl run` records: just before the request is sent -> first
+               non-empty delta parsed, monotonic clock)
+             - server TTFT (the simulator's `timings.ttft_ms`: whole request received -> first
+               token generated; `Outcome.server_ttft_ms` / `Record.server_ttft_ms`)
+
+so it holds the client's send path (body encoding, pool checkout, httpx/httpcore request write),
+the server's HTTP parsing before the handler sees the request and its write after the first
+token, the loopback hops, and the client's read and SSE parsing up to the first delta.
+
+Modes (`--mode`):
+  executor  the runner's `Executor` on a generated plan: N sessions (`concurrency = N`), each
+            `--rounds` sequential short turns — exactly what `wl run` records;
+  send      `workloadlang.run.client.send` alone, N at a time in lock-step rounds (a burst: N
+            requests leave at the same instant every round, the worst case for both sides).
+
+Also reported: the client process's CPU time per request (user + system over the measured
+requests only, `time.process_time`), which bounds the request rate one client process can drive.
+
+`--profile` runs the 64-stream executor case under cProfile and prints the top functions by
+own time (client process only).
+
+Usage: /work/venv/bin/python bench/client_overhead.py [--streams 1,64] [--rounds 20]
+       [--mode executor|send|both] [--max-tokens 32] [--decode-us 10000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from workloadlang import api  # noqa: E402
+from workloadlang.plan.realise import RatioSizer, Realiser  # noqa: E402
+from workloadlang.run.client import Endpoint, WireRequest, send  # noqa: E402
+from workloadlang.run.executor import Executor  # noqa: E402
+
+WORKLOAD = """
+workload overhead {
+  params { streams: int = 64; rounds: int = 40; max_tokens: int = 16 }
+  concurrency = $streams
+  session s repeat $streams {
+    repeat $rounds label step { fresh { user "Say something short."; reply $max_tokens } }
+  }
+}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, decode_us: float) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port),
+           "--prefill-us-per-token", "0", "--decode-us-per-token", str(decode_us),
+           "--device-tokens", "8000000", "--slots", "256"]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("simulator did not start")
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+TRANSPORT = "pool"
+
+
+def client() -> httpx.AsyncClient:
+    """The same pooled client `wl run` builds (workloadlang/run/cli_run.py), or with
+    `--transport direct` the same client over `DirectPool` (a prototype, see below)."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+    if TRANSPORT == "direct":
+        transport = httpx.AsyncHTTPTransport(limits=limits)
+        transport._pool = DirectPool()  # type: ignore[assignment]
+        return httpx.AsyncClient(timeout=httpx.Timeout(None), transport=transport)
+    return httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits)
+
+
+class DirectPool:
+    """PROTOTYPE, not used by `wl run`: an O(1) stand-in for httpcore's `AsyncConnectionPool`
+    under httpx's own transport (which still maps requests, responses and exceptions).
+
+    httpcore 1.0.9's pool re-scans every connection (polling each idle socket) on every request
+    start and every response close, and one scan is quadratic in the pool size
+    (`_assign_requests_to_connections`; upstream encode/httpcore#1035, unmerged): with 64
+    streams in flight it is most of the client's CPU. Here each request takes the most recently
+    released idle HTTP/1.1 connection to its origin (or opens one) and gives it back when its
+    response is closed in a reusable state; there is no connection limit (the executor's
+    semaphore is the limit), no HTTP/2 and no proxy."""
+
+    def __init__(self, keepalive_expiry: float = 5.0) -> None:
+        import httpcore
+
+        self._httpcore = httpcore
+        self._idle: dict[Any, list[Any]] = {}
+        self._expiry = keepalive_expiry
+
+    def _take(self, origin: Any) -> Any:
+        stack = self._idle.get(_key(origin))
+        while stack:
+            conn = stack.pop()
+            if conn.is_idle() and not conn.has_expired():
+                return conn
+        return self._httpcore.AsyncHTTPConnection(origin=origin, keepalive_expiry=self._expiry)
+
+    async def handle_async_request(self, request: Any) -> Any:
+        hc = self._httpcore
+        origin = request.url.origin
+        while True:
+            conn = self._take(origin)
+            try:
+                response = await conn.handle_async_request(request)
+            except hc.ConnectionNotAvailable:
+                await conn.aclose()
+                continue
+            except BaseException:
+                await conn.aclose()
+                raise
+            return hc.Response(status=response.status, headers=response.headers,
+                               content=_Released(response.stream, conn, self._idle, _key(origin)),
+                               extensions=response.extensions)
+
+    async def __aenter__(self) -> "DirectPool":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for stack in self._idle.values():
+            for conn in stack:
+                await conn.aclose()
+        self._idle.clear()
+
+
+def _key(origin: Any) -> tuple:
+    return (origin.scheme, origin.host, origin.port)
+
+
+class _Released:
+    """A response body that hands its connection back to the idle stack once closed."""
+
+    def __init__(self, stream: Any, conn: Any, idle: dict[Any, list[Any]], origin: Any) -> None:
+        self.stream, self.conn, self.idle, self.origin = stream, conn, idle, origin
+
+    def __aiter__(self) -> Any:
+        return self.stream.__aiter__()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+        if self.conn.is_idle():
+            self.idle.setdefault(self.origin, []).append(self.conn)
+        else:
+            await self.conn.aclose()
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def record(self, rec: Any) -> None:
+        self.records.append(rec)
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        pass
+
+
+async def run_executor(base: str, streams: int, rounds: int, max_tokens: int) -> tuple[list, dict, float]:
+    source = api.Source(name="overhead.wl", text=WORKLOAD)
+    wl = api.parse_checked(source)
+    plan = api.make_plan(wl, source, {"streams": str(streams), "rounds": str(rounds),
+                                      "max_tokens": str(max_tokens)}, salt="bench",
+                         env={"max_context": 65536})
+    endpoint = Endpoint(base_url=base + "/v1", model="wl-sim")
+    sink = Collect()
+    async with client() as c:
+        # warm the pool: one connection per stream, as a long run has after its first round
+        await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
+        cpu0 = cpu_s()
+        run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint, sink).run()
+        cpu = cpu_s() - cpu0
+    pairs = [(r.ttft_s, r.server_ttft_ms) for r in run.records if r.error is None]
+    return pairs, run.client, cpu
+
+
+def warm(i: int, max_tokens: int) -> WireRequest:
+    return WireRequest(id=f"warm/{i}", messages=[{"role": "user", "content": "warm up"}],
+                       max_tokens=max_tokens)
+
+
+async def run_send(base: str, streams: int, rounds: int, max_tokens: int) -> tuple[list, dict, float]:
+    endpoint = Endpoint(base_url=base + "/v1", model="wl-sim")
+    pairs = []
+    async with client() as c:
+        await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
+        cpu0 = cpu_s()
+        for k in range(rounds):
+            reqs = [WireRequest(id=f"r{k}/{i}", max_tokens=max_tokens,
+                                messages=[{"role": "user", "content": f"Say something {k} {i}."}])
+                    for i in range(streams)]
+            outs = await asyncio.gather(*(send(c, endpoint, r) for r in reqs))
+            pairs += [(o.ttft_s, o.server_ttft_ms) for o in outs if o.error is None]
+        cpu = cpu_s() - cpu0
+    return pairs, {}, cpu
+
+
+def cpu_s() -> float:
+    return time.process_time()
+
+
+def summarise(label: str, pairs: list, health: dict, cpu: float = 0.0) -> dict[str, Any]:
+    over = [t * 1000 - s for t, s in pairs if t is not None and s is not None]
+    client_ms = [t * 1000 for t, _ in pairs if t is not None]
+    server_ms = [s for _, s in pairs if s is not None]
+    row = {"case": label, "n": len(over),
+           "overhead_p50": statistics.median(over), "overhead_p90": pct(over, 0.90),
+           "overhead_p99": pct(over, 0.99), "overhead_max": max(over),
+           "client_ttft_p50": statistics.median(client_ms), "server_ttft_p50": statistics.median(server_ms),
+           "server_ttft_p99": pct(server_ms, 0.99), "client_cpu_ms_per_request": cpu * 1000 / max(1, len(pairs)),
+           **{f"health_{k}": v for k, v in health.items()}}
+    return row
+
+
+def show(row: dict[str, Any]) -> None:
+    print(f"{row['case']:<22} n={row['n']:<5} overhead p50 {row['overhead_p50']:6.3f} ms  "
+          f"p90 {row['overhead_p90']:6.3f}  p99 {row['overhead_p99']:6.3f}  max {row['overhead_max']:7.3f}"
+          f"  | client ttft p50 {row['client_ttft_p50']:6.3f}  server ttft p50 "
+          f"{row['server_ttft_p50']:6.3f} p99 {row['server_ttft_p99']:6.3f}"
+          f"  | client CPU {row['client_cpu_ms_per_request']:.3f} ms/request")
+    health = {k[7:]: v for k, v in row.items() if k.startswith("health_")}
+    if health:
+        print(f"{'':<22} client health: {health}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--streams", default="1,64", help="comma-separated stream counts")
+    ap.add_argument("--rounds", type=int, default=20, help="requests per stream")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--decode-us", type=float, default=10000,
+                    help="the simulator's decode cost per token (prefill is always 0)")
+    ap.add_argument("--mode", choices=["executor", "send", "both"], default="both")
+    ap.add_argument("--profile", action="store_true", help="cProfile the 64-stream executor case")
+    ap.add_argument("--base-url", help="use a running simulator root URL instead of starting one")
+    ap.add_argument("--transport", choices=["pool", "direct"], default="pool",
+                    help="pool: httpx's default (what wl run uses); direct: the DirectPool prototype")
+    args = ap.parse_args()
+    global TRANSPORT
+    TRANSPORT = args.transport
+    proc = None
+    if args.base_url:
+        base = args.base_url.rstrip("/")
+    else:
+        port = free_port()
+        proc = start_server(port, args.decode_us)
+        base = f"http://127.0.0.1:{port}"
+    try:
+        modes = ["executor", "send"] if args.mode == "both" else [args.mode]
+        for streams in (int(s) for s in args.streams.split(",")):
+            for mode in modes:
+                fn = run_executor if mode == "executor" else run_send
+                pairs, health, cpu = asyncio.run(fn(base, streams, args.rounds, args.max_tokens))
+                show(summarise(f"{mode} x{streams}", pairs, health, cpu))
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            pairs, health, _ = asyncio.run(run_executor(base, 64, args.rounds, args.max_tokens))
+            prof.disable()
+            show(summarise("profiled executor x64", pairs, health))
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+            print(out.getvalue())
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Scale: the bundled agent-sim workload at 256 sessions x 20 main steps, run by the real `wl run`
+CLI (a subprocess) against the simulator in ANOTHER subprocess.
+
+Reports the client's peak RSS (`os.wait4` rusage of the `wl run` process: its own high-water mark,
+not the simulator's), wall time, request and error counts, and the client timing health the
+executor writes into the results (`results.client`): event-loop lag p99 / max (how late a 5 ms
+sleep wakes up), send delay p99 / max (from getting a concurrency slot to the request leaving)
+and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no
+request delayed by the client more than 10 ms beyond the concurrency limit.
+
+The executor's send delay starts once a request holds a concurrency slot, so it leaves out the
+work a session does between two requests (recording the last one, sizing the next one's text with
+the engine's /tokenize, realising it). With concurrency = sessions nothing waits for a slot, so
+the gap between one request's end and the next request's start in the same session is all
+client-side delay; it is reported from the records as "session gap".
+
+Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
+1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
+uses the agent-sim preset's time model with an 8M-token device cache (no evictions) and 64 slots.
+
+`--transport direct` runs the same CLI with httpx's connection pool swapped for the `DirectPool`
+prototype of bench/client_overhead.py (for comparison; `wl run` itself uses httpx's pool).
+
+Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
+       [--slots 64] [--transport pool|direct] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sim(port: int, slots: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port), "--preset", "agent-sim",
+           "--device-tokens", "8000000", "--slots", str(slots)]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("simulator did not start")
+
+
+# `wl` with httpx's pool replaced by the DirectPool prototype (bench/client_overhead.py).
+DIRECT = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, 'bench')!r})
+import httpx, client_overhead
+import workloadlang.run.cli_run as cli_run
+client_overhead.TRANSPORT = "direct"
+class _Httpx:
+    Limits, Timeout = httpx.Limits, httpx.Timeout
+    @staticmethod
+    def AsyncClient(**kw):
+        return client_overhead.client()
+cli_run.httpx = _Httpx
+from workloadlang.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def wl_command(transport: str = "pool") -> list[str]:
+    if transport == "direct":
+        return [sys.executable, "-c", DIRECT]
+    script = os.path.join(os.path.dirname(sys.executable), "wl")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "workloadlang.cli"]
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+def session_gaps(recs: list[dict]) -> list[float]:
+    """Milliseconds from each request's end to the start of the next one in its session."""
+    out, last = [], {}
+    for r in sorted((r for r in recs if r["t_start_s"] is not None), key=lambda r: r["t_start_s"]):
+        prev = last.get(r["session"])
+        if prev is not None and prev["e2e_s"] is not None:
+            out.append((r["t_start_s"] - prev["t_start_s"] - prev["e2e_s"]) * 1000)
+        last[r["session"]] = r
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=20, help="main-context steps per session")
+    ap.add_argument("--step-tokens", type=int, default=500)
+    ap.add_argument("--slots", type=int, default=64, help="simulator slots")
+    ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
+    ap.add_argument("--transport", choices=["pool", "direct"], default="pool")
+    args = ap.parse_args()
+    out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
+    os.makedirs(out_dir, exist_ok=True)
+    out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
+    port = free_port()
+    sim = start_sim(port, args.slots)
+    cmd = [*wl_command(args.transport), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
+           "--no-viz", "--output", out, "--records", rec,
+           "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),
+           "--step-tokens", str(args.step_tokens), "--sub-tokens", "1k", "--sub-windows", "2",
+           "--finalize-tokens", "500", "--max-tokens", "16"]
+    print("$ wl", " ".join(cmd[cmd.index("run"):]), f"(transport {args.transport})", flush=True)
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        stderr = proc.stderr.read() if proc.stderr else ""
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    code = os.waitstatus_to_exitcode(status)
+    if not os.path.exists(out):
+        print(f"wl run exited {code} without results:\n{stderr}")
+        return 1
+    res = json.loads(open(out).read())
+    recs = res["records"]
+    sent = [r for r in recs if not r["skipped"]]
+    errors = [r for r in sent if r["error"]]
+    print(f"exit code        {code} ({res['incomplete'] or 'complete'})")
+    print(f"requests         {len(sent)} sent of {len(recs)} planned, {len(errors)} errors, "
+          f"{args.sessions} sessions, concurrency {args.sessions}")
+    print(f"wall             {wall:.1f} s ({len(sent) / wall:.0f} requests/s)")
+    print(f"client CPU       {usage.ru_utime + usage.ru_stime:.1f} s "
+          f"({(usage.ru_utime + usage.ru_stime) * 1000 / max(1, len(sent)):.2f} ms/request)")
+    print(f"peak client RSS  {usage.ru_maxrss / 1024:.0f} MB (target < 500 MB)")
+    print(f"client health    {json.dumps(res['client'])}")
+    gaps = session_gaps(recs)
+    print(f"session gap      p50 {pct(gaps, 0.5):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "
+          f"max {max(gaps):.1f} ms ({sum(g > 10 for g in gaps)} of {len(gaps)} over 10 ms)")
+    gates = ", ".join(f"{g['name']}={g['status']}" for g in res["gates"])
+    print(f"gates            {gates}")
+    if not args.keep:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
