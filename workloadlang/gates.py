@@ -263,12 +263,13 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
 
 
 def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
-    """Per session: the verdict labels of its failed per-session gates, `unverified` when one
-    could not be judged, else `ok`."""
+    """Per session: the verdict labels of its failed fail-severity per-session gates,
+    `unverified` when one could not be judged, else `ok`. Warnings show in the gate table, not
+    in the verdict."""
     out = {}
     for s in plan.sessions:
         labels = []
-        for g in gates:
+        for g in (g for g in gates if g.severity == "fail"):
             for r in g.results:
                 if r.scope != s.id:
                     continue

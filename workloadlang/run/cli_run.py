@@ -6,13 +6,11 @@ stdout, and the exit code (docs/cli.md).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import signal
 import sys
 from contextlib import ExitStack
-from typing import Any
 
 import httpx
 from pydantic import SecretStr
@@ -28,32 +26,6 @@ from workloadlang.run.runner import (
     run_plan,
 )
 
-
-def add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--base-url", default="http://localhost:8000/v1",
-                   help="OpenAI-compatible base URL (default: %(default)s)")
-    p.add_argument("--model", help="model id (default: auto-detected from /models)")
-    p.add_argument("--api-key", help="bearer token (never written to any output)")
-    p.add_argument("--api-key-env", metavar="NAME",
-                   help="read the bearer token from this environment variable")
-    p.add_argument("--cached-zero-when-absent", action="store_true",
-                   help="the engine leaves out cached_tokens when it is 0 (vLLM "
-                        "--enable-prompt-tokens-details, SGLang --enable-cache-report)")
-    p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
-    p.add_argument("--output", "-o", help="write the summary JSON here")
-    p.add_argument("--records", help="write one JSON line per request as it completes")
-    p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
-    p.add_argument("--time-budget", type=float, help="stop after this many seconds (exit 4)")
-    p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
-    from workloadlang.sim import add_sim_arguments
-
-    # --sim-preset (default: the workload's name when it is a preset), --sim-<field>, --sim-fault
-    add_sim_arguments(p, prefix="sim-")
-    viz = p.add_mutually_exclusive_group()
-    viz.add_argument("--viz", dest="viz", action="store_true", default=None,
-                     help="live view even when stdout is not a terminal")
-    viz.add_argument("--no-viz", dest="viz", action="store_false",
-                     help="plain lines, one per request")
 
 
 def api_key(args) -> SecretStr | None:
