@@ -16,9 +16,7 @@ pydantic work and no per-chunk clock reads after the first token.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 import time
 from typing import Any, AsyncIterator, Callable
 
@@ -28,12 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, mo
 
 from . import evidence
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
-
-if importlib.util.find_spec("sniffio") is None:
-    # httpcore runs `import sniffio` inside a try on every request (several times); when sniffio
-    # is not installed each attempt searches sys.path again (~0.2 ms a time). A None entry makes
-    # the failing import immediate; httpcore then assumes asyncio, exactly as it does anyway.
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 _loads = json.loads
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
