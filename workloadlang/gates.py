@@ -115,9 +115,10 @@ class Unknown(Exception):
 class Judge:
     """Evaluates gate expressions over one scope's records."""
 
-    def __init__(self, plan: Plan, records: list[Record], env: Mapping[str, Any]):
+    def __init__(self, plan: Plan, records: list[Record], env: Mapping[str, Any],
+                 by_id: Mapping[str, Any] | None = None):
         self.plan, self.env = plan, env
-        self.by_id = plan.by_id()
+        self.by_id = by_id if by_id is not None else plan.by_id()
         self.records = [r for r in records if not r.skipped]
         self.reads: set[str] = set()
 
@@ -246,14 +247,18 @@ def fmt(v: Any) -> str:
 
 def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, Any]) -> list[GateResult]:
     env = {**plan.params, **extra_env}
+    by_id = plan.by_id()
+    by_session: dict[str, list[Record]] = {}
+    for r in records:
+        by_session.setdefault(r.session, []).append(r)
     out = []
     for gp in plan.gates:
         g = gp.gate
         scopes = [s.id for s in plan.sessions] if g.scope == "each_session" else ["overall"]
         results = []
         for scope in scopes:
-            rs = records if scope == "overall" else [r for r in records if r.session == scope]
-            results.append(judge_scope(Judge(plan, rs, env), g, scope))
+            rs = records if scope == "overall" else by_session.get(scope, [])
+            results.append(judge_scope(Judge(plan, rs, env, by_id), g, scope))
         status: Status = "fail" if any(r.status == "fail" for r in results) else \
             "unknown" if any(r.status == "unknown" for r in results) else "pass"
         out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"
