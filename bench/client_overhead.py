@@ -38,7 +38,6 @@ import cProfile
 import io
 import os
 import pstats
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,8 @@ import time
 from typing import Any
 
 import httpx
+
+from simproc import free_port, start_sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -66,26 +67,10 @@ workload overhead {
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def start_server(port: int, decode_us: float) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port),
-           "--prefill-us-per-token", "0", "--decode-us-per-token", str(decode_us),
-           "--device-tokens", "8000000", "--slots", "256"]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("simulator did not start")
+    return start_sim(port, "--prefill-us-per-token", "0", "--decode-us-per-token", str(decode_us),
+                     "--device-tokens", "8000000", "--slots", "256")
 
 
 def pct(values: list[float], q: float) -> float:

@@ -31,36 +31,21 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import httpx
+
+from simproc import free_port, start_sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def start_sim(port: int, slots: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port), "--preset", "agent-sim",
-           "--device-tokens", "8000000", "--slots", str(slots)]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("simulator did not start")
+def start_agent_sim(port: int, slots: int) -> subprocess.Popen:
+    return start_sim(port, "--preset", "agent-sim", "--device-tokens", "8000000",
+                     "--slots", str(slots))
 
 
 # `wl` with httpx's pool replaced by the DirectPool prototype (bench/client_overhead.py).
@@ -117,7 +102,7 @@ def main() -> int:
     os.makedirs(out_dir, exist_ok=True)
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
     port = free_port()
-    sim = start_sim(port, args.slots)
+    sim = start_agent_sim(port, args.slots)
     cmd = [*wl_command(args.transport), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,
            "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,13 +26,10 @@ import time
 
 import httpx
 
+from simproc import free_port, start_sim
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -44,19 +40,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start_server(port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port),
-           "--prefill-us-per-token", "0", "--decode-us-per-token", "0",
-           "--device-tokens", "8000000", "--max-model-len", "400000", "--slots", "256"]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("simulator did not start")
+    return start_sim(port, "--prefill-us-per-token", "0", "--decode-us-per-token", "0",
+                     "--device-tokens", "8000000", "--max-model-len", "400000", "--slots", "256")
 
 
 def words(tag: str, n: int) -> str:

@@ -1,0 +1,37 @@
+"""Start the simulator in its own process for a bench (so its CPU is not the client's).
+
+Input: a port and `python -m workloadlang.sim` options. Output: the running process, once
+`/health` answers (or RuntimeError after 20 s).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sim(port: int, *options: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port), *options]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("simulator did not start")
