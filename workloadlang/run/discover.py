@@ -101,7 +101,14 @@ async def _request_json(
 ) -> Any:
     """Output: the decoded JSON answer. Raises `EndpointError` (unreachable / http / bad_payload)."""
     try:
-        response = await client.request(method, url, headers=headers, json=body, timeout=timeout)
+        try:
+            response = await client.request(method, url, headers=headers, json=body,
+                                            timeout=timeout)
+        except httpx.RemoteProtocolError:
+            # A pooled connection the server had already closed (keep-alive expiry): these
+            # calls are idempotent (/models, /props, /tokenize), so one retry on a fresh one.
+            response = await client.request(method, url, headers=headers, json=body,
+                                            timeout=timeout)
     except httpx.TimeoutException as exc:
         raise EndpointError("unreachable", f"{url}: timed out after {timeout:g}s ({type(exc).__name__})", url=url) from None
     except httpx.HTTPError as exc:
