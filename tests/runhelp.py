@@ -16,6 +16,13 @@ def wl_run(tmp_path: Path, workload: str, *args: str) -> tuple[int, dict[str, An
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
+def wl_run_text(tmp_path: Path, text: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """`wl run` of a workload given as text (written to `w.wl`), records to `r.jsonl`."""
+    wl = tmp_path / "w.wl"
+    wl.write_text(text)
+    return wl_run(tmp_path, str(wl), "--records", str(tmp_path / "r.jsonl"), *args)
+
+
 def verdicts(results: dict[str, Any]) -> dict[str, str]:
     return results["verdicts"]
 

@@ -110,6 +110,8 @@ def test_abort_sim_healthy_passes_and_aborts_exactly(tmp_path):
     assert [p["streamed_tokens"] for p in primes] == [50, 50]
     assert all(p["aborted"] for p in primes)
     assert all(r["reuse"] >= 0.95 for r in records(res, "reprompt"))
+    # one simulator token per filler word: chars per token is the filler's mean word length + 1
+    assert 4 < res["calibration"]["chars_per_token"] < 9
     assert code == 0
 
 

@@ -5,14 +5,12 @@ each other, a phase is a barrier across sessions, and connections are kept alive
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
-from workloadlang.cli import main
+from runhelp import wl_run_text as wl_run
 
 CONCURRENT = """
 workload conc {
@@ -39,12 +37,6 @@ def server(fault_server: FaultServer) -> FaultServer:  # noqa: F811
     return fault_server
 
 
-def wl_run(tmp_path: Path, text: str, *args: str) -> tuple[int, dict[str, Any]]:
-    wl = tmp_path / "w.wl"
-    wl.write_text(text)
-    out = tmp_path / "out.json"
-    code = main(["run", str(wl), "--no-viz", "--output", str(out), *args])
-    return code, json.loads(out.read_text())
 
 
 @pytest.mark.parametrize("limit", [2, 6])

@@ -5,14 +5,13 @@ refused with WL406 (exit 2) before any chat request is sent."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
-from workloadlang.cli import main
+from runhelp import wl_run_text as wl_run
 
 SMALL = 'workload small { session s { user filler 1k; reply 4 } }'
 BIG = 'workload big { session s { user filler 3k; reply 4 } }'  # fits 4096, not 2048
@@ -24,13 +23,6 @@ def server(fault_server: FaultServer) -> FaultServer:  # noqa: F811
     return fault_server
 
 
-def wl_run(tmp_path: Path, text: str, *args: str) -> tuple[int, dict[str, Any]]:
-    wl = tmp_path / "w.wl"
-    wl.write_text(text)
-    out = tmp_path / "out.json"
-    code = main(["run", str(wl), "--no-viz", "--output", str(out), "--records",
-                 str(tmp_path / "r.jsonl"), *args])
-    return code, json.loads(out.read_text()) if out.exists() else {}
 
 
 def two_models(ctx_b: int = 8192) -> dict[str, Any]:

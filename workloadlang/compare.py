@@ -24,7 +24,6 @@ from typing import IO, Any, Literal
 from pydantic import ValidationError
 from tabulate import tabulate
 
-from workloadlang.run.record import Record
 from workloadlang.run.runner import Results
 
 EXIT_OK, EXIT_REGRESSED, EXIT_USAGE = 0, 1, 2
@@ -88,10 +87,6 @@ def why_not_comparable(a: Results, b: Results) -> str | None:
 # ---------------------------------------------------------------- headline numbers
 
 
-def is_warm(r: Record) -> bool:
-    """Output: True when the plan expects at least half the prompt from cache (the rule of the
-    plain summary's `reuse (warm)` column)."""
-    return r.planned_expected_cached > 0 and r.planned_expected_cached * 2 >= r.planned_prompt_tokens
 
 
 def median(xs: list[float]) -> float | None:
@@ -110,7 +105,7 @@ def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
             out[name] = ("number", v)
     ran = [x for x in r.records if not x.skipped]
     ok = [x for x in ran if x.error is None]
-    warm = [x for x in ok if is_warm(x)]
+    warm = [x for x in ok if x.warm]
     reuse = [x.reuse for x in warm if x.reuse is not None]
     out.update({
         "requests": ("count", len(ran)),
@@ -121,7 +116,7 @@ def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
         "warm unknown": ("count", sum(x.hit is None for x in warm)),
         "warm mean reuse": ("ratio", sum(reuse) / len(reuse) if reuse else None),
         "warm median ttft": ("seconds", median([x.ttft_s for x in warm if x.ttft_s is not None])),
-        "cold median ttft": ("seconds", median([x.ttft_s for x in ok if not is_warm(x)
+        "cold median ttft": ("seconds", median([x.ttft_s for x in ok if not x.warm
                                                  and x.ttft_s is not None])),
         "prompt tokens": ("count", sum(x.prompt_tokens or 0 for x in ok)),
         "cached tokens": ("count", sum(x.cached_tokens or 0 for x in ok)),

@@ -63,9 +63,6 @@ class AnnotateSummary(BaseModel):
     records: list[Record] = Field(default_factory=list, exclude=True)
 
 
-def is_warm(r: Record) -> bool:
-    """Output: True when the plan expects at least half the prompt from cache."""
-    return r.planned_expected_cached > 0 and r.planned_expected_cached * 2 >= r.planned_prompt_tokens
 
 
 def expected_for(r: Record, e: LogEntry) -> int:
@@ -83,7 +80,7 @@ def ground_truth(r: Record, e: LogEntry) -> tuple[float | None, str]:
     """Input: a record and its entry. Output: (ground-truth reuse, class). Warm: hit tokens over
     the expected cached tokens (capped at 1), classed by `classify_reuse`. Cold: hit / prompt,
     class `cold`."""
-    if not is_warm(r):
+    if not r.warm:
         return e.reuse, "cold"
     expected = expected_for(r, e)
     reuse = None if e.hit_tokens is None or expected <= 0 else min(1.0, e.hit_tokens / expected)

@@ -33,6 +33,7 @@ SYSTEM = "You are a helpful assistant."
 
 class Calibration(BaseModel):
     tokens_per_word: float | None = None
+    chars_per_token: float | None = None
     sizing: str = "plan"  # tokenizer | usage | plan
     sizing_requests: int = 0
     threshold_s: float | None = None
@@ -56,6 +57,7 @@ async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: An
     if tokenizer is not None:
         n = await tokenizer.count(sample)
         cal.tokens_per_word, cal.sizing = n / SAMPLE_WORDS, "tokenizer"
+        cal.chars_per_token = len(sample) / n if n else None
         return ExactSizer(tokenizer.count, cal.tokens_per_word)
     bare = await send(client, endpoint, probe("calibrate/sizing/bare", "Hello."))
     full = await send(client, endpoint, probe("calibrate/sizing/full", "Hello. " + sample))
@@ -69,7 +71,9 @@ async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: An
                          f"{SAMPLE_WORDS} more words than {bare.prompt_tokens}: sizing by the "
                          "plan's estimate (1 token per word)")
         return RatioSizer(1.0)
-    cal.tokens_per_word, cal.sizing = (full.prompt_tokens - bare.prompt_tokens) / SAMPLE_WORDS, "usage"
+    grown = full.prompt_tokens - bare.prompt_tokens
+    cal.tokens_per_word, cal.sizing = grown / SAMPLE_WORDS, "usage"
+    cal.chars_per_token = len(sample) / grown
     return RatioSizer(cal.tokens_per_word)
 
 

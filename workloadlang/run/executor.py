@@ -122,7 +122,7 @@ class Executor:
             for t in tasks:
                 t.cancel()
             lag_task.cancel()
-            self._fill_unrun()
+            self.fill_unrun()
         return RunResult(records=[self.records[r.id] for r in self.plan.requests],
                          elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),
                          client=self._client_health(lag))
@@ -227,7 +227,7 @@ class Executor:
         if self.plan.fail_fast and rec.hit is False and not self.stop_all:
             self.stop_all = f"fail-fast: miss at {rec.id}"
 
-    def _fill_unrun(self) -> None:
+    def fill_unrun(self) -> None:
         for r in self.plan.requests:
             if r.id not in self.records:
                 self.records[r.id] = skipped_record(r, self.stop_all or "not run (interrupted)")

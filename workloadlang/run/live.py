@@ -112,10 +112,6 @@ class RunState:
         return max(0.0, (end if end is not None else self.started_at) - self.started_at)
 
 
-def is_warm(rec: Record) -> bool:
-    """Input: a record. Output: True when the plan expects at least half its prompt from cache
-    (the same rule as the plain summary's `reuse (warm)` column)."""
-    return rec.planned_expected_cached > 0 and rec.planned_expected_cached * 2 >= rec.planned_prompt_tokens
 
 
 def state_from_plan(plan: Plan) -> RunState:
@@ -161,7 +157,7 @@ def apply_record(state: RunState, rec: Record) -> None:
     s.aborted += rec.aborted
     s.pp_tps = rec.pp_tps if rec.pp_tps is not None else s.pp_tps
     s.tg_tps = rec.tg_tps if rec.tg_tps is not None else s.tg_tps
-    if is_warm(rec) and rec.reuse is not None:
+    if rec.warm and rec.reuse is not None:
         s.warm += 1
         s.warm_reuse_sum += rec.reuse
     s.hits += rec.hit is True

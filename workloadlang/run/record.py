@@ -100,6 +100,12 @@ class Record(BaseModel):
     suspicious: list[str] = []
     engine_log: dict[str, Any] | None = None
 
+    @property
+    def warm(self) -> bool:
+        """Planned warm: a perfect cache would serve at least half of the prompt (the same rule
+        as the `warm` selector flag, `select.is_warm`)."""
+        return 0 < self.planned_prompt_tokens <= 2 * self.planned_expected_cached
+
 
 def base_record(req: PRequest) -> dict[str, Any]:
     return dict(id=req.id, seq=req.seq, session=req.session, phase=req.phase, label=req.label,
@@ -157,7 +163,7 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                ttft_content_s=o.ttft_content_s, e2e_s=o.e2e_s, aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
                suspicious=list(getattr(o, "suspicious", []) or []))
-    if err is None or (o.aborted and err is None):
+    if err is None:
         rec.update(evidence(req, o, src_req, src, hit_ratio, ref))
     rec["expect_ok"] = expectations_met(req, o)
     return Record(**rec)

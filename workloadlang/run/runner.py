@@ -22,6 +22,7 @@ from typing import IO, Any
 import httpx
 from pydantic import BaseModel
 
+from workloadlang.evaluate import evaluate
 from workloadlang.gates import (
     GateResult,
     evaluate_gates,
@@ -136,7 +137,7 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
     except asyncio.CancelledError:
         interrupted = True
         if executor is not None:
-            executor._fill_unrun()
+            executor.fill_unrun()
             run = RunResult(records=[executor.records[r.id] for r in plan.requests],
                             elapsed_s=time.perf_counter() - t0, incomplete="interrupted")
     records = run.records if run else []
@@ -170,8 +171,6 @@ async def threshold_reference(plan: Plan, client, endpoint, sizer, cal,
     for c in plan.calibrations:
         if c.what != "ttft_threshold":
             continue
-        from workloadlang.evaluate import evaluate
-
         tokens = int(evaluate(c.tokens, plan.params)) if c.tokens is not None else 1024
         repeat = int(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
         await calibrate.ttft_threshold(client, endpoint, sizer, salt, tokens, repeat, cal)
@@ -184,7 +183,7 @@ def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
     return {"ttft_threshold": cal.threshold_s, "cold_ttft": med(cal.cold_ttft_s),
             "hit_ttft": med(cal.hit_ttft_s),
-            "chars_per_token": None if not cal.tokens_per_word else None}
+            "chars_per_token": cal.chars_per_token}
 
 
 async def snapshot(client, url: str | None, endpoint: Endpoint, at: str,

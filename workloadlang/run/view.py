@@ -157,7 +157,7 @@ def session_rows(results: Any, per_session: list[Any] = ()) -> list[list[Any]]:
     rows = []
     for sid, verdict in results.verdicts.items():
         rs = [r for r in results.records if r.session == sid and not r.skipped]
-        warm = [r.reuse for r in rs if r.reuse is not None and r.planned_expected_cached * 2 >= r.planned_prompt_tokens]
+        warm = [r.reuse for r in rs if r.warm and r.reuse is not None]
         ttfts = sorted(r.ttft_s for r in rs if r.ttft_s is not None)
         rows.append([sid, verdict, len(rs), sum(1 for r in rs if r.error),
                      fmt_pct(sum(warm) / len(warm)) if warm else "–",
