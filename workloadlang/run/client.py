@@ -427,10 +427,20 @@ async def send(
     return state.outcome(endpoint, req.id, t_send_unix, state.t_end or clock())
 
 
+async def _open(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """Send; if the server closed the pooled connection before answering (it closed a keep-alive
+    connection just as we reused it: llama-server does after a stream), nothing was processed,
+    so retry once on a fresh connection."""
+    try:
+        return await client.send(request, stream=True)
+    except httpx.RemoteProtocolError:
+        return await client.send(request, stream=True)
+
+
 async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream) -> None:
     """Send the request and read the answer into `state`; the response is always closed."""
     try:
-        response = await client.send(request, stream=True)
+        response = await _open(client, request)
     except httpx.TimeoutException as exc:
         state.fail("timeout", f"no response: {_describe(exc)}")
         return

@@ -1,0 +1,70 @@
+"""Requests survive a pooled keep-alive connection the server closed just before reuse."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.discover import Tokenizer
+from workloadlang.run.errors import EndpointError
+
+
+def tokenizer(fail_times: int) -> tuple[Tokenizer, list[int]]:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) <= fail_times:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, json={"tokens": [1, 2, 3]})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return Tokenizer(client, "http://engine/tokenize", "content"), calls
+
+
+def test_one_stale_connection_is_retried():
+    tok, calls = tokenizer(fail_times=1)
+    assert asyncio.run(tok.count("a b c")) == 3
+    assert len(calls) == 2
+
+
+def test_a_server_that_keeps_dropping_is_an_endpoint_error():
+    tok, calls = tokenizer(fail_times=5)
+    with pytest.raises(EndpointError):
+        asyncio.run(tok.count("a b c"))
+    assert len(calls) == 2
+
+
+def chat(fail_times: int) -> tuple[Outcome, list[int]]:
+    calls = []
+    sse = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+           b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n'
+           b"data: [DONE]\n\n")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) <= fail_times:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, content=sse, headers={"content-type": "text/event-stream"})
+
+    async def go() -> Outcome:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            ep = Endpoint(base_url="http://engine/v1", model="m")
+            return await send(client, ep, WireRequest(id="r", messages=[], max_tokens=1))
+
+    return asyncio.run(go()), calls
+
+
+def test_a_chat_request_on_a_just_closed_connection_is_sent_again():
+    out, calls = chat(fail_times=1)
+    assert out.error is None and out.content == "hi" and out.prompt_tokens == 5
+    assert len(calls) == 2
+
+
+def test_a_chat_request_the_server_keeps_dropping_is_a_connect_error():
+    out, calls = chat(fail_times=5)
+    assert out.error is not None and out.error.kind == "connect"
+    assert len(calls) == 2
