@@ -5,14 +5,15 @@ cost, `--decode-us`, so that 64 streams are really in flight at once; `--decode-
 measures a saturated client+server pair), then drives it with the runner's own code at 1 and
 64 concurrent streams. For every request:
 
-    overhead = client TTFT (what `wl run` records: just before the request is sent -> first
-               non-empty delta parsed, monotonic clock)
-             - server TTFT (the simulator's `timings.ttft_ms`: whole request received -> first
-               token generated; `Outcome.server_ttft_ms` / `Record.server_ttft_ms`)
+    overhead = client TTFT (what `wl run` records: just before the request is sent -> the
+               first non-empty delta's bytes reached the client's socket, monotonic clock)
+             - server TTFT (the simulator's `timings.ttft_ms`: the request's first bytes read
+               from its socket -> first token generated; `Record.server_ttft_ms`)
 
-so it holds the client's send path (body encoding, pool checkout, httpx/httpcore request write),
-the server's HTTP parsing before the handler sees the request and its write after the first
-token, the loopback hops, and the client's read and SSE parsing up to the first delta.
+so it holds the client's send path (pool checkout, request write), the time the request waits in
+the simulator's socket before its event loop reads it, the simulator's write after the first
+token, and the loopback hops. With `--transport httpcore` (httpx's default pool, which has no
+arrival stamps) it also holds the client's read and SSE parsing up to the first delta.
 
 Modes (`--mode`):
   executor  the runner's `Executor` on a generated plan: N sessions (`concurrency = N`), each
@@ -28,6 +29,7 @@ own time (client process only).
 
 Usage: /work/venv/bin/python bench/client_overhead.py [--streams 1,64] [--rounds 20]
        [--mode executor|send|both] [--max-tokens 32] [--decode-us 10000] [--profile]
+       [--transport wire|httpcore]
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from workloadlang import api  # noqa: E402
 from workloadlang.plan.realise import RatioSizer, Realiser  # noqa: E402
 from workloadlang.run.client import Endpoint, WireRequest, send  # noqa: E402
 from workloadlang.run.executor import Executor  # noqa: E402
+from workloadlang.run.transport import make_client  # noqa: E402
 
 WORKLOAD = """
 workload overhead {
@@ -78,96 +81,16 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-TRANSPORT = "pool"
+TRANSPORT = "wire"
 
 
 def client() -> httpx.AsyncClient:
-    """The same pooled client `wl run` builds (workloadlang/run/cli_run.py), or with
-    `--transport direct` the same client over `DirectPool` (a prototype, see below)."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-    if TRANSPORT == "direct":
-        transport = httpx.AsyncHTTPTransport(limits=limits)
-        transport._pool = DirectPool()  # type: ignore[assignment]
-        return httpx.AsyncClient(timeout=httpx.Timeout(None), transport=transport)
-    return httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits)
-
-
-class DirectPool:
-    """PROTOTYPE, not used by `wl run`: an O(1) stand-in for httpcore's `AsyncConnectionPool`
-    under httpx's own transport (which still maps requests, responses and exceptions).
-
-    httpcore 1.0.9's pool re-scans every connection (polling each idle socket) on every request
-    start and every response close, and one scan is quadratic in the pool size
-    (`_assign_requests_to_connections`; upstream encode/httpcore#1035, unmerged): with 64
-    streams in flight it is most of the client's CPU. Here each request takes the most recently
-    released idle HTTP/1.1 connection to its origin (or opens one) and gives it back when its
-    response is closed in a reusable state; there is no connection limit (the executor's
-    semaphore is the limit), no HTTP/2 and no proxy."""
-
-    def __init__(self, keepalive_expiry: float = 5.0) -> None:
-        import httpcore
-
-        self._httpcore = httpcore
-        self._idle: dict[Any, list[Any]] = {}
-        self._expiry = keepalive_expiry
-
-    def _take(self, origin: Any) -> Any:
-        stack = self._idle.get(_key(origin))
-        while stack:
-            conn = stack.pop()
-            if conn.is_idle() and not conn.has_expired():
-                return conn
-        return self._httpcore.AsyncHTTPConnection(origin=origin, keepalive_expiry=self._expiry)
-
-    async def handle_async_request(self, request: Any) -> Any:
-        hc = self._httpcore
-        origin = request.url.origin
-        while True:
-            conn = self._take(origin)
-            try:
-                response = await conn.handle_async_request(request)
-            except hc.ConnectionNotAvailable:
-                await conn.aclose()
-                continue
-            except BaseException:
-                await conn.aclose()
-                raise
-            return hc.Response(status=response.status, headers=response.headers,
-                               content=_Released(response.stream, conn, self._idle, _key(origin)),
-                               extensions=response.extensions)
-
-    async def __aenter__(self) -> "DirectPool":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        for stack in self._idle.values():
-            for conn in stack:
-                await conn.aclose()
-        self._idle.clear()
-
-
-def _key(origin: Any) -> tuple:
-    return (origin.scheme, origin.host, origin.port)
-
-
-class _Released:
-    """A response body that hands its connection back to the idle stack once closed."""
-
-    def __init__(self, stream: Any, conn: Any, idle: dict[Any, list[Any]], origin: Any) -> None:
-        self.stream, self.conn, self.idle, self.origin = stream, conn, idle, origin
-
-    def __aiter__(self) -> Any:
-        return self.stream.__aiter__()
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-        if self.conn.is_idle():
-            self.idle.setdefault(self.origin, []).append(self.conn)
-        else:
-            await self.conn.aclose()
+    """`wire`: the client `wl run` builds (`run.transport.make_client`: WireTransport for
+    http://); `httpcore`: httpx's default client and connection pool, for comparison."""
+    if TRANSPORT == "httpcore":
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+        return httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits)
+    return make_client()
 
 
 class Collect:
@@ -258,8 +181,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=["executor", "send", "both"], default="both")
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-stream executor case")
     ap.add_argument("--base-url", help="use a running simulator root URL instead of starting one")
-    ap.add_argument("--transport", choices=["pool", "direct"], default="pool",
-                    help="pool: httpx's default (what wl run uses); direct: the DirectPool prototype")
+    ap.add_argument("--transport", choices=["wire", "httpcore"], default="wire",
+                    help="wire: what wl run uses; httpcore: httpx's default pool, for comparison")
     args = ap.parse_args()
     global TRANSPORT
     TRANSPORT = args.transport

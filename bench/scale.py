@@ -18,11 +18,8 @@ Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k)
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
 uses the agent-sim preset's time model with an 8M-token device cache (no evictions) and 64 slots.
 
-`--transport direct` runs the same CLI with httpx's connection pool swapped for the `DirectPool`
-prototype of bench/client_overhead.py (for comparison; `wl run` itself uses httpx's pool).
-
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
-       [--slots 64] [--transport pool|direct] [--keep DIR]
+       [--slots 64] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -48,27 +45,7 @@ def start_agent_sim(port: int, slots: int) -> subprocess.Popen:
                      "--slots", str(slots))
 
 
-# `wl` with httpx's pool replaced by the DirectPool prototype (bench/client_overhead.py).
-DIRECT = f"""
-import sys
-sys.path.insert(0, {os.path.join(ROOT, 'bench')!r})
-import httpx, client_overhead
-import workloadlang.run.cli_run as cli_run
-client_overhead.TRANSPORT = "direct"
-class _Httpx:
-    Limits, Timeout = httpx.Limits, httpx.Timeout
-    @staticmethod
-    def AsyncClient(**kw):
-        return client_overhead.client()
-cli_run.httpx = _Httpx
-from workloadlang.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def wl_command(transport: str = "pool") -> list[str]:
-    if transport == "direct":
-        return [sys.executable, "-c", DIRECT]
+def wl_command() -> list[str]:
     script = os.path.join(os.path.dirname(sys.executable), "wl")
     return [script] if os.path.exists(script) else [sys.executable, "-m", "workloadlang.cli"]
 
@@ -96,19 +73,18 @@ def main() -> int:
     ap.add_argument("--step-tokens", type=int, default=500)
     ap.add_argument("--slots", type=int, default=64, help="simulator slots")
     ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
-    ap.add_argument("--transport", choices=["pool", "direct"], default="pool")
     args = ap.parse_args()
     out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
     os.makedirs(out_dir, exist_ok=True)
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
     port = free_port()
     sim = start_agent_sim(port, args.slots)
-    cmd = [*wl_command(args.transport), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
+    cmd = [*wl_command(), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,
            "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),
            "--step-tokens", str(args.step_tokens), "--sub-tokens", "1k", "--sub-windows", "2",
            "--finalize-tokens", "500", "--max-tokens", "16"]
-    print("$ wl", " ".join(cmd[cmd.index("run"):]), f"(transport {args.transport})", flush=True)
+    print("$ wl", " ".join(cmd[cmd.index("run"):]), flush=True)
     try:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -17,8 +17,20 @@ from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
 from workloadlang.run.discover import discover
 from workloadlang.run.errors import EndpointError
+from workloadlang.run.transport import make_client
 
 MSGS = [{"role": "user", "content": "hello"}]
+CLIENTS = {"httpcore": httpx.AsyncClient, "wire": make_client}  # httpx's default; what wl run uses
+new_client = make_client
+
+
+@pytest.fixture(autouse=True, params=sorted(CLIENTS))
+def _client_kind(request: pytest.FixtureRequest):
+    """Every test here runs over both transports."""
+    global new_client
+    new_client = CLIENTS[request.param]
+    yield
+    new_client = make_client
 
 
 def request(rid: str, fault: str, **fields: Any) -> WireRequest:
@@ -30,7 +42,7 @@ def run(server: FaultServer, req: WireRequest, **ep: Any) -> Outcome:
     endpoint = Endpoint(base_url=ep.pop("base_url", server.base_url), model="fault-model", **ep)
 
     async def go() -> Outcome:
-        async with httpx.AsyncClient() as client:
+        async with new_client() as client:
             return await send(client, endpoint, req)
 
     return asyncio.run(go())
@@ -64,7 +76,7 @@ def test_connection_refused() -> None:
     endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}/v1", model="m")
 
     async def go() -> Outcome:
-        async with httpx.AsyncClient() as client:
+        async with new_client() as client:
             return await send(client, endpoint, WireRequest(id="x", messages=MSGS, max_tokens=1, deadline_s=5))
 
     out = asyncio.run(go())
@@ -124,7 +136,7 @@ def test_cancel_during_prefill_closes_the_connection(fault_server: FaultServer) 
     endpoint = Endpoint(base_url=fault_server.base_url, model="fault-model")
 
     async def go() -> None:
-        async with httpx.AsyncClient() as client:
+        async with new_client() as client:
             task = asyncio.create_task(send(client, endpoint, request("prefill1", "prefill")))
             await asyncio.sleep(0.3)
             task.cancel()
@@ -141,7 +153,7 @@ def test_models_error_raises_endpoint_error() -> None:
         server.models_body = {"error": {"message": "Loading model", "type": "unavailable_error"}}
 
         async def go() -> None:
-            async with httpx.AsyncClient() as client:
+            async with new_client() as client:
                 await discover(client, server.base_url)
 
         with pytest.raises(EndpointError) as info:

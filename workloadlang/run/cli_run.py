@@ -77,12 +77,9 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
     from workloadlang.run import discover as disc
     from workloadlang.run.view import make_view
 
-    # Reuse connections between back-to-back requests, but drop them after 1 s idle: servers
-    # close idle keep-alive connections (llama.cpp and uvicorn after 5 s), and a request sent on
-    # one the server just closed fails with "Server disconnected without sending a response".
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024,
-                          keepalive_expiry=1.0)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits) as client:
+    from workloadlang.run.transport import make_client
+
+    async with make_client() as client:
         try:
             info = await disc.discover(client, base, key, model=args.model,
                                        max_context=args.max_context)

@@ -25,6 +25,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
 
 from . import evidence
+from .transport import ConnectionDropped
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
 _loads = json.loads
@@ -155,12 +156,12 @@ class _Stream:
         "clock", "t0", "abort_after", "content", "reasoning", "n_tokens", "n_content",
         "n_reasoning", "ttft", "ttft_content", "finish_reason", "done", "aborted", "event",
         "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
-        "n_malformed", "status", "t_end",
+        "n_malformed", "status", "t_end", "arrival", "t0_unix",
     )
 
     def __init__(self, clock: Callable[[], float], abort_after: int | None) -> None:
         self.clock = clock
-        self.t0 = 0.0
+        self.t0 = self.t0_unix = 0.0
         self.abort_after = abort_after
         self.content: list[Any] = []
         self.reasoning: list[Any] = []
@@ -179,6 +180,12 @@ class _Stream:
         self.n_malformed = 0
         self.status: int | None = None
         self.t_end: float | None = None
+        self.arrival: float | None = None  # when the chunk being parsed reached the socket
+
+    def now(self) -> float:
+        """Output: the time of the data being parsed: its arrival stamp from the transport when
+        there is one (so a busy event loop does not inflate TTFT), else the clock now."""
+        return self.arrival if self.arrival is not None else self.clock()
 
     # ------------------------------------------------------------------ errors
     def fail(self, kind: ErrorKind, message: str, status: int | None = None, body: str | None = None) -> None:
@@ -270,13 +277,13 @@ class _Stream:
             return False  # role-only / empty deltas are not tokens
         now = None
         if self.ttft is None:
-            now = self.clock()
-            self.ttft = now - self.t0
+            now = self.now()
+            self.ttft = max(now - self.t0, 0.0)
         if text:
             self.content.append(text)
             self.n_content += 1
             if self.ttft_content is None:
-                self.ttft_content = (now if now is not None else self.clock()) - self.t0
+                self.ttft_content = max((now if now is not None else self.now()) - self.t0, 0.0)
         if think:
             self.reasoning.append(think)
             self.n_reasoning += 1
@@ -417,28 +424,39 @@ async def send(
         state.t0 = clock()
         state.fail("connect", f"cannot build the request: {_describe(exc)}")
         return state.outcome(endpoint, req.id, wallclock(), state.t0)
-    t_send_unix = wallclock()
-    state.t0 = clock()
+    state.t0, state.t0_unix = clock(), wallclock()  # re-stamped when the exchange really starts
     try:
-        await asyncio.wait_for(_exchange(client, request, state), timeout=req.deadline_s)
+        await asyncio.wait_for(_exchange(client, request, state, wallclock), timeout=req.deadline_s)
     except asyncio.TimeoutError:
         if not state.done:  # [DONE] seen: only the body's end was still being read
             state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
-    return state.outcome(endpoint, req.id, t_send_unix, state.t_end or clock())
+    return state.outcome(endpoint, req.id, state.t0_unix, state.t_end or clock())
 
 
 async def _open(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
     """Send; if the server closed the pooled connection before answering (it closed a keep-alive
     connection just as we reused it: llama-server does after a stream), nothing was processed,
-    so retry once on a fresh connection."""
+    so retry once on a fresh connection. A garbled answer is not retried: it was processed."""
     try:
         return await client.send(request, stream=True)
-    except httpx.RemoteProtocolError:
+    except httpx.RemoteProtocolError as exc:
+        if not dropped_before_answer(exc):
+            raise
         return await client.send(request, stream=True)
 
 
-async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream) -> None:
-    """Send the request and read the answer into `state`; the response is always closed."""
+def dropped_before_answer(exc: httpx.RemoteProtocolError) -> bool:
+    """Output: True when the server closed the connection before any byte of the answer (our
+    transport's `ConnectionDropped`, or httpcore's message for the same case)."""
+    return isinstance(exc, ConnectionDropped) or "without sending a response" in str(exc)
+
+
+async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream,
+                    wallclock: Callable[[], float]) -> None:
+    """Send the request and read the answer into `state`; the response is always closed. The
+    send time is stamped here, in the task that sends (`wait_for` runs this coroutine as a new
+    task: stamping before it would count the event loop's queue as time to first token)."""
+    state.t0, state.t0_unix = state.clock(), wallclock()
     try:
         response = await _open(client, request)
     except httpx.TimeoutException as exc:
@@ -481,9 +499,12 @@ async def _read_response(response: httpx.Response, state: _Stream) -> None:
             _read_json_body(head, state)
             state.check_abort_target()
             return
-    await _read_sse(chunks, state, head)
+    stamps = response.extensions.get("wl_stream")
+    if stamps is not None and getattr(stamps, "clock", None) is not state.clock:
+        stamps = None  # stamps on another clock than the injected one: not comparable
+    await _read_sse(chunks, state, head, stamps)
     if state.done:
-        state.t_end = state.clock()
+        state.t_end = state.now()
         await _finish_body(chunks)
     state.end_of_stream()
     state.check_abort_target()
@@ -506,9 +527,11 @@ async def _finish_body(chunks: AsyncIterator[bytes], limit: int = 64 * 1024) -> 
         return
 
 
-async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b"") -> None:
+async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b"",
+                    stamps: Any = None) -> None:
     """Split the byte stream (after the already-read `buf`) into lines (\\n, \\r\\n or \\r) and
-    feed them; stop early on a stop condition (the caller then closes the connection)."""
+    feed them; stop early on a stop condition (the caller then closes the connection). `stamps`
+    (the transport's `ResponseStream`, when on the same clock) gives each chunk's arrival time."""
     if buf:
         lines = buf.splitlines()
         buf = b"" if buf[-1] in (10, 13) else lines.pop()
@@ -516,6 +539,8 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
             if state.feed_line(line):
                 return
     async for chunk in chunks:
+        if stamps is not None:
+            state.arrival = stamps.arrival
         buf = buf + chunk if buf else chunk
         if b"\n" not in chunk and b"\r" not in chunk:
             continue

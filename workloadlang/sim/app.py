@@ -191,8 +191,9 @@ def create_app(config: SimConfig) -> Starlette:
     registry.register(_Collector(sim))  # type: ignore[arg-type]
 
     async def chat(request: Request) -> Response:
+        # the request's first bytes were read (StampedHttpProtocol), else its body was received
+        arrival = request.scope.get("wl.received") or perf_counter()
         raw = await request.body()
-        arrival = perf_counter()  # the whole request has been received
         try:
             body = json.loads(raw)
         except ValueError:

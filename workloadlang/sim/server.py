@@ -10,17 +10,37 @@ import threading
 import time
 from typing import Optional
 
+from time import perf_counter
+
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .app import create_app
 from .config import SimConfig
 from .engine import Simulator
 
 
+class StampedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, plus the time each request's first bytes were read from the
+    socket, in the ASGI scope as `wl.received` (perf_counter s). The simulator's TTFT starts there,
+    so time spent queued behind other requests in the server's own event loop (parsing, routing,
+    reading the body) is the server's, not charged to the client as network time."""
+
+    _wl_read_at = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self._wl_read_at = perf_counter()
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope["wl.received"] = self._wl_read_at  # type: ignore[typeddict-unknown-key]
+
+
 def _uvicorn_config(config: SimConfig, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(config), host=host, port=port, log_config=None, access_log=False,
-        lifespan="on", ws="none", timeout_keep_alive=30,
+        lifespan="on", ws="none", timeout_keep_alive=30, http=StampedHttpProtocol,
     )
 
 

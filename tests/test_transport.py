@@ -1,0 +1,296 @@
+"""`WireTransport` (workloadlang/run/transport.py) against real loopback sockets: keep-alive reuse,
+idle expiry, servers that close, cut or garble responses, timeouts, large bodies, interim 1xx,
+and kernel arrival stamps that keep TTFT true while the client's event loop is blocked."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+import time
+from typing import Callable
+
+import httpx
+import pytest
+
+from workloadlang.run.client import Endpoint, WireRequest, send
+from workloadlang.run.transport import WireTransport, make_client
+
+SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+       b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n'
+       b"data: [DONE]\n\n")
+
+
+def chunked(*parts: bytes) -> bytes:
+    """Output: `parts` as an HTTP/1.1 chunked body, terminator included."""
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def head(status: int = 200, **headers: str) -> bytes:
+    lines = [f"HTTP/1.1 {status} X"] + [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def read_request(conn: socket.socket) -> bytes | None:
+    """Read one request (headers + Content-Length body). Output: its bytes, None at EOF."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(65536)
+        if not more:
+            return None
+        data += more
+    top, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in top.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        body += conn.recv(1 << 20)
+    return top + b"\r\n\r\n" + body
+
+
+class RawServer:
+    """A threaded loopback TCP server; `handler(conn, index)` serves one connection (index counts
+    connections from 0). `conns` counts accepted connections."""
+
+    def __init__(self, handler: Callable[[socket.socket, int], None]) -> None:
+        self.handler = handler
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            index, self.conns = self.conns, self.conns + 1
+            threading.Thread(target=self._serve, args=(conn, index), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, index: int) -> None:
+        try:
+            self.handler(conn, index)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def keepalive_sse(conn: socket.socket, index: int) -> None:
+    """Answer every request on the connection with the SSE stream, keeping it open."""
+    while read_request(conn) is not None:
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
+
+
+def chat(url: str, transport: WireTransport | None = None, **fields) -> list:
+    """Send `n` chat requests one after another over one `WireTransport`. Output: outcomes."""
+    n = fields.pop("n", 1)
+    pause = fields.pop("pause", 0.0)
+
+    async def go() -> list:
+        async with httpx.AsyncClient(transport=transport or WireTransport()) as client:
+            out = []
+            for i in range(n):
+                if i and pause:
+                    await asyncio.sleep(pause)
+                req = WireRequest(id=f"r{i}", messages=[{"role": "user", "content": "x"}],
+                                  max_tokens=1, **fields)
+                out.append(await send(client, Endpoint(base_url=url + "/v1", model="m"), req))
+            return out
+
+    return asyncio.run(go())
+
+
+def test_sequential_requests_reuse_one_connection() -> None:
+    server = RawServer(keepalive_sse)
+    outs = chat(server.url, n=5)
+    assert [o.error for o in outs] == [None] * 5 and all(o.content == "hi" for o in outs)
+    assert server.conns == 1
+
+
+def test_connection_idle_past_expiry_is_not_reused() -> None:
+    now = [0.0]
+    transport = WireTransport(keepalive_expiry=1.0, clock=lambda: now[0])
+    server = RawServer(keepalive_sse)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=transport) as client:
+            for advance in (0.0, 0.5, 2.0):
+                now[0] += advance
+                response = await client.get(server.url + "/")
+                await response.aread()
+
+    asyncio.run(go())
+    assert server.conns == 2  # reused after 0.5 s idle, not after 2 s
+    assert transport.connects == 2
+
+
+def test_server_closing_an_idle_connection_costs_nothing() -> None:
+    def one_per_connection(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
+        time.sleep(0.05)  # then close: the client still holds it as idle
+
+    server = RawServer(one_per_connection)
+    outs = chat(server.url, n=3, pause=0.2)
+    assert [o.error for o in outs] == [None] * 3
+    assert server.conns == 3
+
+
+def test_server_closing_just_as_a_request_is_sent_is_retried_once() -> None:
+    """The race the liveness check cannot see: the server reads the next request and closes
+    without answering. The client sends it once more on a new connection."""
+
+    def drop_second(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
+        if index == 0:
+            read_request(conn)  # the second request, on the reused connection: dropped
+
+    server = RawServer(drop_second)
+    transport = WireTransport()
+    outs = chat(server.url, transport, n=2)
+    assert [o.error for o in outs] == [None, None] and outs[1].content == "hi"
+    assert server.conns == 2
+
+
+@pytest.mark.parametrize(("reply", "kind", "text"), [
+    (head(content_type="text/event-stream", transfer_encoding="chunked")
+     + b"%x\r\n" % len(SSE) + SSE[:40], "stream_cut", "complete message body"),
+    (head(content_type="text/event-stream", content_length="500") + SSE[:60], "stream_cut",
+     "complete message body"),
+    (b"HTTP/1.1 abc\r\n\r\n", "connect", "malformed HTTP response"),
+])
+def test_cut_or_garbled_responses_are_errors(reply: bytes, kind: str, text: str) -> None:
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(reply)
+
+    (out,) = chat(RawServer(serve).url)
+    assert out.error is not None and out.error.kind == kind, out.error
+    assert text in out.error.message
+
+
+def test_close_delimited_body_ends_at_eof() -> None:
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", connection="close") + SSE)
+
+    server = RawServer(serve)
+    outs = chat(server.url, n=2)
+    assert [o.error for o in outs] == [None, None] and outs[1].content == "hi"
+    assert server.conns == 2  # `Connection: close` is honoured
+
+
+def test_interim_1xx_is_skipped() -> None:
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n"
+                     + head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
+
+    (out,) = chat(RawServer(serve).url)
+    assert out.error is None and out.http_status == 200 and out.content == "hi"
+
+
+def test_stall_is_a_timeout_and_refused_is_a_connect_error() -> None:
+    def stall(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        time.sleep(3)
+
+    (out,) = chat(RawServer(stall).url, deadline_s=0.3)
+    assert out.error is not None and out.error.kind == "timeout"
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    (out,) = chat(f"http://127.0.0.1:{port}")
+    assert out.error is not None and out.error.kind == "connect" and f"127.0.0.1:{port}" in out.error.message
+
+
+def test_read_timeout_of_a_plain_call() -> None:
+    def stall(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        time.sleep(3)
+
+    server = RawServer(stall)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            await client.get(server.url + "/models", timeout=0.2)
+
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(go())
+
+
+def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
+    got = []
+
+    def serve(conn: socket.socket, index: int) -> None:
+        time.sleep(0.2)  # let the client fill the socket buffer first
+        got.append(read_request(conn))
+        conn.sendall(head(content_type="application/json", content_length="2") + b"{}")
+
+    server = RawServer(serve)
+    body = b"x" * (8 << 20)
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            return await client.post(server.url + "/big", content=body)
+
+    response = asyncio.run(go())
+    assert response.status_code == 200 and response.json() == {}
+    assert got and got[0].endswith(body)
+
+
+def test_https_goes_through_httpx_own_transport() -> None:
+    client = make_client()
+    assert isinstance(client._transport_for_url(httpx.URL("http://h/")), WireTransport)
+    assert not isinstance(client._transport_for_url(httpx.URL("https://h/")), WireTransport)
+    asyncio.run(client.aclose())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps: Linux")
+def test_ttft_is_stamped_at_arrival_not_when_a_busy_loop_gets_to_it() -> None:
+    """The server answers at once; the client's event loop is then blocked for 300 ms (as if
+    busy with other streams). TTFT stays the arrival time, well under the block."""
+
+    got_request, loop_blocked = threading.Event(), threading.Event()
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        got_request.set()
+        loop_blocked.wait(5)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
+
+    server = RawServer(serve)
+    endpoint = Endpoint(base_url=server.url + "/v1", model="m")
+
+    async def go():
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            req = WireRequest(id="r", messages=[{"role": "user", "content": "x"}], max_tokens=1)
+            task = asyncio.ensure_future(send(client, endpoint, req))
+            while not got_request.is_set():
+                await asyncio.sleep(0.001)
+            loop_blocked.set()
+            time.sleep(0.3)  # the loop is blocked while the answer arrives
+            return await task
+
+    t0 = time.perf_counter()
+    out = asyncio.run(go())
+    assert time.perf_counter() - t0 >= 0.3
+    assert out.error is None and out.ttft_s is not None
+    assert out.ttft_s < 0.1, out.ttft_s

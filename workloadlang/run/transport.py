@@ -1,0 +1,444 @@
+"""The HTTP/1.1 transport under the runner's httpx client: lean, O(1) pooling, kernel arrival times.
+
+`make_client()` builds the one pooled `httpx.AsyncClient` that `wl run` uses. Plain `http://`
+goes through `WireTransport` (below); `https://` through httpx's own transport (httpcore).
+
+Why not httpcore for `http://`: its connection pool re-scans every connection on every request
+start and response close (quadratic in the pool size, encode/httpcore#1035) and each streamed
+chunk passes ~6 async-generator layers and an anyio cancel scope; at 64 streams that made the
+client, not the engine, the bottleneck (docs/performance.md "Client overhead"). aiohttp is faster
+but its `ClientSession` does not expose the socket, and the httpx-aiohttp bridge maps a server
+disconnect to `ConnectTimeout` (a wrong error kind, and it defeats the stale-connection retry).
+
+What `WireTransport` does:
+- one non-blocking socket per connection, responses parsed by `httptools` (llhttp, the parser
+  uvicorn uses), an idle stack per origin (O(1) checkout), idle connections dropped after
+  `keepalive_expiry` seconds or when the server has closed them;
+- every `recv` is stamped with the time the bytes reached the socket: the kernel's receive
+  timestamp (`SO_TIMESTAMPNS`, Linux) converted to `clock` (monotonic) by its age, else `clock()`
+  at read time. `ResponseStream.arrival` is the stamp of the chunk just yielded, so TTFT does not
+  grow when the client's event loop is busy with other streams;
+- exceptions are httpx's: `ConnectError` / `ConnectTimeout`, `RemoteProtocolError` for a garbled
+  response or a body cut short — its subclass `ConnectionDropped` when the server closed before
+  any byte of the response (nothing was processed: the caller may retry), `ReadError`,
+  `ReadTimeout`, `WriteError`. Not supported here (httpx's transport handles them for https):
+  TLS, proxies, HTTP/2, `Expect: 100-continue`, upgrades.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import struct
+import sys
+import time
+from typing import Any, AsyncIterator, Callable
+
+import httptools
+import httpx
+
+_SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # SO_TIMESTAMPNS_OLD
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_SIZE = 256 * 1024
+_PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this far behind
+
+
+class ConnectionDropped(httpx.RemoteProtocolError):
+    """The server closed the connection before sending any byte of the response (typically a
+    keep-alive connection it closed just as it was reused): the request was not processed, so
+    sending it again is safe."""
+
+
+def make_client(keepalive_expiry: float = 1.0) -> httpx.AsyncClient:
+    """Output: the runner's pooled client: `WireTransport` for http://, httpx's transport for
+    https://, no client-wide timeout (each call sets its own). Pooled connections are dropped
+    after `keepalive_expiry` s idle: servers close idle keep-alive connections (llama.cpp and
+    uvicorn after 5 s) and a request sent on one the server just closed would fail."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024,
+                          keepalive_expiry=keepalive_expiry)
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(None),
+        mounts={"http://": WireTransport(keepalive_expiry=keepalive_expiry),
+                "https://": httpx.AsyncHTTPTransport(limits=limits)},
+    )
+
+
+class WireTransport(httpx.AsyncBaseTransport):
+    """httpx transport for plain HTTP/1.1 (see the module docstring). `clock` is the monotonic
+    clock that arrival times are expressed in (tests inject one)."""
+
+    def __init__(self, keepalive_expiry: float = 1.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._expiry = keepalive_expiry
+        self.clock = clock
+        self.connects = 0  # connections opened (tests and benches read it)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Input: an httpx request for an http:// URL. Output: the response with its body still
+        streaming (`ResponseStream`); the connection returns to the pool when it is closed."""
+        if request.url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"WireTransport only speaks http://, not {request.url.scheme}://")
+        timeouts = request.extensions.get("timeout") or {}
+        payload = _serialise(request, await request.aread())
+        origin = (request.url.host, request.url.port or 80)
+        conn = await self._checkout(origin, timeouts.get("connect"))
+        try:
+            await conn.send(payload, timeouts.get("write"))
+            head = await conn.read_head(request.method == "HEAD", timeouts.get("read"))
+        except BaseException:
+            conn.close()
+            raise
+        stream = ResponseStream(conn, self, origin, timeouts.get("read"))
+        return httpx.Response(
+            status_code=head.status, headers=head.headers, stream=stream, request=request,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason,
+                        "wl_stream": stream},
+        )
+
+    async def _checkout(self, origin: tuple[str, int], timeout: float | None) -> "_Connection":
+        """Output: the most recently released live idle connection to `origin`, or a new one."""
+        stack = self._idle.get(origin)
+        now = self.clock()
+        while stack:
+            conn = stack.pop()
+            if now - conn.released_at < self._expiry and conn.alive():
+                conn.reused = True
+                return conn
+            conn.close()
+        self.connects += 1
+        return await _Connection.open(origin, timeout, self.clock)
+
+    def release(self, origin: tuple[str, int], conn: "_Connection") -> None:
+        """Give a connection whose response was read to its end back to the idle stack."""
+        if conn.closed:
+            return
+        conn.released_at = self.clock()
+        self._idle.setdefault(origin, []).append(conn)
+
+    async def aclose(self) -> None:
+        """Close every idle connection."""
+        for stack in self._idle.values():
+            for conn in stack:
+                conn.close()
+        self._idle.clear()
+
+
+def _serialise(request: httpx.Request, body: bytes) -> bytes:
+    """Input: an httpx request and its body. Output: the HTTP/1.1 request bytes."""
+    target = request.url.raw_path or b"/"
+    lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
+    names = set()
+    for name, value in request.headers.raw:
+        names.add(name.lower())
+        lines.append(name + b": " + value)
+    if body and b"content-length" not in names:
+        lines.append(b"Content-Length: " + str(len(body)).encode("ascii"))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+class _Head:
+    """A parsed status line and headers."""
+
+    __slots__ = ("status", "reason", "headers")
+
+    def __init__(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status, self.reason, self.headers = status, reason, headers
+
+
+class _Connection:
+    """One HTTP/1.1 connection: a non-blocking socket read by a loop reader callback into an
+    httptools parser. Body bytes are queued with their arrival stamps; `next_chunk` awaits them."""
+
+    def __init__(self, sock: socket.socket, clock: Callable[[], float]) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.clock = clock
+        self.parser: Any = None
+        self.reused = False
+        self.closed = False
+        self.released_at = 0.0
+        self._stamped = _SO_TIMESTAMPNS is not None and clock is time.perf_counter
+        self._reset()
+
+    @classmethod
+    async def open(cls, origin: tuple[str, int], timeout: float | None,
+                   clock: Callable[[], float]) -> "_Connection":
+        """Connect to `origin` (each resolved address in turn). Raises httpx.ConnectError /
+        ConnectTimeout."""
+        try:
+            return await asyncio.wait_for(cls._connect(origin, clock), timeout)
+        except asyncio.TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {origin[0]}:{origin[1]} timed out") from None
+
+    @classmethod
+    async def _connect(cls, origin: tuple[str, int], clock: Callable[[], float]) -> "_Connection":
+        loop = asyncio.get_running_loop()
+        host, port = origin
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        last: OSError | None = None
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if _SO_TIMESTAMPNS is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                await loop.sock_connect(sock, address)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return cls(sock, clock)
+        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {last}")
+
+    def _reset(self) -> None:
+        """Prepare for the next response on this connection."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.head: _Head | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.reason = b""
+        self.chunks: collections.deque[tuple[bytes, float]] = collections.deque()
+        self.buffered = 0
+        self.complete = False
+        self.keep_alive = False
+        self.error: httpx.TransportError | None = None
+        self.waiter: asyncio.Future | None = None
+        self.received_any = False
+        self.head_only = False
+        self.stamp = 0.0
+        self.reading = False
+
+    # ---------------------------------------------------------------- socket side
+    def alive(self) -> bool:
+        """Output: False when the server has closed the idle connection (EOF or stray bytes)."""
+        try:
+            data = self.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        return False  # EOF (b"") or bytes nobody asked for: not reusable either way
+
+
+    async def send(self, payload: bytes, timeout: float | None) -> None:
+        """Write the whole request, then start reading. The first write is made at once, in the
+        caller's task (a request usually fits the socket buffer: no loop round trip between the
+        send stamp and the bytes leaving). A failure to write on a reused connection is the
+        server having closed it: `ConnectionDropped` (the caller may retry)."""
+        try:
+            try:
+                sent = self.sock.send(payload)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent < len(payload):
+                await asyncio.wait_for(
+                    self.loop.sock_sendall(self.sock, memoryview(payload)[sent:]), timeout)
+        except asyncio.TimeoutError:
+            raise httpx.WriteTimeout("sending the request timed out") from None
+        except OSError as exc:
+            if self.reused:
+                raise ConnectionDropped(f"server closed the connection: {exc}") from exc
+            raise httpx.WriteError(f"cannot send the request: {exc}") from exc
+        self._start_reading()
+
+    def _start_reading(self) -> None:
+        if not self.reading and not self.closed:
+            self.reading = True
+            self.loop.add_reader(self.sock.fileno(), self._on_readable)
+
+    def _stop_reading(self) -> None:
+        if self.reading:
+            self.reading = False
+            if not self.closed:
+                self.loop.remove_reader(self.sock.fileno())
+
+    def _on_readable(self) -> None:
+        """Loop callback: read what the socket holds, stamp it, feed the parser."""
+        try:
+            if self._stamped:
+                data, anc, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+                self.stamp = _arrival(anc, self.clock)
+            else:
+                data = self.sock.recv(_READ_SIZE)
+                self.stamp = self.clock()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._fail_read(exc)
+            return
+        if not data:
+            self._eof()
+            return
+        self.received_any = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._set_error(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+        if self.buffered > _PAUSE_BYTES:
+            self._stop_reading()
+        self._wake()
+
+    def _fail_read(self, exc: OSError) -> None:
+        if not self.received_any and self.reused:
+            self._set_error(ConnectionDropped(f"server closed the connection: {exc}"))
+        else:
+            self._set_error(httpx.ReadError(f"reading the response failed: {exc}"))
+        self._wake()
+
+    def _eof(self) -> None:
+        """The server closed the connection."""
+        self._stop_reading()
+        if self.complete:
+            pass
+        elif self.head is None:
+            self._set_error(ConnectionDropped("Server disconnected without sending a response."))
+        elif self._close_delimited():
+            self.complete = True
+        else:
+            self._set_error(httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"))
+        self.close_socket_only()
+        self._wake()
+
+    def _close_delimited(self) -> bool:
+        names = {name.lower() for name, _ in self.head.headers} if self.head else set()
+        return b"content-length" not in names and b"transfer-encoding" not in names
+
+    def _set_error(self, error: httpx.TransportError) -> None:
+        if self.error is None:
+            self.error = error
+        self._stop_reading()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ---------------------------------------------------------------- parser callbacks
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # interim response: wait for the real one
+            self.headers, self.reason = [], b""
+            return
+        self.head = _Head(status, self.reason, self.headers)
+        if self.head_only:
+            self.complete = True
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append((body, self.stamp))
+        self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.head is not None:
+            self.complete = True
+            self.keep_alive = bool(self.parser.should_keep_alive())  # only valid in this callback
+            self._stop_reading()
+
+    # ---------------------------------------------------------------- consumer side
+    async def _wait(self, timeout: float | None) -> None:
+        self.waiter = self.loop.create_future()
+        try:
+            await asyncio.wait_for(self.waiter, timeout)
+        except asyncio.TimeoutError:
+            raise httpx.ReadTimeout("timed out waiting for the response") from None
+        finally:
+            self.waiter = None
+
+    async def read_head(self, head_only: bool, timeout: float | None) -> _Head:
+        """Output: the response's status and headers (after any 1xx)."""
+        self.head_only = head_only
+        while self.head is None:
+            if self.error is not None:
+                raise self.error
+            await self._wait(timeout)
+        return self.head
+
+    async def next_chunk(self, timeout: float | None) -> tuple[bytes, float] | None:
+        """Output: the next body chunk with its arrival stamp, or None at the body's end."""
+        while not self.chunks:
+            if self.error is not None:
+                raise self.error
+            if self.complete:
+                return None
+            self._start_reading()
+            await self._wait(timeout)
+        body, stamp = self.chunks.popleft()
+        self.buffered -= len(body)
+        return body, stamp
+
+    def reusable(self) -> bool:
+        """Output: True when the response was read to its end and the server keeps the
+        connection open."""
+        return (self.complete and self.error is None and not self.chunks and not self.closed
+                and self.head is not None and not self.head_only and self.keep_alive)
+
+    def close_socket_only(self) -> None:
+        if not self.closed:
+            self._stop_reading()
+            self.closed = True
+            self.sock.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self.close_socket_only()
+        self._wake()
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]], clock: Callable[[], float]) -> float:
+    """Input: recvmsg ancillary data. Output: when the bytes reached the socket, on `clock`:
+    now minus the age of the kernel's receive timestamp (realtime clock; only the age is used,
+    clamped to [0, 1 s] so a wall-clock step cannot move it far)."""
+    now = clock()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack_from("@qq", data)
+            age = (time.time_ns() - (sec * 1_000_000_000 + nsec)) / 1e9
+            return now - min(max(age, 0.0), 1.0)
+    return now
+
+
+class ResponseStream(httpx.AsyncByteStream):
+    """A response body read from a `_Connection`. Iterating yields the body chunk by chunk (one
+    per socket read); `arrival` is the stamp of the chunk last yielded. Closing it hands the
+    connection back to the pool when the body was read to its end, else closes it."""
+
+    def __init__(self, conn: _Connection, pool: WireTransport, origin: tuple[str, int],
+                 timeout: float | None) -> None:
+        self._conn, self._pool, self._origin, self._timeout = conn, pool, origin, timeout
+        self.clock = conn.clock
+        self.arrival: float | None = None
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        while True:
+            item = await conn.next_chunk(self._timeout)
+            if item is None:
+                return
+            self.arrival = item[1]
+            yield item[0]
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        conn = self._conn
+        if conn.reusable():
+            conn._reset()
+            self._pool.release(self._origin, conn)
+        else:
+            conn.close()
