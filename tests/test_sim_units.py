@@ -313,3 +313,32 @@ def test_cache_invariants_under_random_operations(ops, device_blocks, host_block
     for pinned in held:
         cache.release(pinned)
     assert cache.pinned_blocks == 0
+
+
+def test_prompt_ms_is_the_modelled_prefill_not_the_simulators_own_lag():
+    """A saturated simulator process (here: its event loop blocked for 150 ms during a 20 ms
+    prefill) must not report that lag as the engine's prefill time: `prompt_ms` is the model,
+    `prompt_wall_ms` shows the lag."""
+    import time
+
+    from workloadlang.sim.engine import Simulator
+
+    sim = Simulator(SimConfig(prefill_us_per_token=20.0, prefill_ctx_scale=0, decode_us_per_token=0))
+    body = {"messages": [{"role": "user", "content": " ".join(["w"] * 997)}], "max_tokens": 1}
+
+    async def scenario() -> dict:
+        job = sim.prepare(body, None, None, time.perf_counter())
+
+        async def block() -> None:
+            await asyncio.sleep(0.005)
+            time.sleep(0.15)
+
+        blocker = asyncio.ensure_future(block())
+        async for _ in sim.run(job):
+            pass
+        await blocker
+        return job.timings()
+
+    timings = asyncio.run(scenario())
+    assert 15 < timings["prompt_ms"] < 25
+    assert timings["prompt_wall_ms"] >= 150
