@@ -40,9 +40,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
-def start_agent_sim(port: int, slots: int) -> subprocess.Popen:
+def start_agent_sim(port: int, slots: int, decode_us: float | None) -> subprocess.Popen:
+    extra = ["--decode-us-per-token", str(decode_us)] if decode_us is not None else []
     return start_sim(port, "--preset", "agent-sim", "--device-tokens", "8000000",
-                     "--slots", str(slots))
+                     "--slots", str(slots), *extra)
 
 
 def wl_command() -> list[str]:
@@ -72,13 +73,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20, help="main-context steps per session")
     ap.add_argument("--step-tokens", type=int, default=500)
     ap.add_argument("--slots", type=int, default=64, help="simulator slots")
+    ap.add_argument("--decode-us", type=float, default=None,
+                    help="simulator decode cost per token (default: the agent-sim preset's 200 us)")
     ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
     args = ap.parse_args()
     out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
     os.makedirs(out_dir, exist_ok=True)
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
     port = free_port()
-    sim = start_agent_sim(port, args.slots)
+    sim = start_agent_sim(port, args.slots, args.decode_us)
     cmd = [*wl_command(), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,
            "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),

@@ -393,11 +393,14 @@ def check_limits(b: Builder, limit: int | None) -> None:
 def plan_gates(b: Builder, wl: ir.Workload, env: Mapping[str, Any],
                sessions: list[str]) -> list[GatePlan]:
     out = []
+    by_session: dict[str, list] = {}
+    for r in b.requests:
+        by_session.setdefault(r.session, []).append(r)
     for g in wl.gates:
         scopes = sessions if g.scope == "each_session" else ["overall"]
         reads: dict[str, int] = {}
         for scope in scopes:
-            pool = b.requests if scope == "overall" else [r for r in b.requests if r.session == scope]
+            pool = b.requests if scope == "overall" else by_session.get(scope, [])
             ids: set[str] = set()
             for ref in gate_metric_refs(g):
                 picked = select_static(pool, ref.selector, env)

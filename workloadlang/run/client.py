@@ -424,12 +424,12 @@ async def send(
         state.t0 = clock()
         state.fail("connect", f"cannot build the request: {_describe(exc)}")
         return state.outcome(endpoint, req.id, wallclock(), state.t0)
-    state.t0, state.t0_unix = clock(), wallclock()  # re-stamped when the exchange really starts
-    try:
-        await asyncio.wait_for(_exchange(client, request, state, wallclock), timeout=req.deadline_s)
-    except asyncio.TimeoutError:
-        if not state.done:  # [DONE] seen: only the body's end was still being read
-            state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
+    # the total deadline is a cancel scope in this task (asyncio.wait_for would start a new task:
+    # one more trip through a busy event loop before the request leaves)
+    with anyio.move_on_after(req.deadline_s) as deadline:
+        await _exchange(client, request, state, wallclock)
+    if deadline.cancelled_caught and not state.done:  # after [DONE] only the body's end was left
+        state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
     return state.outcome(endpoint, req.id, state.t0_unix, state.t_end or clock())
 
 
@@ -454,8 +454,7 @@ def dropped_before_answer(exc: httpx.RemoteProtocolError) -> bool:
 async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream,
                     wallclock: Callable[[], float]) -> None:
     """Send the request and read the answer into `state`; the response is always closed. The
-    send time is stamped here, in the task that sends (`wait_for` runs this coroutine as a new
-    task: stamping before it would count the event loop's queue as time to first token)."""
+    send time is stamped here, just before the request is handed to httpx."""
     state.t0, state.t0_unix = state.clock(), wallclock()
     try:
         response = await _open(client, request)

@@ -9,6 +9,10 @@ dependencies); a phase is a barrier across sessions; the workload's concurrency 
 semaphore around the send; `until` loops skip their remaining iterations once the condition is
 seen; fail-fast (a workload option) stops every session at the first miss; by default every
 session runs to its end so every verdict can be judged.
+
+Sizing (the engine's /tokenize calls that size a request's filler text) is kept off the critical
+path: every session's first request is sized before the sessions start, and each later request
+is sized while the one before it is in flight (sizing never depends on a reply).
 """
 
 from __future__ import annotations
@@ -104,12 +108,18 @@ class Executor:
         self.cold_pp: list[float] = []
         self.sizing_failed = False
         self.t0 = 0.0
+        self.by_session: dict[str, list[PRequest]] = {s.id: [] for s in plan.sessions}
+        for r in plan.requests:
+            self.by_session.setdefault(r.session, []).append(r)
+        self.sizing: dict[str, asyncio.Future] = {}  # request id -> its sizing task
 
     # ------------------------------------------------------------ the run
 
     async def run(self) -> RunResult:
-        self.t0 = self.clock()
         sessions = [s.id for s in self.plan.sessions]
+        firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
+        await asyncio.gather(*(self._size(r) for r in firsts))  # before the clock starts
+        self.t0 = self.clock()
         barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened)
         lag = Lag(self.clock)
         lag_task = asyncio.ensure_future(lag.watch())
@@ -119,7 +129,7 @@ class Executor:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks:
+            for t in [*tasks, *self.sizing.values()]:
                 t.cancel()
             lag_task.cancel()
             self.fill_unrun()
@@ -134,30 +144,40 @@ class Executor:
     async def _session(self, sid: str, barrier: PhaseBarrier, start: asyncio.Event) -> None:
         await start.wait()
         at = 0
-        for req in (r for r in self.plan.requests if r.session == sid):
+        mine = self.by_session.get(sid, [])
+        for i, req in enumerate(mine):
             k = self.plan.phases.index(req.phase) + 1 if req.phase else at
             while at < k:
                 await barrier.arrive(at)
                 at += 1
-            await self._one(req)
+            await self._one(req, mine[i + 1] if i + 1 < len(mine) else None)
         while at <= len(self.plan.phases):
             await barrier.arrive(at)
             at += 1
 
-    async def _one(self, req: PRequest) -> None:
-        """Send one request, or record why not.
+    async def _one(self, req: PRequest, after: PRequest | None) -> None:
+        """Send one request, or record why not; start sizing `after` (the session's next
+        request) as this one goes out.
 
         The client's own delay is measured from the moment the session could go on (the previous
         request recorded) to the send, minus the planned wait and the time spent waiting for a
-        concurrency slot: sizing and realising the prompt, and event-loop queueing.
+        concurrency slot: waiting for sizing that is not done yet, realising the prompt, and
+        event-loop queueing.
         """
         t_in = self.clock()
         reason = self._skip_reason(req)
         if reason:
+            task = self.sizing.pop(req.id, None)
+            if task is not None:
+                task.cancel()
+            if after is not None:
+                self._start_sizing(after)
             return self._emit(skipped_record(req, reason))
         if req.wait_before:
             await asyncio.sleep(req.wait_before)
-        await self._prepare(req)
+        await self._size(req)
+        if after is not None:
+            self._start_sizing(after)
         wire = WireRequest(
             id=req.id, messages=self.realiser.messages(req, self.outcomes),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
@@ -171,6 +191,16 @@ class Executor:
         self.delays.append(max(0.0, own))
         self.outcomes[req.id] = outcome
         self._emit(self._record(req, outcome))
+
+    def _start_sizing(self, req: PRequest) -> None:
+        """Start sizing `req` in the background (once)."""
+        if req.id not in self.sizing:
+            self.sizing[req.id] = asyncio.ensure_future(self._prepare(req))
+
+    async def _size(self, req: PRequest) -> None:
+        """Wait until `req` is sized (starting it if nobody has)."""
+        self._start_sizing(req)
+        await self.sizing.pop(req.id)
 
     async def _prepare(self, req: PRequest) -> None:
         """Size the request's filler with the engine's tokenizer; if the tokenizer stops working

@@ -155,8 +155,12 @@ def gate_cell(g: Any, sid: str) -> str:
 
 def session_rows(results: Any, per_session: list[Any] = ()) -> list[list[Any]]:
     rows = []
+    by_session: dict[str, list[Any]] = {}
+    for r in results.records:
+        if not r.skipped:
+            by_session.setdefault(r.session, []).append(r)
     for sid, verdict in results.verdicts.items():
-        rs = [r for r in results.records if r.session == sid and not r.skipped]
+        rs = by_session.get(sid, [])
         warm = [r.reuse for r in rs if r.warm and r.reuse is not None]
         ttfts = sorted(r.ttft_s for r in rs if r.ttft_s is not None)
         rows.append([sid, verdict, len(rs), sum(1 for r in rs if r.error),

@@ -1,0 +1,71 @@
+"""The executor keeps tokenizer sizing off the critical path: every session's first request is
+sized before the sessions start, each later one while the request before it is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from workloadlang import api
+from workloadlang.plan.realise import ExactSizer, Realiser
+from workloadlang.run.client import Endpoint
+from workloadlang.run.executor import Executor
+
+WORKLOAD = """
+workload sizing {
+  session s repeat 2 {
+    repeat 3 label step { fresh { user filler 300; reply 4 } }
+  }
+}
+"""
+
+SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+       b'data: {"choices":[],"usage":{"prompt_tokens":300,"completion_tokens":1}}\n\n'
+       b"data: [DONE]\n\n")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def record(self, rec: Any) -> None:
+        self.records.append(rec)
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        pass
+
+
+def test_sizing_runs_ahead_of_the_requests() -> None:
+    source = api.Source(name="sizing.wl", text=WORKLOAD)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+    log: list[tuple[str, int]] = []
+    inflight = [0]
+
+    async def count(text: str) -> int:
+        log.append(("count", inflight[0]))
+        return len(text.split())  # one token per word: the first guess is exact
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        inflight[0] += 1
+        log.append(("chat", inflight[0]))
+        await asyncio.sleep(0.01)  # in flight: the next request's sizing runs now
+        inflight[0] -= 1
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+    async def go() -> list[Any]:
+        sink = Sink()
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
+                                 Endpoint(base_url="http://engine/v1", model="m"), sink).run()
+        return run.records
+
+    records = asyncio.run(go())
+    assert [r.error for r in records] == [None] * 6
+    counts = [n for kind, n in log if kind == "count"]
+    assert len(counts) == 6  # one exact tokenizer call per filler
+    first_chat = next(i for i, (kind, _) in enumerate(log) if kind == "chat")
+    assert [k for k, _ in log[:first_chat]] == ["count", "count"]  # both sessions' first requests
+    assert all(n >= 1 for n in counts[2:])  # the other four: while a request was in flight
