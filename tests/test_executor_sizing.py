@@ -69,3 +69,34 @@ def test_sizing_runs_ahead_of_the_requests() -> None:
     first_chat = next(i for i, (kind, _) in enumerate(log) if kind == "chat")
     assert [k for k, _ in log[:first_chat]] == ["count", "count"]  # both sessions' first requests
     assert all(n >= 1 for n in counts[2:])  # the other four: while a request was in flight
+
+
+def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
+    """A slow sink (50 ms per record, as a heavy live view would be) delays every session's next
+    request: the client's own delay is measured from the answer's end, so it shows."""
+    import time
+
+    source = api.Source(name="sizing.wl", text=WORKLOAD.replace("repeat 2", "repeat 1"))
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+
+    class SlowSink(Sink):
+        def record(self, rec: Any) -> None:
+            super().record(rec)
+            time.sleep(0.05)
+
+    async def count(text: str) -> int:
+        return len(text.split())
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+    async def go() -> dict[str, Any]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
+                                 Endpoint(base_url="http://engine/v1", model="m"), SlowSink()).run()
+        return run.client
+
+    health = asyncio.run(go())
+    assert health["client_delay_max_ms"] >= 45
+    assert health["client_bottleneck"] is True

@@ -46,19 +46,24 @@ class RunResult:
 
 
 class PhaseBarrier:
-    """Sessions arrive at barrier k in order; each barrier opens when every session arrived."""
+    """Sessions arrive at barrier k in order; each barrier opens when every session arrived.
+    `opened_at[k]` is when barrier k opened (on `clock`)."""
 
-    def __init__(self, sessions: int, n: int, on_open: Callable[[int], Any] | None = None):
+    def __init__(self, sessions: int, n: int, on_open: Callable[[int], Any] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.sessions = sessions
         self.count = [0] * (n + 1)
         self.events = [asyncio.Event() for _ in range(n + 1)]
+        self.opened_at: list[float | None] = [None] * (n + 1)
         self.on_open = on_open
+        self.clock = clock
 
     async def arrive(self, k: int) -> None:
         self.count[k] += 1
         if self.count[k] == self.sessions:
             if self.on_open:
                 await self.on_open(k)
+            self.opened_at[k] = self.clock()
             self.events[k].set()
         await self.events[k].wait()
 
@@ -112,6 +117,7 @@ class Executor:
         for r in plan.requests:
             self.by_session.setdefault(r.session, []).append(r)
         self.sizing: dict[str, asyncio.Future] = {}  # request id -> its sizing task
+        self.sized: set[str] = set()
 
     # ------------------------------------------------------------ the run
 
@@ -120,7 +126,8 @@ class Executor:
         firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
         await asyncio.gather(*(self._size(r) for r in firsts))  # before the clock starts
         self.t0 = self.clock()
-        barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened)
+        barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened,
+                               self.clock)
         lag = Lag(self.clock)
         lag_task = asyncio.ensure_future(lag.watch())
         start = asyncio.Event()
@@ -145,26 +152,28 @@ class Executor:
         await start.wait()
         at = 0
         mine = self.by_session.get(sid, [])
+        free = self.t0  # when this session could go on: start, a barrier, the last answer
         for i, req in enumerate(mine):
             k = self.plan.phases.index(req.phase) + 1 if req.phase else at
             while at < k:
                 await barrier.arrive(at)
+                free = max(free, barrier.opened_at[at] or free)
                 at += 1
-            await self._one(req, mine[i + 1] if i + 1 < len(mine) else None)
+            free = await self._one(req, mine[i + 1] if i + 1 < len(mine) else None, free)
         while at <= len(self.plan.phases):
             await barrier.arrive(at)
             at += 1
 
-    async def _one(self, req: PRequest, after: PRequest | None) -> None:
+    async def _one(self, req: PRequest, after: PRequest | None, free: float) -> float:
         """Send one request, or record why not; start sizing `after` (the session's next
-        request) as this one goes out.
+        request) as this one goes out. Output: when the session can go on (the answer's end).
 
-        The client's own delay is measured from the moment the session could go on (the previous
-        request recorded) to the send, minus the planned wait and the time spent waiting for a
-        concurrency slot: waiting for sizing that is not done yet, realising the prompt, and
-        event-loop queueing.
+        The client's own delay is measured from `free` — the moment the session could go on:
+        the run's start, a phase barrier opening, or the previous answer's last byte arriving —
+        to the send, minus the planned wait and the wait for a concurrency slot: waiting for
+        the event loop to get to the session, for sizing that is not done yet, realising the
+        prompt and building the request.
         """
-        t_in = self.clock()
         reason = self._skip_reason(req)
         if reason:
             task = self.sizing.pop(req.id, None)
@@ -172,7 +181,8 @@ class Executor:
                 task.cancel()
             if after is not None:
                 self._start_sizing(after)
-            return self._emit(skipped_record(req, reason))
+            self._emit(skipped_record(req, reason))
+            return max(free, self.clock())
         if req.wait_before:
             await asyncio.sleep(req.wait_before)
         await self._size(req)
@@ -187,20 +197,24 @@ class Executor:
         async with self.sem:
             ready = self.clock()
             outcome = await send(self.client, self.endpoint, wire, clock=self.clock)
-        own = (t_queue - t_in - req.wait_before) + (outcome.t_send - ready)
+        own = (outcome.t_send - free - req.wait_before) - (ready - t_queue)
         self.delays.append(max(0.0, own))
         self.outcomes[req.id] = outcome
         self._emit(self._record(req, outcome))
+        return outcome.t_send + outcome.e2e_s
 
     def _start_sizing(self, req: PRequest) -> None:
         """Start sizing `req` in the background (once)."""
-        if req.id not in self.sizing:
+        if req.id not in self.sizing and req.id not in self.sized:
             self.sizing[req.id] = asyncio.ensure_future(self._prepare(req))
 
     async def _size(self, req: PRequest) -> None:
-        """Wait until `req` is sized (starting it if nobody has)."""
+        """Wait until `req` is sized (starting it if nobody has; no wait once it is)."""
+        if req.id in self.sized:
+            return
         self._start_sizing(req)
         await self.sizing.pop(req.id)
+        self.sized.add(req.id)
 
     async def _prepare(self, req: PRequest) -> None:
         """Size the request's filler with the engine's tokenizer; if the tokenizer stops working
