@@ -294,3 +294,11 @@ def test_ttft_is_stamped_at_arrival_not_when_a_busy_loop_gets_to_it() -> None:
     assert time.perf_counter() - t0 >= 0.3
     assert out.error is None and out.ttft_s is not None
     assert out.ttft_s < 0.1, out.ttft_s
+
+
+def test_a_host_name_is_resolved_and_each_address_tried() -> None:
+    """`localhost` may resolve to ::1 first; the server listens on 127.0.0.1 only."""
+    server = RawServer(keepalive_sse)
+    outs = chat(f"http://localhost:{server.port}", n=2)
+    assert [o.error for o in outs] == [None, None] and outs[1].content == "hi"
+    assert server.conns == 1

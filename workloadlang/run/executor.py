@@ -18,6 +18,7 @@ is sized while the one before it is in flight (sizing never depends on a reply).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -125,6 +126,11 @@ class Executor:
         sessions = [s.id for s in self.plan.sessions]
         firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
         await asyncio.gather(*(self._size(r) for r in firsts))  # before the clock starts
+        # What exists now (the plan, the modules, the realised texts) lives through the run: keep
+        # it out of the garbage collector's scans, so a full collection mid-run walks only what
+        # the run itself made (a 70 ms pause stalled every stream at 64 sessions otherwise)
+        gc.collect()
+        gc.freeze()
         self.t0 = self.clock()
         barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened,
                                self.clock)
@@ -139,6 +145,7 @@ class Executor:
             for t in [*tasks, *self.sizing.values()]:
                 t.cancel()
             lag_task.cancel()
+            gc.unfreeze()
             self.fill_unrun()
         return RunResult(records=[self.records[r.id] for r in self.plan.requests],
                          elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),

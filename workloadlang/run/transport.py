@@ -176,10 +176,13 @@ class _Connection:
     async def _connect(cls, origin: tuple[str, int], clock: Callable[[], float]) -> "_Connection":
         loop = asyncio.get_running_loop()
         host, port = origin
-        try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        infos = _ADDRESSES.get(origin) or _literal(host, port)
+        if infos is None:
+            try:  # a thread-pool call: done once per origin, not per connection
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+            _ADDRESSES[origin] = infos
         last: OSError | None = None
         for family, kind, proto, _, address in infos:
             sock = socket.socket(family, kind, proto)
@@ -396,6 +399,21 @@ class _Connection:
         """Close the connection (idempotent)."""
         self.close_socket_only()
         self._wake()
+
+
+_ADDRESSES: dict[tuple[str, int], list] = {}  # resolved origins (a run talks to one engine)
+
+
+def _literal(host: str, port: int) -> list | None:
+    """Output: getaddrinfo-shaped entries for an IP address literal, else None."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        address = (host, port) if family == socket.AF_INET else (host, port, 0, 0)
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address)]
+    return None
 
 
 def _arrival(ancillary: list[tuple[int, int, bytes]], clock: Callable[[], float]) -> float:
