@@ -44,6 +44,7 @@ import cProfile
 import io
 import os
 import pstats
+import signal
 import statistics
 import subprocess
 import sys
@@ -75,9 +76,14 @@ workload overhead {
 
 
 
-def start_server(port: int, decode_us: float) -> subprocess.Popen:
-    return start_sim(port, "--prefill-us-per-token", "0", "--decode-us-per-token", str(decode_us),
-                     "--device-tokens", "8000000", "--slots", "256")
+SIM_FLAGS = ("--prefill-us-per-token", "0", "--device-tokens", "8000000", "--slots", "256")
+
+
+def start_server(port: int, decode_us: float, probe: bool) -> subprocess.Popen:
+    flags = (*SIM_FLAGS, "--decode-us-per-token", str(decode_us))
+    if not probe:
+        return start_sim(port, *flags)
+    return start_sim(port, *flags, script=os.path.join(ROOT, "bench", "simprobe.py"))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -119,6 +125,8 @@ async def run_executor(base: str, streams: int, rounds: int, max_tokens: int) ->
     async with client() as c:
         # warm the pool: one connection per stream, as a long run has after its first round
         await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
+        SEND_PATH.clear()  # the warm-up opened connections (the send path awaited connects)
+        OUTCOMES.clear()
         cpu0 = cpu_s()
         run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint, sink).run()
         cpu = cpu_s() - cpu0
@@ -156,6 +164,68 @@ def cpu_s() -> float:
 LATER: list = []  # executor mode: the requests after each session's first (not the start burst)
 
 
+OUTCOMES: list = []  # executor mode: every Outcome (for the split of the worst overheads)
+
+
+def collect_outcomes() -> None:
+    """Keep every `Outcome` the executor gets (bench only)."""
+    from workloadlang.run import executor
+
+    original = executor.send
+
+    async def send_and_keep(*args, **kw):  # type: ignore[no-untyped-def]
+        out = await original(*args, **kw)
+        OUTCOMES.append(out)
+        return out
+
+    executor.send = send_and_keep  # type: ignore[assignment]
+
+
+def split_worst(n: int = 12) -> str:
+    """The `n` largest overheads split, on the shared wall clock, into the way to the simulator's
+    first token ('there': send -> first token generated, minus the simulator's own TTFT) and the
+    way back (first token generated -> its bytes' arrival at the client)."""
+    rows = []
+    for o in OUTCOMES:
+        first = (o.timings or {}).get("first_token_unix")
+        if o.error is None and first and o.ttft_s is not None and o.server_ttft_ms is not None:
+            over = o.ttft_s * 1000 - o.server_ttft_ms
+            back = (o.t_send_unix + o.ttft_s - first) * 1000
+            rows.append((over, over - back, back))
+    rows.sort(reverse=True)
+    worst = rows[:n]
+    if not worst:
+        return "no split (the simulator did not report first_token_unix)"
+    med = lambda i: statistics.median(r[i] for r in worst)  # noqa: E731
+    return (f"worst {len(worst)} overheads: median {med(0):.2f} ms = there {med(1):.2f} + "
+            f"back {med(2):.2f} ms")
+
+
+SEND_PATH: list[float] = []  # s from httpx's send() call to the request's bytes handed to the kernel
+
+
+def instrument_send_path() -> None:
+    """Time the client's share of the send path: `httpx.AsyncClient.send` until `send()` on the
+    socket returned (wraps both; bench only)."""
+    from workloadlang.run import transport
+
+    original_send, original_client_send = transport._Connection.send, httpx.AsyncClient.send
+    entered: dict[int, float] = {}
+
+    async def client_send(self, request, **kw):  # type: ignore[no-untyped-def]
+        entered[id(request)] = time.perf_counter()
+        return await original_client_send(self, request, **kw)
+
+    async def conn_send(self, payload, timeout):  # type: ignore[no-untyped-def]
+        await original_send(self, payload, timeout)
+        t = time.perf_counter()
+        if entered:
+            SEND_PATH.append(t - entered.pop(max(entered, key=entered.get)))
+
+    httpx.AsyncClient.send = client_send  # type: ignore[method-assign]
+    transport._Connection.send = conn_send  # type: ignore[method-assign]
+
+
 def summarise(label: str, pairs: list, health: dict, cpu: float = 0.0) -> dict[str, Any]:
     over = [t * 1000 - s for t, s in pairs if t is not None and s is not None]
     client_ms = [t * 1000 for t, _ in pairs if t is not None]
@@ -190,17 +260,23 @@ def main() -> int:
     ap.add_argument("--mode", choices=["executor", "send", "both"], default="both")
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-stream executor case")
     ap.add_argument("--base-url", help="use a running simulator root URL instead of starting one")
+    ap.add_argument("--probe-sim", action="store_true",
+                    help="run the simulator with event-loop-lag and GC probes (bench/simprobe.py); "
+                         "they print when it stops")
     ap.add_argument("--transport", choices=["wire", "httpcore"], default="wire",
                     help="wire: what wl run uses; httpcore: httpx's default pool, for comparison")
     args = ap.parse_args()
     global TRANSPORT
     TRANSPORT = args.transport
+    if TRANSPORT == "wire":
+        instrument_send_path()
+    collect_outcomes()
     proc = None
     if args.base_url:
         base = args.base_url.rstrip("/")
     else:
         port = free_port()
-        proc = start_server(port, args.decode_us)
+        proc = start_server(port, args.decode_us, args.probe_sim)
         base = f"http://127.0.0.1:{port}"
     try:
         modes = ["executor", "send"] if args.mode == "both" else [args.mode]
@@ -211,6 +287,12 @@ def main() -> int:
                 show(summarise(f"{mode} x{streams}", pairs, health, cpu))
                 if mode == "executor" and streams > 1:
                     show(summarise(f"  after 1st turn x{streams}", LATER, {}))
+                    print(f"{'':<22} {split_worst()}")
+                if SEND_PATH:
+                    ms = [x * 1000 for x in SEND_PATH]
+                    print(f"{'':<22} client send path (httpx send -> bytes to the kernel): p50 "
+                          f"{statistics.median(ms):.3f} p99 {pct(ms, 0.99):.3f} max {max(ms):.3f} ms")
+                    SEND_PATH.clear()
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
@@ -222,7 +304,10 @@ def main() -> int:
             print(out.getvalue())
     finally:
         if proc is not None:
-            proc.terminate()
+            if args.probe_sim:
+                proc.send_signal(signal.SIGINT)  # the probes report when uvicorn stops on it
+            else:
+                proc.terminate()
             proc.wait(10)
     return 0
 

@@ -23,8 +23,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_sim(port: int, *options: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "workloadlang.sim", "--port", str(port), *options]
+def start_sim(port: int, *options: str, script: str | None = None) -> subprocess.Popen:
+    """`script`: a file to run instead of `-m workloadlang.sim` (same flags)."""
+    entry = [script] if script else ["-m", "workloadlang.sim"]
+    cmd = [sys.executable, *entry, "--port", str(port), *options]
     proc = subprocess.Popen(cmd, cwd=ROOT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -12,7 +12,6 @@ import signal
 import sys
 from contextlib import ExitStack
 
-import httpx
 from pydantic import SecretStr
 
 from workloadlang.run.client import Endpoint, root_of

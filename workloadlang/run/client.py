@@ -15,7 +15,6 @@ pydantic work and no per-chunk clock reads after the first token.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, AsyncIterator, Callable

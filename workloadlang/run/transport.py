@@ -223,7 +223,7 @@ class _Connection:
     def alive(self) -> bool:
         """Output: False when the server has closed the idle connection (EOF or stray bytes)."""
         try:
-            data = self.sock.recv(1, socket.MSG_PEEK)
+            self.sock.recv(1, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:

@@ -96,6 +96,7 @@ class Job:
     t_slot: float = 0.0
     t_prefill_end: float = 0.0
     prefill_cost: float = 0.0
+    t_first_unix: float = 0.0
     t_first: float = 0.0
     t_last: float = 0.0
 
@@ -117,6 +118,7 @@ class Job:
             self.content.append(word)
         if not self.t_first:
             self.t_first = perf_counter()
+            self.t_first_unix = time.time()
 
     def generated_tokens(self) -> list:
         """Generated tokens as the next request's template renders them: `<think> r.. </think> c..`."""
@@ -166,6 +168,7 @@ class Job:
             (n_pred - 1) / predicted_ms * 1e3 if predicted_ms > 0 and n_pred > 1 else None
         )
         out["queue_ms"] = round((self.t_slot - self.t_enqueued) * 1e3, 3) if self.t_slot else 0.0
+        out["first_token_unix"] = self.t_first_unix or None
         out["ttft_ms"] = round((self.t_first - self.arrival) * 1e3, 3) if self.t_first else None
         if not self.no_report:
             out["host_restored_n"] = self.restored_tokens
