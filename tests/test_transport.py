@@ -256,7 +256,8 @@ def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
     assert got and got[0].endswith(body)
 
 
-def test_https_goes_through_httpx_own_transport() -> None:
+def test_https_goes_through_httpx_own_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")  # not for the engine: direct
     client = make_client()
     assert isinstance(client._transport_for_url(httpx.URL("http://h/")), WireTransport)
     assert not isinstance(client._transport_for_url(httpx.URL("https://h/")), WireTransport)
