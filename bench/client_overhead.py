@@ -61,7 +61,7 @@ sys.path.insert(0, ROOT)
 from workloadlang import api  # noqa: E402
 from workloadlang.plan.realise import RatioSizer, Realiser  # noqa: E402
 from workloadlang.run.client import Endpoint, WireRequest, send  # noqa: E402
-from workloadlang.run.executor import Executor  # noqa: E402
+from workloadlang.run.executor import Executor, ListSink  # noqa: E402
 from workloadlang.run.transport import make_client  # noqa: E402
 
 WORKLOAD = """
@@ -103,17 +103,6 @@ def client() -> httpx.AsyncClient:
     return make_client()
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def record(self, rec: Any) -> None:
-        self.records.append(rec)
-
-    def event(self, kind: str, data: dict[str, Any]) -> None:
-        pass
-
-
 async def run_executor(base: str, streams: int, rounds: int, max_tokens: int) -> tuple[list, dict, float]:
     source = api.Source(name="overhead.wl", text=WORKLOAD)
     wl = api.parse_checked(source)
@@ -121,7 +110,7 @@ async def run_executor(base: str, streams: int, rounds: int, max_tokens: int) ->
                                       "max_tokens": str(max_tokens)}, salt="bench",
                          env={"max_context": 65536})
     endpoint = Endpoint(base_url=base + "/v1", model="wl-sim")
-    sink = Collect()
+    sink = ListSink()
     async with client() as c:
         # warm the pool: one connection per stream, as a long run has after its first round
         await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))

@@ -11,7 +11,7 @@ import httpx
 from workloadlang import api
 from workloadlang.plan.realise import ExactSizer, Realiser
 from workloadlang.run.client import Endpoint
-from workloadlang.run.executor import Executor
+from workloadlang.run.executor import Executor, ListSink
 
 WORKLOAD = """
 workload sizing {
@@ -24,17 +24,6 @@ workload sizing {
 SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
        b'data: {"choices":[],"usage":{"prompt_tokens":300,"completion_tokens":1}}\n\n'
        b"data: [DONE]\n\n")
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def record(self, rec: Any) -> None:
-        self.records.append(rec)
-
-    def event(self, kind: str, data: dict[str, Any]) -> None:
-        pass
 
 
 def test_sizing_runs_ahead_of_the_requests() -> None:
@@ -56,7 +45,7 @@ def test_sizing_runs_ahead_of_the_requests() -> None:
         return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
 
     async def go() -> list[Any]:
-        sink = Sink()
+        sink = ListSink()
         async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
             run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
                                  Endpoint(base_url="http://engine/v1", model="m"), sink).run()
@@ -80,7 +69,7 @@ def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
     plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
                          env={"max_context": 65536})
 
-    class SlowSink(Sink):
+    class SlowSink(ListSink):
         def record(self, rec: Any) -> None:
             super().record(rec)
             time.sleep(0.05)

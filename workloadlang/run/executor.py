@@ -38,6 +38,21 @@ class Sink(Protocol):
     def event(self, kind: str, data: dict[str, Any]) -> None: ...
 
 
+class ListSink:
+    """A sink that keeps what it is given: `records` and `events` (`(kind, data)`) in order. For
+    callers that drive an `Executor` themselves (benches, tests) and read the records after."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def record(self, rec: Record) -> None:
+        self.records.append(rec)
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, data))
+
+
 @dataclass
 class RunResult:
     records: list[Record]
