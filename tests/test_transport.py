@@ -303,3 +303,44 @@ def test_a_host_name_is_resolved_and_each_address_tried() -> None:
     outs = chat(f"http://localhost:{server.port}", n=2)
     assert [o.error for o in outs] == [None, None] and outs[1].content == "hi"
     assert server.conns == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps: Linux")
+def test_first_token_keeps_its_own_arrival_when_the_second_one_is_queued_behind_it() -> None:
+    """The first token arrives, the second 100 ms later, and the client's event loop is busy
+    (holding the GIL) for 300 ms across both. Read late, both would come out of the socket in
+    one read carrying the newer packet's time (the kernel merges queued packets); the reader
+    thread reads each as it lands, so TTFT is the first token's arrival."""
+    got_request, loop_busy = threading.Event(), threading.Event()
+    first, second = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
+                     b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+                     b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+                     b"data: [DONE]\n\n")
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        got_request.set()
+        loop_busy.wait(5)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked")
+                     + b"%x\r\n%s\r\n" % (len(first), first))
+        time.sleep(0.1)
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(second), second))
+
+    server = RawServer(serve)
+    endpoint = Endpoint(base_url=server.url + "/v1", model="m")
+
+    async def go():
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            req = WireRequest(id="r", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+            task = asyncio.ensure_future(send(client, endpoint, req))
+            while not got_request.is_set():
+                await asyncio.sleep(0.001)
+            loop_busy.set()
+            end = time.perf_counter() + 0.3
+            while time.perf_counter() < end:  # busy, not sleeping: the GIL is held
+                pass
+            return await task
+
+    out = asyncio.run(go())
+    assert out.error is None and out.content == "ab"
+    assert out.ttft_s is not None and out.ttft_s < 0.05, out.ttft_s

@@ -14,10 +14,12 @@ What `WireTransport` does:
 - one non-blocking socket per connection, responses parsed by `httptools` (llhttp, the parser
   uvicorn uses), an idle stack per origin (O(1) checkout), idle connections dropped after
   `keepalive_expiry` seconds or when the server has closed them;
-- every `recv` is stamped with the time the bytes reached the socket: the kernel's receive
-  timestamp (`SO_TIMESTAMPNS`, Linux) converted to `clock` (monotonic) by its age, else `clock()`
-  at read time. `ResponseStream.arrival` is the stamp of the chunk just yielded, so TTFT does not
-  grow when the client's event loop is busy with other streams;
+- every read is stamped with the time the bytes reached the socket: on Linux a reader thread
+  (`_Reader`, epoll) reads each socket as soon as bytes land and takes the kernel's receive
+  timestamp (`SO_TIMESTAMPNS`), converted to `clock` (monotonic) by its age; parsing stays on the
+  event loop. Elsewhere (or with an injected clock) the loop reads and stamps `clock()`.
+  `ResponseStream.arrival` is the stamp of the chunk just yielded, so TTFT does not grow when the
+  client's event loop is busy with other streams;
 - exceptions are httpx's: `ConnectError` / `ConnectTimeout`, `RemoteProtocolError` for a garbled
   response or a body cut short — its subclass `ConnectionDropped` when the server closed before
   any byte of the response (nothing was processed: the caller may retry), `ReadError`,
@@ -32,6 +34,7 @@ import collections
 import socket
 import struct
 import sys
+import threading
 import time
 from typing import Any, AsyncIterator, Callable
 
@@ -148,8 +151,9 @@ class _Head:
 
 
 class _Connection:
-    """One HTTP/1.1 connection: a non-blocking socket read by a loop reader callback into an
-    httptools parser. Body bytes are queued with their arrival stamps; `next_chunk` awaits them."""
+    """One HTTP/1.1 connection: a non-blocking socket read by the reader thread (kernel stamps) or
+    a loop reader callback into an httptools parser (on the loop). Body bytes are queued with
+    their arrival stamps; `next_chunk` awaits them."""
 
     def __init__(self, sock: socket.socket, clock: Callable[[], float]) -> None:
         self.sock = sock
@@ -255,31 +259,42 @@ class _Connection:
     def _start_reading(self) -> None:
         if not self.reading and not self.closed:
             self.reading = True
-            self.loop.add_reader(self.sock.fileno(), self._on_readable)
+            if self._stamped:
+                _reader().add(self)
+            else:
+                self.loop.add_reader(self.sock.fileno(), self._on_readable)
 
     def _stop_reading(self) -> None:
         if self.reading:
             self.reading = False
-            if not self.closed:
+            if self._stamped:
+                _reader().remove(self)
+            elif not self.closed:
                 self.loop.remove_reader(self.sock.fileno())
 
     def _on_readable(self) -> None:
-        """Loop callback: read what the socket holds, stamp it, feed the parser."""
+        """Loop callback (no reader thread): read what the socket holds, stamped on read."""
         try:
-            if self._stamped:
-                data, anc, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
-                self.stamp = _arrival(anc, self.clock)
-            else:
-                data = self.sock.recv(_READ_SIZE)
-                self.stamp = self.clock()
+            data = self.sock.recv(_READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
+            self.deliver(None, 0.0, exc)
+            return
+        self.deliver(data, self.clock(), None)
+
+    def deliver(self, data: bytes | None, stamp: float, exc: OSError | None) -> None:
+        """On the loop: what one socket read gave (bytes, b"" at EOF, or the read's error) and
+        when it arrived. Feeds the parser and wakes the consumer."""
+        if self.closed and data:
+            return  # read before the connection was closed: nobody is waiting for it
+        if exc is not None:
             self._fail_read(exc)
             return
         if not data:
             self._eof()
             return
+        self.stamp = stamp
         self.received_any = True
         try:
             self.parser.feed_data(data)
@@ -414,6 +429,101 @@ def _literal(host: str, port: int) -> list | None:
         address = (host, port) if family == socket.AF_INET else (host, port, 0, 0)
         return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address)]
     return None
+
+
+class _Reader:
+    """One background thread that reads every stamped connection's socket as soon as bytes
+    arrive (epoll), so each read holds one packet's worth and its kernel stamp is that packet's
+    arrival. Read on the event loop instead, a busy loop reads late; by then the next packet of
+    the stream is queued too, the kernel merges them and keeps the newer time, and the first
+    token would be stamped with the second token's arrival. Parsing stays on the loop: each
+    poll round's reads go to it in one `call_soon_threadsafe` per loop."""
+
+    def __init__(self) -> None:
+        import select
+
+        self.epoll = select.epoll()
+        self.lock = threading.Lock()
+        self.conns: dict[int, _Connection] = {}
+        thread = threading.Thread(target=self._run, name="wl-socket-reader", daemon=True)
+        thread.start()
+
+    def add(self, conn: "_Connection") -> None:
+        """Start reading `conn` (from the loop thread)."""
+        fd = conn.sock.fileno()
+        with self.lock:
+            known = self.conns.get(fd)
+            if known is conn:
+                return
+            if known is not None:  # a socket closed without remove(): its number is reused
+                try:
+                    self.epoll.unregister(fd)
+                except OSError:
+                    pass
+            self.conns[fd] = conn
+            self.epoll.register(fd, _EPOLLIN)
+
+    def remove(self, conn: "_Connection") -> None:
+        """Stop reading `conn`; once this returns the thread does not touch its socket."""
+        with self.lock:
+            self._drop(conn.sock.fileno(), conn)
+
+    def _drop(self, fd: int, conn: "_Connection") -> None:
+        if fd >= 0 and self.conns.get(fd) is conn:
+            del self.conns[fd]
+            self.epoll.unregister(fd)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                events = self.epoll.poll()
+            except InterruptedError:
+                continue
+            batches: dict[Any, list] = {}
+            with self.lock:
+                for fd, _ in events:
+                    conn = self.conns.get(fd)
+                    if conn is not None:
+                        self._read(fd, conn, batches)
+            for loop, items in batches.items():
+                try:
+                    loop.call_soon_threadsafe(_deliver_all, items)
+                except RuntimeError:  # that event loop is closed: nobody is waiting
+                    pass
+
+    def _read(self, fd: int, conn: "_Connection", batches: dict[Any, list]) -> None:
+        try:
+            data, anc, _, _ = conn.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._drop(fd, conn)
+            batches.setdefault(conn.loop, []).append((conn, None, 0.0, exc))
+            return
+        if not data:
+            self._drop(fd, conn)  # EOF stays readable: stop polling it
+        batches.setdefault(conn.loop, []).append((conn, data, _arrival(anc, conn.clock), None))
+
+
+def _deliver_all(items: list) -> None:
+    """On the loop: hand each read to its connection, in the order they were read."""
+    for conn, data, stamp, exc in items:
+        conn.deliver(data, stamp, exc)
+
+
+_READER: _Reader | None = None
+_READER_LOCK = threading.Lock()
+_EPOLLIN = 0x001
+
+
+def _reader() -> _Reader:
+    """Output: the process's reader thread (started on first use)."""
+    global _READER
+    if _READER is None:
+        with _READER_LOCK:
+            if _READER is None:
+                _READER = _Reader()
+    return _READER
 
 
 def _arrival(ancillary: list[tuple[int, int, bytes]], clock: Callable[[], float]) -> float:
