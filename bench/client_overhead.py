@@ -33,7 +33,7 @@ own time (client process only).
 
 Usage: /work/venv/bin/python bench/client_overhead.py [--streams 1,64] [--rounds 20]
        [--mode executor|send|both] [--max-tokens 32] [--decode-us 10000] [--profile]
-       [--transport wire|httpcore]
+       [--transport wire|httpcore] [--probe-sim] [--pin]
 """
 
 from __future__ import annotations
@@ -79,11 +79,21 @@ workload overhead {
 SIM_FLAGS = ("--prefill-us-per-token", "0", "--device-tokens", "8000000", "--slots", "256")
 
 
-def start_server(port: int, decode_us: float, probe: bool) -> subprocess.Popen:
+def start_server(port: int, decode_us: float, probe: bool,
+                 cpus: set[int] | None = None) -> subprocess.Popen:
     flags = (*SIM_FLAGS, "--decode-us-per-token", str(decode_us))
-    if not probe:
-        return start_sim(port, *flags)
-    return start_sim(port, *flags, script=os.path.join(ROOT, "bench", "simprobe.py"))
+    script = os.path.join(ROOT, "bench", "simprobe.py") if probe else None
+    return start_sim(port, *flags, script=script, cpus=cpus)
+
+
+def pin_cpus() -> set[int]:
+    """Pin this process (and the threads it starts from now on) to all CPUs but the last;
+    output: the last one, for the simulator."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    os.sched_setaffinity(0, set(cpus[:-1]))
+    return {cpus[-1]}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -249,6 +259,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=["executor", "send", "both"], default="both")
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-stream executor case")
     ap.add_argument("--base-url", help="use a running simulator root URL instead of starting one")
+    ap.add_argument("--pin", action="store_true",
+                    help="run the simulator on the last CPU and this client on the others")
     ap.add_argument("--probe-sim", action="store_true",
                     help="run the simulator with event-loop-lag and GC probes (bench/simprobe.py); "
                          "they print when it stops")
@@ -265,7 +277,8 @@ def main() -> int:
         base = args.base_url.rstrip("/")
     else:
         port = free_port()
-        proc = start_server(port, args.decode_us, args.probe_sim)
+        proc = start_server(port, args.decode_us, args.probe_sim,
+                            pin_cpus() if args.pin else None)
         base = f"http://127.0.0.1:{port}"
     try:
         modes = ["executor", "send"] if args.mode == "both" else [args.mode]

@@ -19,7 +19,7 @@ Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k)
 uses the agent-sim preset's time model with an 8M-token device cache (no evictions) and 64 slots.
 
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
-       [--slots 64] [--keep DIR]
+       [--slots 64] [--decode-us US] [--pin] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
-def start_agent_sim(port: int, slots: int, decode_us: float | None) -> subprocess.Popen:
+def start_agent_sim(port: int, slots: int, decode_us: float | None,
+                    cpus: set[int] | None) -> subprocess.Popen:
     extra = ["--decode-us-per-token", str(decode_us)] if decode_us is not None else []
     return start_sim(port, "--preset", "agent-sim", "--device-tokens", "8000000",
-                     "--slots", str(slots), *extra)
+                     "--slots", str(slots), *extra, cpus=cpus)
 
 
 def wl_command() -> list[str]:
@@ -76,12 +77,18 @@ def main() -> int:
     ap.add_argument("--decode-us", type=float, default=None,
                     help="simulator decode cost per token (default: the agent-sim preset's 200 us)")
     ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
+    ap.add_argument("--pin", action="store_true",
+                    help="run the simulator on the last CPU and wl run on the others")
     args = ap.parse_args()
     out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
     os.makedirs(out_dir, exist_ok=True)
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
     port = free_port()
-    sim = start_agent_sim(port, args.slots, args.decode_us)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    sim_cpus, wl_cpus = ({cpus[-1]}, set(cpus[:-1])) if args.pin else (None, None)
+    sim = start_agent_sim(port, args.slots, args.decode_us, sim_cpus)
     cmd = [*wl_command(), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,
            "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),
@@ -90,7 +97,9 @@ def main() -> int:
     print("$ wl", " ".join(cmd[cmd.index("run"):]), flush=True)
     try:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        pin = (lambda: os.sched_setaffinity(0, wl_cpus)) if wl_cpus else None
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=pin)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         stderr = proc.stderr.read() if proc.stderr else ""

@@ -6,6 +6,7 @@ Input: a port and `python -m workloadlang.sim` options. Output: the running proc
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -23,11 +24,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_sim(port: int, *options: str, script: str | None = None) -> subprocess.Popen:
-    """`script`: a file to run instead of `-m workloadlang.sim` (same flags)."""
+def start_sim(port: int, *options: str, script: str | None = None,
+              cpus: set[int] | None = None) -> subprocess.Popen:
+    """`script`: a file to run instead of `-m workloadlang.sim` (same flags); `cpus`: pin the
+    simulator process to these CPUs (Linux)."""
     entry = [script] if script else ["-m", "workloadlang.sim"]
     cmd = [sys.executable, *entry, "--port", str(port), *options]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, cwd=ROOT, preexec_fn=pin)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
