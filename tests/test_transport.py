@@ -264,34 +264,44 @@ def test_https_goes_through_httpx_own_transport(monkeypatch: pytest.MonkeyPatch)
     asyncio.run(client.aclose())
 
 
+def answer_while_busy(reply: Callable[[socket.socket], None], hold: Callable[[], None],
+                      max_tokens: int = 1):
+    """Send one chat request to a server that answers with `reply(conn)` only once the client's
+    event loop is inside `hold()` (which blocks or busies it). Output: the request's outcome."""
+    got_request, holding = threading.Event(), threading.Event()
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        got_request.set()
+        holding.wait(5)
+        reply(conn)
+
+    endpoint = Endpoint(base_url=RawServer(serve).url + "/v1", model="m")
+
+    async def go():
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            req = WireRequest(id="r", messages=[{"role": "user", "content": "x"}],
+                              max_tokens=max_tokens)
+            task = asyncio.ensure_future(send(client, endpoint, req))
+            while not got_request.is_set():
+                await asyncio.sleep(0.001)
+            holding.set()
+            hold()
+            return await task
+
+    return asyncio.run(go())
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps: Linux")
 def test_ttft_is_stamped_at_arrival_not_when_a_busy_loop_gets_to_it() -> None:
     """The server answers at once; the client's event loop is then blocked for 300 ms (as if
     busy with other streams). TTFT stays the arrival time, well under the block."""
 
-    got_request, loop_blocked = threading.Event(), threading.Event()
-
-    def serve(conn: socket.socket, index: int) -> None:
-        read_request(conn)
-        got_request.set()
-        loop_blocked.wait(5)
+    def reply(conn: socket.socket) -> None:
         conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
 
-    server = RawServer(serve)
-    endpoint = Endpoint(base_url=server.url + "/v1", model="m")
-
-    async def go():
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            req = WireRequest(id="r", messages=[{"role": "user", "content": "x"}], max_tokens=1)
-            task = asyncio.ensure_future(send(client, endpoint, req))
-            while not got_request.is_set():
-                await asyncio.sleep(0.001)
-            loop_blocked.set()
-            time.sleep(0.3)  # the loop is blocked while the answer arrives
-            return await task
-
     t0 = time.perf_counter()
-    out = asyncio.run(go())
+    out = answer_while_busy(reply, lambda: time.sleep(0.3))
     assert time.perf_counter() - t0 >= 0.3
     assert out.error is None and out.ttft_s is not None
     assert out.ttft_s < 0.1, out.ttft_s
@@ -311,36 +321,22 @@ def test_first_token_keeps_its_own_arrival_when_the_second_one_is_queued_behind_
     (holding the GIL) for 300 ms across both. Read late, both would come out of the socket in
     one read carrying the newer packet's time (the kernel merges queued packets); the reader
     thread reads each as it lands, so TTFT is the first token's arrival."""
-    got_request, loop_busy = threading.Event(), threading.Event()
     first, second = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
                      b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
                      b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
                      b"data: [DONE]\n\n")
 
-    def serve(conn: socket.socket, index: int) -> None:
-        read_request(conn)
-        got_request.set()
-        loop_busy.wait(5)
+    def reply(conn: socket.socket) -> None:
         conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked")
                      + b"%x\r\n%s\r\n" % (len(first), first))
         time.sleep(0.1)
         conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(second), second))
 
-    server = RawServer(serve)
-    endpoint = Endpoint(base_url=server.url + "/v1", model="m")
+    def busy() -> None:
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:  # busy, not sleeping: the GIL is held
+            pass
 
-    async def go():
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            req = WireRequest(id="r", messages=[{"role": "user", "content": "x"}], max_tokens=2)
-            task = asyncio.ensure_future(send(client, endpoint, req))
-            while not got_request.is_set():
-                await asyncio.sleep(0.001)
-            loop_busy.set()
-            end = time.perf_counter() + 0.3
-            while time.perf_counter() < end:  # busy, not sleeping: the GIL is held
-                pass
-            return await task
-
-    out = asyncio.run(go())
+    out = answer_while_busy(reply, busy, max_tokens=2)
     assert out.error is None and out.content == "ab"
     assert out.ttft_s is not None and out.ttft_s < 0.05, out.ttft_s
