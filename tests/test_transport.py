@@ -340,3 +340,25 @@ def test_first_token_keeps_its_own_arrival_when_the_second_one_is_queued_behind_
     out = answer_while_busy(reply, busy, max_tokens=2)
     assert out.error is None and out.content == "ab"
     assert out.ttft_s is not None and out.ttft_s < 0.05, out.ttft_s
+
+
+def test_a_streamed_upload_is_sent_with_its_length() -> None:
+    got = []
+
+    def serve(conn: socket.socket, index: int) -> None:
+        got.append(read_request(conn))
+        conn.sendall(head(content_type="application/json", content_length="2") + b"{}")
+
+    server = RawServer(serve)
+
+    async def parts():
+        yield b"ab"
+        yield b"cd"
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            return await client.post(server.url + "/up", content=parts())
+
+    assert asyncio.run(go()).status_code == 200
+    assert b"content-length: 4" in got[0].lower() and b"transfer-encoding" not in got[0].lower()
+    assert got[0].endswith(b"\r\n\r\nabcd")

@@ -129,11 +129,14 @@ class WireTransport(httpx.AsyncBaseTransport):
 
 
 def _serialise(request: httpx.Request, body: bytes) -> bytes:
-    """Input: an httpx request and its body. Output: the HTTP/1.1 request bytes."""
+    """Input: an httpx request and its body (read whole). Output: the HTTP/1.1 request bytes
+    (a streamed upload's `Transfer-Encoding: chunked` becomes a `Content-Length`)."""
     target = request.url.raw_path or b"/"
     lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
     names = set()
     for name, value in request.headers.raw:
+        if name.lower() == b"transfer-encoding":
+            continue
         names.add(name.lower())
         lines.append(name + b": " + value)
     if body and b"content-length" not in names:
