@@ -110,3 +110,14 @@ def test_key_echoed_by_models_is_not_printed(tmp_path: Path, server: FaultServer
     assert "HTTP 401" in left and "invalid credential" in left
     for part in secret_parts(KEY):
         assert part not in left
+
+
+def test_a_long_key_cut_by_an_excerpt_leaves_no_fragment(tmp_path: Path, server: FaultServer) -> None:
+    """The error message and body are excerpts (200 / 300 characters): an echoed key longer than
+    that is cut, and the cut-off beginning must not survive either."""
+    key = "sk-" + "".join(f"{i:03d}x" for i in range(100))  # 403 characters
+    server.defaults = {"x-fault": "echo_auth"}
+    left = run(tmp_path, server.base_url, "--api-key", key)
+    assert run.returncode == 4, left  # type: ignore[attr-defined]
+    assert "invalid credential" in left and "[redacted]" in left
+    assert not any(key[i:i + 12] in left for i in range(len(key) - 12))

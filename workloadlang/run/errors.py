@@ -65,10 +65,23 @@ class EndpointError(Exception):
 REDACTED = "[redacted]"
 
 
+_FRAGMENT = 6  # the shortest beginning of a key that counts as part of it
+
+
 def redact(text: str, secret: str | None) -> str:
     """Input: text for the user or a file, and the API key (or None). Output: the text with the
-    key replaced by `[redacted]` (a server may repeat the credential it got in its error)."""
-    return text.replace(secret, REDACTED) if secret and text else text
+    key replaced by `[redacted]` (a server may repeat the credential it got in its error), and
+    so is the beginning of the key where an excerpt cut it (before `…` or at the end)."""
+    if not secret or not text:
+        return text
+    text = text.replace(secret, REDACTED)
+    for k in range(len(secret) - 1, _FRAGMENT - 1, -1):
+        head = secret[:k]
+        if head + "…" in text:
+            text = text.replace(head + "…", REDACTED + "…")
+        if text.endswith(head):
+            text = text[:-k] + REDACTED
+    return text
 
 
 def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
