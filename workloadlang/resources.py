@@ -11,8 +11,11 @@ install they are the repository's `grammars/` and `workloads/` next to the packa
 from __future__ import annotations
 
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11+; 3.10 has it in importlib.abc
+    from importlib.resources.abc import Traversable
 
 GRAMMAR_FILE = "workload.lark"
 WORKLOAD_SUFFIX = ".wl"
