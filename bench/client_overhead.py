@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 
-from simproc import free_port, start_sim
+from simproc import free_port, split_cpus, start_sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -89,11 +89,9 @@ def start_server(port: int, decode_us: float, probe: bool,
 def pin_cpus() -> set[int]:
     """Pin this process (and the threads it starts from now on) to all CPUs but the last;
     output: the last one, for the simulator."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("--pin needs at least two CPUs")
-    os.sched_setaffinity(0, set(cpus[:-1]))
-    return {cpus[-1]}
+    mine, sim = split_cpus()
+    os.sched_setaffinity(0, mine)
+    return sim
 
 
 def pct(values: list[float], q: float) -> float:
@@ -125,6 +123,7 @@ async def run_executor(base: str, streams: int, rounds: int, max_tokens: int) ->
         # warm the pool: one connection per stream, as a long run has after its first round
         await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
         SEND_PATH.clear()  # the warm-up opened connections (the send path awaited connects)
+        GC_PAUSES.clear()
         OUTCOMES.clear()
         cpu0 = cpu_s()
         run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint, sink).run()
@@ -203,6 +202,24 @@ def split_worst(n: int = 12) -> str:
 SEND_PATH: list[float] = []  # s from httpx's send() call to the request's bytes handed to the kernel
 
 
+GC_PAUSES: list[float] = []  # s of each full (generation 2) collection in this process
+
+
+def watch_gc() -> None:
+    """Record how long each full garbage collection of this (the client's) process takes."""
+    import gc
+
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        elif info["generation"] == 2:
+            GC_PAUSES.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(on_gc)
+
+
 def instrument_send_path() -> None:
     """Time the client's share of the send path: `httpx.AsyncClient.send` until `send()` on the
     socket returned (wraps both; bench only)."""
@@ -262,7 +279,8 @@ def main() -> int:
     ap.add_argument("--pin", action="store_true",
                     help="run the simulator on the last CPU and this client on the others")
     ap.add_argument("--probe-sim", action="store_true",
-                    help="run the simulator with event-loop-lag and GC probes (bench/simprobe.py); "
+                    help="run the simulator with event-loop-lag and GC probes (bench/simprobe.py), and "
+                         "time the client's own full collections; "
                          "they print when it stops")
     ap.add_argument("--transport", choices=["wire", "httpcore"], default="wire",
                     help="wire: what wl run uses; httpcore: httpx's default pool, for comparison")
@@ -272,6 +290,8 @@ def main() -> int:
     if TRANSPORT == "wire":
         instrument_send_path()
     collect_outcomes()
+    if args.probe_sim:
+        watch_gc()
     proc = None
     if args.base_url:
         base = args.base_url.rstrip("/")
@@ -290,6 +310,10 @@ def main() -> int:
                 if mode == "executor" and streams > 1:
                     show(summarise(f"  after 1st turn x{streams}", LATER, {}))
                     print(f"{'':<22} {split_worst()}")
+                if args.probe_sim:
+                    print(f"{'':<22} client full GC pauses during the run: {len(GC_PAUSES)}, max "
+                          f"{max(GC_PAUSES, default=0) * 1000:.1f} ms (incl. the one before the clock)")
+                    GC_PAUSES.clear()
                 if SEND_PATH:
                     ms = [x * 1000 for x in SEND_PATH]
                     print(f"{'':<22} client send path (httpx send -> bytes to the kernel): p50 "

@@ -4,15 +4,12 @@ CLI (a subprocess) against the simulator in ANOTHER subprocess.
 Reports the client's peak RSS (`os.wait4` rusage of the `wl run` process: its own high-water mark,
 not the simulator's), wall time, request and error counts, and the client timing health the
 executor writes into the results (`results.client`): event-loop lag p99 / max (how late a 5 ms
-sleep wakes up), send delay p99 / max (from getting a concurrency slot to the request leaving)
-and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no
-request delayed by the client more than 10 ms beyond the concurrency limit.
-
-The executor's send delay starts once a request holds a concurrency slot, so it leaves out the
-work a session does between two requests (recording the last one, sizing the next one's text with
-the engine's /tokenize, realising it). With concurrency = sessions nothing waits for a slot, so
-the gap between one request's end and the next request's start in the same session is all
-client-side delay; it is reported from the records as "session gap".
+sleep wakes up), client delay p99 / max (for every request, from the moment its session could go
+on — the run's start, a phase barrier opening, the previous answer's last byte — to the send,
+minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either p99
+above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client more than
+10 ms beyond the concurrency limit. "Session gap" is the same seen from the records: one
+request's end to the next one's start in the same session.
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
@@ -34,7 +31,7 @@ import tempfile
 import time
 
 
-from simproc import free_port, start_sim
+from simproc import free_port, split_cpus, start_sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,10 +81,7 @@ def main() -> int:
     os.makedirs(out_dir, exist_ok=True)
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
     port = free_port()
-    cpus = sorted(os.sched_getaffinity(0))
-    if args.pin and len(cpus) < 2:
-        raise SystemExit("--pin needs at least two CPUs")
-    sim_cpus, wl_cpus = ({cpus[-1]}, set(cpus[:-1])) if args.pin else (None, None)
+    wl_cpus, sim_cpus = split_cpus() if args.pin else (None, None)
     sim = start_agent_sim(port, args.slots, args.decode_us, sim_cpus)
     cmd = [*wl_command(), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,

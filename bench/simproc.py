@@ -24,6 +24,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def split_cpus() -> tuple[set[int], set[int]]:
+    """Output: (CPUs for the client, the last CPU for the simulator), for `--pin` (Linux).
+    Exits with a message when this process may run on fewer than two CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    return set(cpus[:-1]), {cpus[-1]}
+
+
 def start_sim(port: int, *options: str, script: str | None = None,
               cpus: set[int] | None = None) -> subprocess.Popen:
     """`script`: a file to run instead of `-m workloadlang.sim` (same flags); `cpus`: pin the
