@@ -89,3 +89,41 @@ def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
     health = asyncio.run(go())
     assert health["client_delay_max_ms"] >= 45
     assert health["client_bottleneck"] is True
+
+
+def test_nothing_is_loaded_on_the_clock_by_the_first_request() -> None:
+    """anyio's asyncio backend is imported on the first cancel scope (~30 ms). In a fresh
+    interpreter it must already be loaded when the first request is sent, or every session's
+    first request counts that import as client delay (and a small run reports a bottleneck)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import asyncio, sys
+import httpx
+from workloadlang import api
+from workloadlang.plan.realise import RatioSizer, Realiser
+from workloadlang.run import executor
+from workloadlang.run.client import Endpoint
+seen = []
+real_send = executor.send
+async def send(*a, **k):
+    seen.append("anyio._backends._asyncio" in sys.modules)
+    return await real_send(*a, **k)
+executor.send = send
+SSE = {SSE!r}
+source = api.Source(name="w.wl", text={WORKLOAD.replace("repeat 2", "repeat 1")!r})
+plan = api.make_plan(api.parse_checked(source), source, {{}}, salt="t", env={{"max_context": 65536}})
+def chat(request):
+    return httpx.Response(200, content=SSE, headers={{"content-type": "text/event-stream"}})
+async def go():
+    async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+        await executor.Executor(plan, Realiser(plan, RatioSizer(1.0)), client,
+                                Endpoint(base_url="http://engine/v1", model="m"),
+                                executor.ListSink()).run()
+asyncio.run(go())
+print(seen[0])
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

@@ -27,7 +27,7 @@ import httpx
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.client import Endpoint, Outcome, WireRequest, send, warm_up
 from workloadlang.run.errors import EndpointError
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
@@ -141,6 +141,7 @@ class Executor:
         sessions = [s.id for s in self.plan.sessions]
         firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
         await asyncio.gather(*(self._size(r) for r in firsts))  # before the clock starts
+        warm_up()
         # What exists now (the plan, the modules, the realised texts) lives through the run: keep
         # it out of the garbage collector's scans, so a full collection mid-run walks only what
         # the run itself made (a 70 ms pause stalled every stream at 64 sessions otherwise)
