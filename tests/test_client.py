@@ -106,6 +106,32 @@ def test_body_and_headers() -> None:
     assert "x-conversation-id" not in request.headers
 
 
+def test_only_our_headers_and_no_cookies() -> None:
+    """The engine sees the runner's headers only: no client default `Accept-Encoding` inviting a
+    compressed stream, and no cookie carried from one answer to the next request."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=ev(finish()) + DONE,
+                              headers={"content-type": "text/event-stream", "set-cookie": "s=1"})
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            ep = Endpoint(base_url="http://engine/v1", model="m")
+            for n in range(2):
+                out = await send(client, ep, WireRequest(id=f"r{n}", messages=MSGS, max_tokens=8))
+                assert out.error is None
+
+    asyncio.run(go())
+    assert len(seen) == 2
+    for request in seen:
+        assert "accept-encoding" not in request.headers
+        assert "cookie" not in request.headers
+        assert request.headers["accept"] == "text/event-stream"
+        assert request.headers["user-agent"].startswith("workloadlang/")
+
+
 def test_no_auth_header_without_key() -> None:
     seen: list[httpx.Request] = []
     run_send([ev(finish()), DONE], seen=seen)

@@ -24,7 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
 
 from . import evidence
-from .transport import ConnectionDropped
+from .transport import ConnectionDropped, build_request, dispatch
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
 _loads = json.loads
@@ -392,17 +392,12 @@ def build_headers(endpoint: Endpoint, req: WireRequest) -> dict[str, str]:
     return headers
 
 
-def _build_request(client: httpx.AsyncClient, endpoint: Endpoint, req: WireRequest) -> httpx.Request:
-    """Output: the ready-to-send httpx request (body encoded once, httpx's own timeouts set to the
-    total deadline so they never cut a long prefill first)."""
+def _build_request(endpoint: Endpoint, req: WireRequest) -> httpx.Request:
+    """Output: the ready-to-send httpx request (body encoded once, its timeouts set to the total
+    deadline so they never cut a long prefill first; only our own headers)."""
     content = json.dumps(build_body(endpoint, req), ensure_ascii=False, separators=(",", ":"))
-    request = client.build_request(
-        "POST", endpoint.chat_url, content=content.encode("utf-8"),
-        headers=build_headers(endpoint, req), timeout=httpx.Timeout(req.deadline_s),
-    )
-    for name in _FORBIDDEN_HEADERS:  # also when it came from the client's default headers
-        request.headers.pop(name, None)
-    return request
+    return build_request("POST", endpoint.chat_url, build_headers(endpoint, req),
+                         content.encode("utf-8"), req.deadline_s)
 
 
 def warm_up() -> None:
@@ -425,7 +420,7 @@ async def send(
     `asyncio.CancelledError` propagates (the connection is closed first)."""
     state = _Stream(clock, req.abort_after)
     try:
-        request = _build_request(client, endpoint, req)
+        request = _build_request(endpoint, req)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol, TypeError, ValueError) as exc:
         state.t0 = clock()
         state.fail("connect", f"cannot build the request: {_describe(exc)}")
@@ -444,11 +439,11 @@ async def _open(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Resp
     connection just as we reused it: llama-server does after a stream), nothing was processed,
     so retry once on a fresh connection. A garbled answer is not retried: it was processed."""
     try:
-        return await client.send(request, stream=True)
+        return await dispatch(client, request)
     except httpx.RemoteProtocolError as exc:
         if not dropped_before_answer(exc):
             raise
-        return await client.send(request, stream=True)
+        return await dispatch(client, request)
 
 
 def dropped_before_answer(exc: httpx.RemoteProtocolError) -> bool:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from .client import auth_headers, root_of
 from .errors import EndpointError, engine_message, redact
+from .transport import build_request, dispatch
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "ninfer", "workloadlang-sim", "unknown"]
 TokenizeStyle = Literal["prompt", "content"]
@@ -95,20 +96,36 @@ def _token_count(payload: Any) -> int | None:
     return len(tokens) if isinstance(tokens, list) else None
 
 
+async def _fetch(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """Output: the response, read whole. A pooled connection the server had already closed
+    (keep-alive expiry) gets one retry on a fresh one: these calls (/models, /props, /tokenize)
+    are idempotent."""
+    try:
+        return await _fetch_once(client, request)
+    except httpx.RemoteProtocolError:
+        return await _fetch_once(client, request)
+
+
+async def _fetch_once(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    response = await dispatch(client, request)
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
+    return response
+
+
 async def _request_json(
     client: httpx.AsyncClient, method: str, url: str, headers: dict[str, str], timeout: float,
     body: Any = None,
 ) -> Any:
     """Output: the decoded JSON answer. Raises `EndpointError` (unreachable / http / bad_payload)."""
+    content = None if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    request_headers = {"Accept": "application/json", **headers}
+    if content is not None:
+        request_headers["Content-Type"] = "application/json"
     try:
-        try:
-            response = await client.request(method, url, headers=headers, json=body,
-                                            timeout=timeout)
-        except httpx.RemoteProtocolError:
-            # A pooled connection the server had already closed (keep-alive expiry): these
-            # calls are idempotent (/models, /props, /tokenize), so one retry on a fresh one.
-            response = await client.request(method, url, headers=headers, json=body,
-                                            timeout=timeout)
+        response = await _fetch(client, build_request(method, url, request_headers, content, timeout))
     except httpx.TimeoutException as exc:
         raise EndpointError("unreachable", f"{url}: timed out after {timeout:g}s ({type(exc).__name__})", url=url) from None
     except httpx.HTTPError as exc:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import socket
 import struct
 import sys
@@ -41,10 +42,15 @@ from typing import Any, AsyncIterator, Callable
 import httptools
 import httpx
 
+from .. import __version__
+
 _SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # SO_TIMESTAMPNS_OLD
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _READ_SIZE = 256 * 1024
 _PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this far behind
+
+
+_USER_AGENT = f"workloadlang/{__version__}"
 
 
 class ConnectionDropped(httpx.RemoteProtocolError):
@@ -65,6 +71,35 @@ def make_client(keepalive_expiry: float = 1.0) -> httpx.AsyncClient:
         mounts={"http://": WireTransport(keepalive_expiry=keepalive_expiry),
                 "https://": httpx.AsyncHTTPTransport(limits=limits)},
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(url: str) -> httpx.URL:
+    return httpx.URL(url)
+
+
+def build_request(method: str, url: str, headers: dict[str, str], content: bytes | None,
+                  timeout: float | None) -> httpx.Request:
+    """Input: method, URL, the complete headers, the body and a deadline in seconds (None: no
+    limit). Output: an httpx request carrying these headers (plus Host, Content-Length and a
+    `User-Agent: workloadlang/VERSION` unless given): no client defaults, so no
+    `Accept-Encoding` asks the engine to compress a stream. The URL is parsed once per URL."""
+    return httpx.Request(method, _parsed(url), headers={"User-Agent": _USER_AGENT, **headers},
+                         content=content,
+                         extensions={"timeout": httpx.Timeout(timeout).as_dict()})
+
+
+async def dispatch(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """Input: the runner's client and a request from `build_request`. Output: the response with
+    its body still streaming (close it). Sends on the transport the client mounts for the URL
+    (also a test's MockTransport or an https proxy) but skips the client's per-request layers —
+    auth flow, redirects, cookie jar, event hooks, logging — which the runner does not use (it
+    sets its own headers, follows no redirect, keeps no cookies) and which cost about as much
+    CPU as the transport itself (docs/performance.md "Scale")."""
+    transport = client._transport_for_url(request.url)  # noqa: SLF001 (httpx >= 0.18)
+    response = await transport.handle_async_request(request)
+    response.request = request
+    return response
 
 
 class WireTransport(httpx.AsyncBaseTransport):
