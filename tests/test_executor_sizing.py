@@ -4,6 +4,7 @@ sized before the sessions start, each later one while the request before it is i
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -127,3 +128,65 @@ print(seen[0])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+EARLY = """
+workload early {
+  session s repeat 2 {
+    turn a { user filler 50; reply 4 }
+    spawn 1 cold label sub { user filler 50; reply 4 }
+    turn finalize { user filler 50; reply 4 }
+  }
+}
+"""
+
+
+def test_requests_are_made_before_their_turn_when_their_messages_are_final(monkeypatch) -> None:
+    """Realising and encoding happen ahead of the send when nothing they need is missing: every
+    session's first request before the clock starts, the finalize (which carries turn a's reply,
+    not the sub-agent's) while the sub-agent is in flight. The early body is the final one."""
+    from workloadlang.run import executor as executor_mod
+
+    source = api.Source(name="early.wl", text=EARLY)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+    log: list[tuple[str, str]] = []
+    bodies: dict[str, dict[str, Any]] = {}
+    real_build = executor_mod.build
+
+    def build(endpoint: Endpoint, wire: Any) -> httpx.Request:
+        log.append(("build", wire.id))
+        return real_build(endpoint, wire)
+
+    monkeypatch.setattr(executor_mod, "build", build)
+
+    async def count(text: str) -> int:
+        return len(text.split())
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        rid = request.headers["x-wl-request"]
+        bodies[rid] = json.loads(request.content)
+        log.append(("sent", rid))
+        await asyncio.sleep(0.02)
+        log.append(("answered", rid))
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+    async def go() -> list[Any]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
+                                 Endpoint(base_url="http://engine/v1", model="m"),
+                                 ListSink()).run()
+        return run.records
+
+    records = asyncio.run(go())
+    assert [r.error for r in records] == [None] * len(plan.requests)
+    first_send = next(i for i, (kind, _) in enumerate(log) if kind == "sent")
+    firsts = [plan_req.id for plan_req in plan.requests if plan_req.label == "a"]
+    assert len(firsts) == 2
+    assert {rid for kind, rid in log[:first_send] if kind == "build"} == set(firsts)
+    for final in (r for r in plan.requests if r.label == "finalize"):
+        sub = next(r for r in plan.requests if r.session == final.session and r.label == "sub")
+        assert log.index(("build", final.id)) < log.index(("answered", sub.id))
+        assert log.count(("build", final.id)) == 1
+        messages = bodies[final.id]["messages"]
+        assert {"role": "assistant", "content": "hi"} in messages  # turn a's reply, replayed

@@ -97,6 +97,12 @@ class Realiser:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
         return [self._message(i, replies) for i in req.messages]
 
+    def can_realise(self, req: PRequest, replies: Mapping[str, Reply]) -> bool:
+        """Output: True when every earlier reply that `req`'s messages carry is in `replies`
+        (its messages are then final: a reply, once there, does not change)."""
+        return all(s.key in replies for i in req.messages for s in self.plan.messages[i].segs
+                   if s.kind in ("reply", "partial"))
+
     def _message(self, i: int, replies: Mapping[str, Reply]) -> dict[str, Any]:
         cached = self._static.get(i)
         if cached is not None:

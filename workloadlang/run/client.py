@@ -392,9 +392,10 @@ def build_headers(endpoint: Endpoint, req: WireRequest) -> dict[str, str]:
     return headers
 
 
-def _build_request(endpoint: Endpoint, req: WireRequest) -> httpx.Request:
+def build(endpoint: Endpoint, req: WireRequest) -> httpx.Request:
     """Output: the ready-to-send httpx request (body encoded once, its timeouts set to the total
-    deadline so they never cut a long prefill first; only our own headers)."""
+    deadline so they never cut a long prefill first; only our own headers). Raises
+    httpx.InvalidURL / UnsupportedProtocol, TypeError or ValueError for what cannot be sent."""
     content = json.dumps(build_body(endpoint, req), ensure_ascii=False, separators=(",", ":"))
     return build_request("POST", endpoint.chat_url, build_headers(endpoint, req),
                          content.encode("utf-8"), req.deadline_s)
@@ -412,15 +413,17 @@ async def send(
     endpoint: Endpoint,
     req: WireRequest,
     *,
+    request: httpx.Request | None = None,
     clock: Callable[[], float] = time.perf_counter,
     wallclock: Callable[[], float] = time.time,
 ) -> Outcome:
-    """Input: a shared httpx client, the endpoint, one request, and (for tests) the clocks.
-    Output: the request's `Outcome`. Never raises for transport/HTTP/stream problems; only
-    `asyncio.CancelledError` propagates (the connection is closed first)."""
+    """Input: a shared httpx client, the endpoint, one request, optionally `request` already made
+    from it by `build` (whose timeouts are then at least `req.deadline_s`), and (for tests) the
+    clocks. Output: the request's `Outcome`. Never raises for transport/HTTP/stream problems;
+    only `asyncio.CancelledError` propagates (the connection is closed first)."""
     state = _Stream(clock, req.abort_after)
     try:
-        request = _build_request(endpoint, req)
+        request = request or build(endpoint, req)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol, TypeError, ValueError) as exc:
         state.t0 = clock()
         state.fail("connect", f"cannot build the request: {_describe(exc)}")
@@ -485,7 +488,10 @@ async def _read_response(response: httpx.Response, state: _Stream) -> None:
             response.status_code, excerpt(body),
         )
         return
-    chunks = response.aiter_bytes()
+    stamps = response.extensions.get("wl_stream")
+    if stamps is not None and getattr(stamps, "clock", None) is not state.clock:
+        stamps = None  # stamps on another clock than the injected one: not comparable
+    chunks = _body(response, stamps)
     head = b""
     ctype = response.headers.get("content-type", "")
     if "json" in ctype and "event-stream" not in ctype:  # maybe the server ignored `stream`
@@ -499,15 +505,21 @@ async def _read_response(response: httpx.Response, state: _Stream) -> None:
             _read_json_body(head, state)
             state.check_abort_target()
             return
-    stamps = response.extensions.get("wl_stream")
-    if stamps is not None and getattr(stamps, "clock", None) is not state.clock:
-        stamps = None  # stamps on another clock than the injected one: not comparable
     await _read_sse(chunks, state, head, stamps)
     if state.done:
         state.t_end = state.now()
         await _finish_body(chunks)
     state.end_of_stream()
     state.check_abort_target()
+
+
+def _body(response: httpx.Response, stamps: Any) -> AsyncIterator[bytes]:
+    """Output: the body's chunks: straight from our transport's stream when the body is not
+    content-encoded (httpx's decoder and chunker layers cost ~15 us a chunk), else httpx's
+    decoded `aiter_bytes`."""
+    if stamps is not None and "content-encoding" not in response.headers:
+        return stamps.__aiter__()
+    return response.aiter_bytes()
 
 
 async def _finish_body(chunks: AsyncIterator[bytes], limit: int = 64 * 1024) -> None:

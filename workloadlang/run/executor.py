@@ -27,8 +27,9 @@ import httpx
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send, warm_up
+from workloadlang.run.client import Endpoint, Outcome, WireRequest, build, send, warm_up
 from workloadlang.run.errors import EndpointError
+from workloadlang.run.transport import open_connections
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 
@@ -115,7 +116,8 @@ class Executor:
         self.plan, self.realiser, self.client, self.endpoint = plan, realiser, client, endpoint
         self.sink, self.clock = sink, clock
         self.ref = ref or TtftReference()
-        self.sem = asyncio.Semaphore(concurrency or plan.concurrency)
+        self.concurrency = concurrency or plan.concurrency
+        self.sem = asyncio.Semaphore(self.concurrency)
         self.time_budget_s = time_budget_s
         self.max_errors = max_consecutive_errors
         self.on_phase = on_phase
@@ -134,6 +136,7 @@ class Executor:
             self.by_session.setdefault(r.session, []).append(r)
         self.sizing: dict[str, asyncio.Future] = {}  # request id -> its sizing task
         self.sized: set[str] = set()
+        self.built: dict[str, tuple[WireRequest, httpx.Request]] = {}  # made ahead of the send
 
     # ------------------------------------------------------------ the run
 
@@ -141,6 +144,10 @@ class Executor:
         sessions = [s.id for s in self.plan.sessions]
         firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
         await asyncio.gather(*(self._size(r) for r in firsts))  # before the clock starts
+        for req in firsts:  # the start (all sessions at once) then only sends
+            self._build_early(req)
+        await open_connections(self.client, self.endpoint.chat_url,
+                               min(len(self.built), self.concurrency))
         warm_up()
         # What exists now (the plan, the modules, the realised texts) lives through the run: keep
         # it out of the garbage collector's scans, so a full collection mid-run walks only what
@@ -178,6 +185,9 @@ class Executor:
         free = self.t0  # when this session could go on: start, a barrier, the last answer
         for i, req in enumerate(mine):
             k = self.plan.phases.index(req.phase) + 1 if req.phase else at
+            if at < k:  # the phase's barrier: make the request while the others finish
+                await self._size(req)
+                self._build_early(req)
             while at < k:
                 await barrier.arrive(at)
                 free = max(free, barrier.opened_at[at] or free)
@@ -206,25 +216,54 @@ class Executor:
                 self._start_sizing(after)
             self._emit(skipped_record(req, reason))
             return max(free, self.clock())
-        if req.wait_before:
-            await asyncio.sleep(req.wait_before)
         await self._size(req)
         if after is not None:
             self._start_sizing(after)
-        wire = WireRequest(
-            id=req.id, messages=self.realiser.messages(req, self.outcomes),
-            max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
-            headers={"X-WL-Session": req.session, "X-WL-Request": req.id},
-            deadline_s=self._deadline())
+        if req.wait_before:  # the planned wait: make the request meanwhile
+            self._build_early(req)
+            await asyncio.sleep(req.wait_before)
+        wire, request = self._wire(req)
         t_queue = self.clock()
         async with self.sem:
             ready = self.clock()
-            outcome = await send(self.client, self.endpoint, wire, clock=self.clock)
+            outcome = await send(self.client, self.endpoint, wire, request=request,
+                                 clock=self.clock)
         own = (outcome.t_send - free - req.wait_before) - (ready - t_queue)
         self.delays.append(max(0.0, own))
         self.outcomes[req.id] = outcome
         self._emit(self._record(req, outcome))
         return outcome.t_send + outcome.e2e_s
+
+    def _wire(self, req: PRequest) -> tuple[WireRequest, httpx.Request | None]:
+        """Output: the request to send now, and its httpx request when it was built ahead."""
+        ahead = self.built.pop(req.id, None)
+        if ahead is None:
+            return self._make_wire(req, self._deadline()), None
+        wire, request = ahead
+        if self.time_budget_s:  # what is left of the budget now (built with all of it)
+            wire = wire.model_copy(update={"deadline_s": self._deadline()})
+        return wire, request
+
+    def _make_wire(self, req: PRequest, deadline_s: float) -> WireRequest:
+        return WireRequest(
+            id=req.id, messages=self.realiser.messages(req, self.outcomes),
+            max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
+            headers={"X-WL-Session": req.session, "X-WL-Request": req.id},
+            deadline_s=deadline_s)
+
+    def _build_early(self, req: PRequest) -> None:
+        """Realise and encode `req` now, ahead of its send (before the clock, once sized while
+        the request before it is in flight, at a barrier, during a planned wait), when its
+        messages are final: every reply they carry is in. With a time budget the deadline is
+        what is left now (`_wire` shortens it at the send). One that cannot be built is left to
+        `send`, which records why."""
+        if req.id in self.built or not self.realiser.can_realise(req, self.outcomes):
+            return
+        wire = self._make_wire(req, self._deadline())
+        try:
+            self.built[req.id] = (wire, build(self.endpoint, wire))
+        except (httpx.HTTPError, TypeError, ValueError):
+            return
 
     def _start_sizing(self, req: PRequest) -> None:
         """Start sizing `req` in the background (once)."""
@@ -246,6 +285,7 @@ class Executor:
             return
         try:
             await self.realiser.prepare(req)
+            self._build_early(req)
         except EndpointError as e:
             if self.sizing_failed:  # another session saw it first
                 return
@@ -315,7 +355,7 @@ class Executor:
     def _deadline(self) -> float:
         if not self.time_budget_s:
             return self.plan.timeout_s
-        left = self.time_budget_s - (self.clock() - self.t0)
+        left = self.time_budget_s - (self.clock() - self.t0 if self.t0 else 0.0)
         return max(0.001, min(self.plan.timeout_s, left))
 
     def _learn_cold_speed(self, rec: Record) -> None:

@@ -102,6 +102,19 @@ async def dispatch(client: httpx.AsyncClient, request: httpx.Request) -> httpx.R
     return response
 
 
+async def open_connections(client: httpx.AsyncClient, url: str, n: int,
+                           timeout: float = 5.0) -> int:
+    """Input: the runner's client, a URL and a count. Output: how many idle connections to the
+    URL's origin were opened (0 unless its transport is a `WireTransport`). Called before the
+    clock starts, so that the requests sent at the start reuse them: connection set-up is then
+    neither in their TTFT nor in the client's start burst. Failures are left to the requests."""
+    parsed = _parsed(url)
+    transport = client._transport_for_url(parsed)  # noqa: SLF001
+    if not isinstance(transport, WireTransport) or n <= 0:
+        return 0
+    return await transport.preconnect((parsed.host, parsed.port or 80), n, timeout)
+
+
 class WireTransport(httpx.AsyncBaseTransport):
     """httpx transport for plain HTTP/1.1 (see the module docstring). `clock` is the monotonic
     clock that arrival times are expressed in (tests inject one)."""
@@ -134,6 +147,17 @@ class WireTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason,
                         "wl_stream": stream},
         )
+
+    async def preconnect(self, origin: tuple[str, int], n: int, timeout: float) -> int:
+        """Open connections to `origin` until `n` are idle; output: how many were opened."""
+        missing = n - len(self._idle.get(origin, ()))
+        opened = await asyncio.gather(*(_Connection.open(origin, timeout, self.clock)
+                                        for _ in range(max(0, missing))), return_exceptions=True)
+        conns = [c for c in opened if isinstance(c, _Connection)]
+        self.connects += len(conns)
+        for conn in conns:
+            self.release(origin, conn)
+        return len(conns)
 
     async def _checkout(self, origin: tuple[str, int], timeout: float | None) -> "_Connection":
         """Output: the most recently released live idle connection to `origin`, or a new one."""
@@ -406,13 +430,17 @@ class _Connection:
 
     # ---------------------------------------------------------------- consumer side
     async def _wait(self, timeout: float | None) -> None:
-        self.waiter = self.loop.create_future()
+        """Until `_wake` (or ReadTimeout after `timeout` s). A timer on the awaited future, not
+        `asyncio.wait_for`: before Python 3.12 that adds a second future and one more trip
+        through the event loop to every wait, i.e. to every streamed chunk."""
+        waiter = self.waiter = self.loop.create_future()
+        timer = None if timeout is None else self.loop.call_later(timeout, _expire, waiter)
         try:
-            await asyncio.wait_for(self.waiter, timeout)
-        except asyncio.TimeoutError:
-            raise httpx.ReadTimeout("timed out waiting for the response") from None
+            await waiter
         finally:
             self.waiter = None
+            if timer is not None:
+                timer.cancel()
 
     async def read_head(self, head_only: bool, timeout: float | None) -> _Head:
         """Output: the response's status and headers (after any 1xx)."""
@@ -575,6 +603,11 @@ def _arrival(ancillary: list[tuple[int, int, bytes]], clock: Callable[[], float]
             age = (time.time_ns() - (sec * 1_000_000_000 + nsec)) / 1e9
             return now - min(max(age, 0.0), 1.0)
     return now
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(httpx.ReadTimeout("timed out waiting for the response"))
 
 
 class ResponseStream(httpx.AsyncByteStream):
