@@ -190,3 +190,39 @@ def test_requests_are_made_before_their_turn_when_their_messages_are_final(monke
         assert log.count(("build", final.id)) == 1
         messages = bodies[final.id]["messages"]
         assert {"role": "assistant", "content": "hi"} in messages  # turn a's reply, replayed
+
+
+def test_the_run_keeps_its_results_out_of_the_collectors_scans(monkeypatch) -> None:
+    """During a run, what it keeps is frozen every few records (no collection walks all of the
+    run's results); afterwards nothing stays frozen."""
+    import gc
+
+    from workloadlang.run import executor as executor_mod
+
+    monkeypatch.setattr(executor_mod, "_FREEZE_EVERY", 2)
+    source = api.Source(name="sizing.wl", text=WORKLOAD)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+    frozen: list[int] = []
+
+    class Sink(ListSink):
+        def record(self, rec: Any) -> None:
+            super().record(rec)
+            frozen.append(gc.get_freeze_count())
+
+    async def count(text: str) -> int:
+        return len(text.split())
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            await Executor(plan, Realiser(plan, ExactSizer(count)), client,
+                           Endpoint(base_url="http://engine/v1", model="m"), Sink()).run()
+
+    asyncio.run(go())
+    assert len(frozen) == 6
+    assert frozen[2] > frozen[1]  # the two records before were frozen along with the rest
+    assert frozen[4] > frozen[3]
+    assert gc.get_freeze_count() == 0

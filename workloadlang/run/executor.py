@@ -32,6 +32,8 @@ from workloadlang.run.errors import EndpointError
 from workloadlang.run.transport import open_connections
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
+_FREEZE_EVERY = 256  # records between two gc.freeze() during a run
+
 
 class Sink(Protocol):
     def record(self, rec: Record) -> None: ...
@@ -137,6 +139,7 @@ class Executor:
         self.sizing: dict[str, asyncio.Future] = {}  # request id -> its sizing task
         self.sized: set[str] = set()
         self.built: dict[str, tuple[WireRequest, httpx.Request]] = {}  # made ahead of the send
+        self.unfrozen = 0  # records since the last gc.freeze()
 
     # ------------------------------------------------------------ the run
 
@@ -305,6 +308,13 @@ class Executor:
         self.records[rec.id] = rec
         self._update_stops(rec)
         self.sink.record(rec)
+        self.unfrozen += 1
+        if self.unfrozen >= _FREEZE_EVERY:
+            # what the run keeps (records, answers) joins the frozen heap: the collector's
+            # older generations stay small, so no collection walks the whole run's results
+            # (measured: 50 ms full and 10-15 ms middle-generation pauses at 256 sessions)
+            self.unfrozen = 0
+            gc.freeze()
 
     # ------------------------------------------------------------ stopping
 
