@@ -27,6 +27,7 @@ from . import evidence
 from .transport import ConnectionDropped, build_request, dispatch
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
+
 _loads = json.loads
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -458,8 +459,13 @@ def dropped_before_answer(exc: httpx.RemoteProtocolError) -> bool:
 async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream,
                     wallclock: Callable[[], float]) -> None:
     """Send the request and read the answer into `state`; the response is always closed. The
-    send time is stamped here, just before the request is handed to httpx."""
-    state.t0, state.t0_unix = state.clock(), wallclock()
+    send time is stamped here, just before the request is handed to httpx (or it is the time
+    the transport wrote it, for a request written by `send_now`)."""
+    sent = request.extensions.get("wl_sent")  # written already by the transport's `send_now`
+    if sent is not None and sent[0] is state.clock:
+        state.t0, state.t0_unix = sent[1], sent[2]
+    else:
+        state.t0, state.t0_unix = state.clock(), wallclock()
     try:
         response = await _open(client, request)
     except httpx.TimeoutException as exc:

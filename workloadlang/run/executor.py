@@ -10,9 +10,12 @@ semaphore around the send; `until` loops skip their remaining iterations once th
 seen; fail-fast (a workload option) stops every session at the first miss; by default every
 session runs to its end so every verdict can be judged.
 
-Sizing (the engine's /tokenize calls that size a request's filler text) is kept off the critical
-path: every session's first request is sized before the sessions start, and each later request
-is sized while the one before it is in flight (sizing never depends on a reply).
+Sizing (the engine's /tokenize calls that size each filler text) happens before the clock
+starts, for every request: none of it competes with the measured requests, on the engine or in
+the client. A request is realised and encoded as soon as its messages are final (every reply it
+carries is in): the first ones before the clock, a later one while the request before it is in
+flight, at a barrier or during a planned wait; at the start every session's first request is
+written in one go (`_write_firsts`).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import Endpoint, Outcome, WireRequest, build, send, warm_up
 from workloadlang.run.errors import EndpointError
-from workloadlang.run.transport import open_connections
+from workloadlang.run.transport import open_connections, ready_to_write, send_now
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 _FREEZE_EVERY = 256  # records between two gc.freeze() during a run
+_SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
 
 class Sink(Protocol):
@@ -136,17 +140,16 @@ class Executor:
         self.by_session: dict[str, list[PRequest]] = {s.id: [] for s in plan.sessions}
         for r in plan.requests:
             self.by_session.setdefault(r.session, []).append(r)
-        self.sizing: dict[str, asyncio.Future] = {}  # request id -> its sizing task
-        self.sized: set[str] = set()
         self.built: dict[str, tuple[WireRequest, httpx.Request]] = {}  # made ahead of the send
         self.unfrozen = 0  # records since the last gc.freeze()
+        self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
 
     # ------------------------------------------------------------ the run
 
     async def run(self) -> RunResult:
         sessions = [s.id for s in self.plan.sessions]
         firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
-        await asyncio.gather(*(self._size(r) for r in firsts))  # before the clock starts
+        await self._size_all(sessions)  # before the clock starts
         for req in firsts:  # the start (all sessions at once) then only sends
             self._build_early(req)
         await open_connections(self.client, self.endpoint.chat_url,
@@ -155,9 +158,11 @@ class Executor:
         # What exists now (the plan, the modules, the realised texts) lives through the run: keep
         # it out of the garbage collector's scans, so a full collection mid-run walks only what
         # the run itself made (a 70 ms pause stalled every stream at 64 sessions otherwise)
+        startable = self._startable(firsts)
         gc.collect()
         gc.freeze()
         self.t0 = self.clock()
+        await self._write_firsts(startable)
         barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened,
                                self.clock)
         lag = Lag(self.clock)
@@ -168,7 +173,7 @@ class Executor:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in [*tasks, *self.sizing.values()]:
+            for t in tasks:
                 t.cancel()
             lag_task.cancel()
             gc.unfreeze()
@@ -176,6 +181,29 @@ class Executor:
         return RunResult(records=[self.records[r.id] for r in self.plan.requests],
                          elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),
                          client=self._client_health(lag))
+
+    def _startable(self, firsts: list[PRequest]) -> list[PRequest]:
+        """Before the clock: the first requests the start can write at once (built, due at the
+        start: no planned wait, no barrier before them), serialised for the transport."""
+        out = []
+        for req in firsts:
+            ahead = self.built.get(req.id)
+            if ahead is None or req.wait_before or req.phase:  # a phase starts at a barrier
+                continue
+            if ready_to_write(self.client, ahead[1]):
+                out.append(req)
+        return out
+
+    async def _write_firsts(self, reqs: list[PRequest]) -> None:
+        """At the start: write every startable first request, one after the other with nothing
+        in between, each taking a concurrency slot (never waits: only while one is free). The
+        sessions then read the answers; one the transport could not write goes the usual way."""
+        for req in reqs:
+            if self.sem.locked() or self._skip_reason(req):
+                return
+            if send_now(self.client, self.built[req.id][1]):
+                await self.sem.acquire()  # free: does not suspend
+                self.written.add(req.id)
 
     async def _phase_opened(self, k: int) -> None:
         if self.on_phase and k > 0:
@@ -189,7 +217,6 @@ class Executor:
         for i, req in enumerate(mine):
             k = self.plan.phases.index(req.phase) + 1 if req.phase else at
             if at < k:  # the phase's barrier: make the request while the others finish
-                await self._size(req)
                 self._build_early(req)
             while at < k:
                 await barrier.arrive(at)
@@ -201,41 +228,50 @@ class Executor:
             at += 1
 
     async def _one(self, req: PRequest, after: PRequest | None, free: float) -> float:
-        """Send one request, or record why not; start sizing `after` (the session's next
-        request) as this one goes out. Output: when the session can go on (the answer's end).
+        """Send one request, or record why not; make `after` (the session's next request) while
+        this one is in flight, if its messages are final. Output: when the session can go on
+        (the answer's end).
 
         The client's own delay is measured from `free` — the moment the session could go on:
         the run's start, a phase barrier opening, or the previous answer's last byte arriving —
         to the send, minus the planned wait and the wait for a concurrency slot: waiting for
-        the event loop to get to the session, for sizing that is not done yet, realising the
-        prompt and building the request.
+        the event loop to get to the session, realising the prompt and building the request
+        when that could not be done ahead.
         """
         reason = self._skip_reason(req)
         if reason:
-            task = self.sizing.pop(req.id, None)
-            if task is not None:
-                task.cancel()
-            if after is not None:
-                self._start_sizing(after)
             self._emit(skipped_record(req, reason))
             return max(free, self.clock())
-        await self._size(req)
-        if after is not None:
-            self._start_sizing(after)
+        if after is not None:  # once this request is written (the next loop iteration)
+            asyncio.get_running_loop().call_soon(self._build_early, after)
         if req.wait_before:  # the planned wait: make the request meanwhile
             self._build_early(req)
             await asyncio.sleep(req.wait_before)
         wire, request = self._wire(req)
+        outcome, slot_wait = await self._send(req, wire, request)
+        own = (outcome.t_send - free - req.wait_before) - slot_wait
+        self.delays.append(max(0.0, own))
+        self.outcomes[req.id] = outcome
+        self._emit(self._record(req, outcome))
+        return outcome.t_send + outcome.e2e_s
+
+    async def _send(self, req: PRequest, wire: WireRequest,
+                    request: httpx.Request | None) -> tuple[Outcome, float]:
+        """Output: the outcome and how long the request waited for a concurrency slot. A request
+        `_write_firsts` wrote already holds its slot."""
+        if req.id in self.written:
+            self.written.discard(req.id)
+            try:
+                return await send(self.client, self.endpoint, wire, request=request,
+                                  clock=self.clock), 0.0
+            finally:
+                self.sem.release()
         t_queue = self.clock()
         async with self.sem:
             ready = self.clock()
             outcome = await send(self.client, self.endpoint, wire, request=request,
                                  clock=self.clock)
-        own = (outcome.t_send - free - req.wait_before) - (ready - t_queue)
-        self.delays.append(max(0.0, own))
-        self.outcomes[req.id] = outcome
-        self._emit(self._record(req, outcome))
-        return outcome.t_send + outcome.e2e_s
+        return outcome, ready - t_queue
 
     def _wire(self, req: PRequest) -> tuple[WireRequest, httpx.Request | None]:
         """Output: the request to send now, and its httpx request when it was built ahead."""
@@ -255,9 +291,9 @@ class Executor:
             deadline_s=deadline_s)
 
     def _build_early(self, req: PRequest) -> None:
-        """Realise and encode `req` now, ahead of its send (before the clock, once sized while
-        the request before it is in flight, at a barrier, during a planned wait), when its
-        messages are final: every reply they carry is in. With a time budget the deadline is
+        """Realise and encode `req` now, ahead of its send (before the clock, while the request
+        before it is in flight, at a barrier, during a planned wait), when its messages are
+        final: every reply they carry is in. With a time budget the deadline is
         what is left now (`_wire` shortens it at the send). One that cannot be built is left to
         `send`, which records why."""
         if req.id in self.built or not self.realiser.can_realise(req, self.outcomes):
@@ -268,18 +304,18 @@ class Executor:
         except (httpx.HTTPError, TypeError, ValueError):
             return
 
-    def _start_sizing(self, req: PRequest) -> None:
-        """Start sizing `req` in the background (once)."""
-        if req.id not in self.sizing and req.id not in self.sized:
-            self.sizing[req.id] = asyncio.ensure_future(self._prepare(req))
+    async def _size_all(self, sessions: list[str]) -> None:
+        """Before the clock: size every request's fillers; sessions side by side (at most
+        `_SIZING_PARALLEL` tokenizer calls at once), a session's requests in order (a filler
+        they share is sized once)."""
+        limit = asyncio.Semaphore(_SIZING_PARALLEL)
 
-    async def _size(self, req: PRequest) -> None:
-        """Wait until `req` is sized (starting it if nobody has; no wait once it is)."""
-        if req.id in self.sized:
-            return
-        self._start_sizing(req)
-        await self.sizing.pop(req.id)
-        self.sized.add(req.id)
+        async def session(sid: str) -> None:
+            for req in self.by_session.get(sid, []):
+                async with limit:
+                    await self._prepare(req)
+
+        await asyncio.gather(*(session(s) for s in sessions))
 
     async def _prepare(self, req: PRequest) -> None:
         """Size the request's filler with the engine's tokenizer; if the tokenizer stops working
@@ -288,7 +324,6 @@ class Executor:
             return
         try:
             await self.realiser.prepare(req)
-            self._build_early(req)
         except EndpointError as e:
             if self.sizing_failed:  # another session saw it first
                 return

@@ -115,6 +115,33 @@ async def open_connections(client: httpx.AsyncClient, url: str, n: int,
     return await transport.preconnect((parsed.host, parsed.port or 80), n, timeout)
 
 
+def wire_transport(client: httpx.AsyncClient, url: httpx.URL) -> "WireTransport | None":
+    """Output: the client's transport for `url` when it is a `WireTransport`, else None."""
+    transport = client._transport_for_url(url)  # noqa: SLF001
+    return transport if isinstance(transport, WireTransport) else None
+
+
+def ready_to_write(client: httpx.AsyncClient, request: httpx.Request) -> bool:
+    """Before the clock: serialise `request` for `send_now`. Output: False when its transport is
+    not a `WireTransport` (then `send_now` never writes it)."""
+    if wire_transport(client, request.url) is None:
+        return False
+    request.extensions["wl_payload"] = _serialise(request, request.content)
+    return True
+
+
+def send_now(client: httpx.AsyncClient, request: httpx.Request) -> bool:
+    """Without awaiting: write a request prepared by `ready_to_write` on an idle connection.
+    Output: True when written (`request.extensions["wl_sent"]` is `(clock, sent at, unix
+    time)`; sending it as usual then only reads the answer); False when nothing was written
+    (no idle live connection, or the socket took no byte): send it as usual."""
+    transport = wire_transport(client, request.url)
+    payload = request.extensions.get("wl_payload")
+    if transport is None or payload is None or "wl_conn" in request.extensions:
+        return False
+    return transport.write_now(request, payload)
+
+
 class WireTransport(httpx.AsyncBaseTransport):
     """httpx transport for plain HTTP/1.1 (see the module docstring). `clock` is the monotonic
     clock that arrival times are expressed in (tests inject one)."""
@@ -132,11 +159,16 @@ class WireTransport(httpx.AsyncBaseTransport):
         if request.url.scheme != "http":
             raise httpx.UnsupportedProtocol(f"WireTransport only speaks http://, not {request.url.scheme}://")
         timeouts = request.extensions.get("timeout") or {}
-        payload = _serialise(request, await request.aread())
         origin = (request.url.host, request.url.port or 80)
-        conn = await self._checkout(origin, timeouts.get("connect"))
+        written = request.extensions.pop("wl_conn", None)
+        if written is not None:  # `write_now` wrote it (or its beginning) already
+            conn, rest = written
+        else:
+            rest = request.extensions.get("wl_payload") or _serialise(request, await request.aread())
+            conn = await self._checkout(origin, timeouts.get("connect"))
         try:
-            await conn.send(payload, timeouts.get("write"))
+            if rest:
+                await conn.send(rest, timeouts.get("write"))
             head = await conn.read_head(request.method == "HEAD", timeouts.get("read"))
         except BaseException:
             conn.close()
@@ -159,8 +191,31 @@ class WireTransport(httpx.AsyncBaseTransport):
             self.release(origin, conn)
         return len(conns)
 
-    async def _checkout(self, origin: tuple[str, int], timeout: float | None) -> "_Connection":
-        """Output: the most recently released live idle connection to `origin`, or a new one."""
+    def write_now(self, request: httpx.Request, payload: bytes) -> bool:
+        """See `send_now`. A partly written request keeps its connection and the rest in
+        `request.extensions["wl_conn"]` for `handle_async_request`."""
+        origin = (request.url.host, request.url.port or 80)
+        conn = self._idle_connection(origin)
+        if conn is None:
+            return False
+        sent_at, unix = self.clock(), time.time()
+        try:
+            sent = conn.sock.send(payload)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            conn.close()
+            return False
+        if sent == 0:
+            self.release(origin, conn)
+            return False
+        request.extensions["wl_conn"] = (conn, payload[sent:])
+        request.extensions["wl_sent"] = (self.clock, sent_at, unix)
+        conn._start_reading()  # noqa: SLF001
+        return True
+
+    def _idle_connection(self, origin: tuple[str, int]) -> "_Connection | None":
+        """Output: the most recently released live idle connection to `origin`, or None."""
         stack = self._idle.get(origin)
         now = self.clock()
         while stack:
@@ -169,6 +224,13 @@ class WireTransport(httpx.AsyncBaseTransport):
                 conn.reused = True
                 return conn
             conn.close()
+        return None
+
+    async def _checkout(self, origin: tuple[str, int], timeout: float | None) -> "_Connection":
+        """Output: the most recently released live idle connection to `origin`, or a new one."""
+        conn = self._idle_connection(origin)
+        if conn is not None:
+            return conn
         self.connects += 1
         return await _Connection.open(origin, timeout, self.clock)
 

@@ -1,0 +1,104 @@
+"""The start of a run against a REAL loopback server (tests/faultserver.py): connections opened
+before the clock, every session's first request written in one go at the start (each holding a
+concurrency slot), the answers read by the sessions, later requests on the same connections; a
+request larger than the socket buffer written partly at once and finished by the transport."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from workloadlang import api
+from workloadlang.plan.realise import ExactSizer, Realiser
+from workloadlang.run import executor as executor_mod
+from workloadlang.run.client import Endpoint, WireRequest, build, send
+from workloadlang.run.executor import Executor, ListSink
+from workloadlang.run.transport import make_client, ready_to_write, send_now, wire_transport
+
+WORKLOAD = """
+workload start {
+  concurrency = 3
+  session s repeat 4 {
+    repeat 2 label step { fresh { user filler 40; reply 3 } }
+  }
+}
+"""
+
+
+def test_first_requests_are_written_at_once_on_connections_opened_before(
+        fault_server: FaultServer, monkeypatch) -> None:
+    fault_server.defaults = {"x-tokens": "3", "x-interval-ms": "20"}
+    source = api.Source(name="start.wl", text=WORKLOAD)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+    written: list[bool] = []
+
+    def counted(client: httpx.AsyncClient, request: httpx.Request) -> bool:
+        written.append(send_now(client, request))
+        return written[-1]
+
+    monkeypatch.setattr(executor_mod, "send_now", counted)
+
+    async def count(text: str) -> int:
+        return len(text.split())
+
+    async def go() -> tuple[list[Any], int]:
+        async with make_client() as client:
+            endpoint = Endpoint(base_url=fault_server.base_url, model="m")
+            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client, endpoint,
+                                 ListSink()).run()
+            return run.records, wire_transport(client, httpx.URL(endpoint.chat_url)).connects
+
+    records, connects = asyncio.run(go())
+    assert [r.error for r in records] == [None] * 8
+    assert written == [True] * 3  # the concurrency limit: the fourth waits for a slot
+    assert connects == 3  # opened before the clock; every later request reused one
+    chats = [r for r in fault_server.requests if r["path"] == "/v1/chat/completions"]
+    firsts = {r.id for r in plan.requests if r.id.endswith("/0")}
+    assert len({c["peer"] for c in chats}) == 3
+    assert fault_server.max_inflight <= 3
+    early = [r for r in records if r.id in firsts]
+    assert len(early) == 4 and all(r.ttft_s and r.t_send_unix for r in early)
+
+
+def test_a_request_larger_than_the_socket_buffer_is_finished_by_the_transport(
+        fault_server: FaultServer) -> None:
+    big = "word " * 2_000_000  # ~10 MB: the socket takes only part of it at once
+    wire = WireRequest(id="big", messages=[{"role": "user", "content": big}], max_tokens=2,
+                       headers={"X-WL-Request": "big", "X-Tokens": "2"})
+    endpoint = Endpoint(base_url=fault_server.base_url, model="m")
+
+    async def go() -> tuple[bool, Any]:
+        async with make_client() as client:
+            request = build(endpoint, wire)
+            assert ready_to_write(client, request)
+            transport = wire_transport(client, request.url)
+            await transport.preconnect((request.url.host, request.url.port), 1, 5.0)
+            done = send_now(client, request)
+            rest = len(request.extensions["wl_conn"][1]) if done else None
+            out = await send(client, endpoint, wire, request=request)
+            return done, (rest, out)
+
+    done, (rest, out) = asyncio.run(go())
+    assert done and rest > 0
+    assert out.error is None and out.content
+    seen = next(r for r in fault_server.requests if r.get("id") == "big")
+    assert seen["body"]["messages"][0]["content"] == big
+
+
+def test_nothing_is_written_without_an_idle_connection(fault_server: FaultServer) -> None:
+    wire = WireRequest(id="cold", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    endpoint = Endpoint(base_url=fault_server.base_url, model="m")
+
+    async def go() -> tuple[bool, Any]:
+        async with make_client() as client:
+            request = build(endpoint, wire)
+            assert ready_to_write(client, request)
+            done = send_now(client, request)
+            return done, await send(client, endpoint, wire, request=request)
+
+    done, out = asyncio.run(go())
+    assert not done and out.error is None  # sent the usual way
