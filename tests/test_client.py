@@ -391,3 +391,22 @@ def test_cancelled_error_propagates() -> None:
 
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(go())
+
+
+def test_chunks_python_json_reads_are_not_malformed() -> None:
+    """A delta with a lone surrogate escape (a multi-byte character split across tokens) or a
+    NaN is read as Python's json reads it, not called malformed by the fast decoder."""
+    out = run_send([ev(b'{"choices":[{"index":0,"delta":{"content":"a\\ud83d"}}]}'),
+                    ev(b'{"choices":[{"index":0,"delta":{"content":"b"}}],"x":NaN}'),
+                    ev(finish()), ev(usage(completion=2)), DONE])
+    assert out.error is None
+    assert out.content == "a\ud83db"
+
+
+def test_body_is_compact_utf8_json() -> None:
+    seen: list[httpx.Request] = []
+    run_send([ev(finish()), DONE], seen=seen, messages=[{"role": "user", "content": "café"}],
+             options={"temperature": 0.7, "big": 2 ** 70})
+    raw = seen[0].content
+    assert b'"content":"caf\xc3\xa9"' in raw and b", " not in raw
+    assert json.loads(raw)["big"] == 2 ** 70 and json.loads(raw)["temperature"] == 0.7

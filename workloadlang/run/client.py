@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Callable
 
 import anyio
 import httpx
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
 
 from . import evidence
@@ -28,7 +29,22 @@ from .transport import ConnectionDropped, build_request, dispatch
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
 
-_loads = json.loads
+def _loads(data: bytes | str) -> Any:
+    """Output: the decoded JSON (orjson; Python's json for what orjson refuses but it reads:
+    lone surrogate escapes, NaN, integers beyond 64 bits). Raises ValueError."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _dumps(obj: Any) -> bytes:
+    """Output: compact UTF-8 JSON (orjson; Python's json for integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0
@@ -397,9 +413,8 @@ def build(endpoint: Endpoint, req: WireRequest) -> httpx.Request:
     """Output: the ready-to-send httpx request (body encoded once, its timeouts set to the total
     deadline so they never cut a long prefill first; only our own headers). Raises
     httpx.InvalidURL / UnsupportedProtocol, TypeError or ValueError for what cannot be sent."""
-    content = json.dumps(build_body(endpoint, req), ensure_ascii=False, separators=(",", ":"))
     return build_request("POST", endpoint.chat_url, build_headers(endpoint, req),
-                         content.encode("utf-8"), req.deadline_s)
+                         _dumps(build_body(endpoint, req)), req.deadline_s)
 
 
 def warm_up() -> None:

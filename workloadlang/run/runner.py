@@ -12,7 +12,6 @@ leaves a valid JSONL of every completed request. The API key lives only inside t
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 from datetime import datetime, timezone
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import orjson
 from pydantic import BaseModel
 
 from workloadlang.evaluate import evaluate
@@ -76,7 +76,8 @@ class JsonlWriter:
 
     def write(self, obj: dict[str, Any]) -> None:
         if self.fh:
-            self.fh.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+            self.fh.write(orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+                          + "\n")
             self.fh.flush()
 
     def close(self) -> None:
