@@ -362,3 +362,42 @@ def test_a_streamed_upload_is_sent_with_its_length() -> None:
     assert asyncio.run(go()).status_code == 200
     assert b"content-length: 4" in got[0].lower() and b"transfer-encoding" not in got[0].lower()
     assert got[0].endswith(b"\r\n\r\nabcd")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reader thread is Linux-only")
+def test_switching_to_loop_reads_keeps_the_byte_order() -> None:
+    """After the first tokens the rest of a response is read on the event loop. A chunk the
+    reader thread read just before the switch is still queued on the (busy) loop when the next
+    one lands in the socket: it must come first, not be overtaken by a direct read."""
+    second, third = threading.Event(), threading.Event()
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked")
+                     + b"6\r\nchunk1\r\n")
+        second.wait(5)
+        conn.sendall(b"6\r\nchunk2\r\n")
+        third.wait(5)
+        conn.sendall(b"6\r\nchunk3\r\n0\r\n\r\n")
+
+    server = RawServer(serve)
+
+    async def go() -> list[bytes]:
+        transport = WireTransport()
+        response = await transport.handle_async_request(httpx.Request("GET", server.url + "/s"))
+        stream = response.extensions["wl_stream"]
+        chunks = stream.__aiter__()
+        got = [await chunks.__anext__()]
+        second.set()
+        time.sleep(0.2)  # the loop is busy: the thread reads chunk2 and queues it on the loop
+        stream.read_on_loop()
+        third.set()
+        time.sleep(0.2)  # chunk3 waits in the socket, chunk2 on the loop
+        got += [c async for c in chunks]
+        await stream.aclose()
+        return got
+
+    try:
+        assert b"".join(asyncio.run(go())) == b"chunk1chunk2chunk3"
+    finally:
+        server.close()

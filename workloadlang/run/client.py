@@ -582,6 +582,8 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
         for line in lines:
             if state.feed_line(line):
                 return
+        if stamps is not None and state.ttft_content is not None:
+            stamps.read_on_loop()  # both first-token times are in: the end needs no more
     if buf:
         state.feed_line(buf)
 

@@ -288,6 +288,8 @@ class _Connection:
         self.closed = False
         self.released_at = 0.0
         self._stamped = _SO_TIMESTAMPNS is not None and clock is time.perf_counter
+        # reads the reader thread queued on the loop / of those, delivered (one writer each)
+        self.thread_reads = self.thread_delivered = 0
         self._reset()
 
     @classmethod
@@ -346,6 +348,8 @@ class _Connection:
         self.head_only = False
         self.stamp = 0.0
         self.reading = False
+        self.by_thread = False  # being read by the reader thread (else: on the loop)
+        self.on_loop = False  # `read_on_loop` was called for this response
 
     # ---------------------------------------------------------------- socket side
     def alive(self) -> bool:
@@ -383,7 +387,8 @@ class _Connection:
     def _start_reading(self) -> None:
         if not self.reading and not self.closed:
             self.reading = True
-            if self._stamped:
+            self.by_thread = self._stamped and not self.on_loop
+            if self.by_thread:
                 _reader().add(self)
             else:
                 self.loop.add_reader(self.sock.fileno(), self._on_readable)
@@ -391,21 +396,40 @@ class _Connection:
     def _stop_reading(self) -> None:
         if self.reading:
             self.reading = False
-            if self._stamped:
+            if self.by_thread:
                 _reader().remove(self)
             elif not self.closed:
                 self.loop.remove_reader(self.sock.fileno())
 
+    def read_on_loop(self) -> None:
+        """For the rest of this response, read on the event loop instead of the reader thread.
+        Each read is still stamped by the kernel, but bytes that queued up while the loop was
+        busy come as one read stamped with the NEWEST packet's arrival: exact for the end of a
+        stream, not for a first token (which is why the thread reads until then). Saves a
+        thread hand-off per chunk and the thread's contention for the GIL."""
+        if self.on_loop:
+            return
+        self.on_loop = True
+        if self.reading and self.by_thread:
+            # remove() returns once the thread's reads so far are queued on the loop, so they
+            # are delivered before anything the loop reads from now on
+            self._stop_reading()
+            self._start_reading()
+
     def _on_readable(self) -> None:
-        """Loop callback (no reader thread): read what the socket holds, stamped on read."""
+        """Loop callback: read what the socket holds, stamped by the kernel (Linux) or on read."""
         try:
-            data = self.sock.recv(_READ_SIZE)
+            if self._stamped:
+                data, anc, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+                stamp = _arrival(anc, self.clock)
+            else:
+                data, stamp = self.sock.recv(_READ_SIZE), self.clock()
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self.deliver(None, 0.0, exc)
             return
-        self.deliver(data, self.clock(), None)
+        self.deliver(data, stamp, None)
 
     def deliver(self, data: bytes | None, stamp: float, exc: OSError | None) -> None:
         """On the loop: what one socket read gave (bytes, b"" at EOF, or the read's error) and
@@ -515,12 +539,20 @@ class _Connection:
 
     async def next_chunk(self, timeout: float | None) -> tuple[bytes, float] | None:
         """Output: the next body chunk with its arrival stamp, or None at the body's end."""
+        tried = False
         while not self.chunks:
             if self.error is not None:
                 raise self.error
             if self.complete:
                 return None
             self._start_reading()
+            if (not tried and self.reading and not self.by_thread
+                    and self.thread_reads == self.thread_delivered):
+                # what the socket already holds, without a trip through the loop (not while
+                # the thread's earlier reads wait on the loop: they come first)
+                tried = True
+                self._on_readable()
+                continue
             await self._wait(timeout)
         body, stamp = self.chunks.popleft()
         self.buffered -= len(body)
@@ -608,16 +640,16 @@ class _Reader:
             except InterruptedError:
                 continue
             batches: dict[Any, list] = {}
-            with self.lock:
+            with self.lock:  # queued on the loop before remove() can return
                 for fd, _ in events:
                     conn = self.conns.get(fd)
                     if conn is not None:
                         self._read(fd, conn, batches)
-            for loop, items in batches.items():
-                try:
-                    loop.call_soon_threadsafe(_deliver_all, items)
-                except RuntimeError:  # that event loop is closed: nobody is waiting
-                    pass
+                for loop, items in batches.items():
+                    try:
+                        loop.call_soon_threadsafe(_deliver_all, items)
+                    except RuntimeError:  # that event loop is closed: nobody is waiting
+                        pass
 
     def _read(self, fd: int, conn: "_Connection", batches: dict[Any, list]) -> None:
         try:
@@ -626,16 +658,19 @@ class _Reader:
             return
         except OSError as exc:
             self._drop(fd, conn)
+            conn.thread_reads += 1
             batches.setdefault(conn.loop, []).append((conn, None, 0.0, exc))
             return
         if not data:
             self._drop(fd, conn)  # EOF stays readable: stop polling it
+        conn.thread_reads += 1
         batches.setdefault(conn.loop, []).append((conn, data, _arrival(anc, conn.clock), None))
 
 
 def _deliver_all(items: list) -> None:
     """On the loop: hand each read to its connection, in the order they were read."""
     for conn, data, stamp, exc in items:
+        conn.thread_delivered += 1
         conn.deliver(data, stamp, exc)
 
 
@@ -683,6 +718,11 @@ class ResponseStream(httpx.AsyncByteStream):
         self.clock = conn.clock
         self.arrival: float | None = None
         self._closed = False
+
+    def read_on_loop(self) -> None:
+        """What needed each packet's own arrival (the first tokens) has been read: read the rest
+        on the event loop (`_Connection.read_on_loop`)."""
+        self._conn.read_on_loop()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
