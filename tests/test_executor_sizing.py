@@ -63,18 +63,19 @@ def test_every_request_is_sized_before_the_first_send() -> None:
 
 
 def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
-    """A slow sink (50 ms per record, as a heavy live view would be) delays every session's next
-    request: the client's own delay is measured from the answer's end, so it shows."""
+    """Work between an answer's end and the next send (here a realiser taking 50 ms per
+    request, as a huge context would) is client delay: it is measured from the answer's end,
+    so it shows. The first requests, made before the clock, carry none of it."""
     import time
 
     source = api.Source(name="sizing.wl", text=WORKLOAD.replace("repeat 2", "repeat 1"))
     plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
                          env={"max_context": 65536})
 
-    class SlowSink(ListSink):
-        def record(self, rec: Any) -> None:
-            super().record(rec)
+    class SlowRealiser(Realiser):
+        def messages(self, req: Any, replies: Any) -> list[dict[str, Any]]:
             time.sleep(0.05)
+            return super().messages(req, replies)
 
     async def count(text: str) -> int:
         return len(text.split())
@@ -82,13 +83,17 @@ def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
     def chat(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
 
-    async def go() -> dict[str, Any]:
+    async def go() -> tuple[dict[str, Any], list[float]]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                                 Endpoint(base_url="http://engine/v1", model="m"), SlowSink()).run()
-        return run.client
+            executor = Executor(plan, SlowRealiser(plan, ExactSizer(count)), client,
+                                Endpoint(base_url="http://engine/v1", model="m"), ListSink())
+            run = await executor.run()
+        return run.client, executor.delays
 
-    health = asyncio.run(go())
+    health, delays = asyncio.run(go())
+    assert len(delays) == 3
+    assert delays[0] < 0.045  # made before the clock
+    assert min(delays[1:]) >= 0.045
     assert health["client_delay_max_ms"] >= 45
     assert health["client_bottleneck"] is True
 
@@ -194,8 +199,8 @@ def test_requests_are_made_before_their_turn_when_their_messages_are_final(monke
 
 
 def test_the_run_keeps_its_results_out_of_the_collectors_scans(monkeypatch) -> None:
-    """During a run, what it keeps is frozen every few records (no collection walks all of the
-    run's results); afterwards nothing stays frozen."""
+    """Before the clock and then every few records, what the run keeps is frozen (no collection
+    walks all of the run's results); afterwards nothing stays frozen."""
     import gc
 
     from workloadlang.run import executor as executor_mod
@@ -204,12 +209,15 @@ def test_the_run_keeps_its_results_out_of_the_collectors_scans(monkeypatch) -> N
     source = api.Source(name="sizing.wl", text=WORKLOAD)
     plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
                          env={"max_context": 65536})
-    frozen: list[int] = []
+    grew: list[bool] = []
+    real_freeze = gc.freeze
 
-    class Sink(ListSink):
-        def record(self, rec: Any) -> None:
-            super().record(rec)
-            frozen.append(gc.get_freeze_count())
+    def freeze() -> None:
+        before = gc.get_freeze_count()
+        real_freeze()
+        grew.append(gc.get_freeze_count() > before)
+
+    monkeypatch.setattr(gc, "freeze", freeze)
 
     async def count(text: str) -> int:
         return len(text.split())
@@ -217,13 +225,92 @@ def test_the_run_keeps_its_results_out_of_the_collectors_scans(monkeypatch) -> N
     def chat(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
 
+    async def go() -> list[Any]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
+                                 Endpoint(base_url="http://engine/v1", model="m"),
+                                 ListSink()).run()
+        return run.records
+
+    records = asyncio.run(go())
+    assert len(records) == 6
+    assert grew == [True] * 4  # before the clock, then after records 2, 4 and 6
+    assert gc.get_freeze_count() == 0
+
+
+def test_records_reach_the_sink_in_order_and_a_failing_sink_stops_the_run() -> None:
+    """A record reaches the sink on the loop iteration after its session's next request is
+    written: every record still arrives, in completion order, before `run` returns; a sink
+    that fails (a full disk) stops the run with its error."""
+    import pytest
+
+    source = api.Source(name="sizing.wl", text=WORKLOAD)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+
+    async def count(text: str) -> int:
+        return len(text.split())
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.005)
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+    class FailingSink(ListSink):
+        def record(self, rec: Any) -> None:
+            if len(self.records) == 2:
+                raise OSError("No space left on device")
+            super().record(rec)
+
+    async def go(sink: ListSink) -> Any:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            executor = Executor(plan, Realiser(plan, ExactSizer(count)), client,
+                                Endpoint(base_url="http://engine/v1", model="m"), sink)
+            return await executor.run(), executor
+
+    sink = ListSink()
+    run, executor = asyncio.run(go(sink))
+    assert sorted(r.id for r in sink.records) == sorted(r.id for r in run.records)
+    ends = [executor.outcomes[r.id].t_send + executor.outcomes[r.id].e2e_s for r in sink.records]
+    assert ends == sorted(ends)
+    with pytest.raises(OSError, match="No space"):
+        asyncio.run(go(FailingSink()))
+
+
+def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(monkeypatch) -> None:
+    """Building a record waits until the session's next request is written; an errored answer's
+    record is built at once (the errors-in-a-row stop reads it before the next send)."""
+    from workloadlang.run import executor as executor_mod
+
+    source = api.Source(name="sizing.wl", text=WORKLOAD.replace("repeat 2", "repeat 1"))
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+                         env={"max_context": 65536})
+    ids = [r.id for r in plan.requests]
+    log: list[tuple[str, str]] = []
+    real = executor_mod.build_record
+
+    def build_record(req: Any, *args: Any, **kw: Any) -> Any:
+        log.append(("record", req.id))
+        return real(req, *args, **kw)
+
+    monkeypatch.setattr(executor_mod, "build_record", build_record)
+
+    async def count(text: str) -> int:
+        return len(text.split())
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        rid = request.headers["x-wl-request"]
+        log.append(("sent", rid))
+        await asyncio.sleep(0.005)
+        if rid == ids[1]:
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
     async def go() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
             await Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                           Endpoint(base_url="http://engine/v1", model="m"), Sink()).run()
+                           Endpoint(base_url="http://engine/v1", model="m"), ListSink()).run()
 
     asyncio.run(go())
-    assert len(frozen) == 6
-    assert frozen[2] > frozen[1]  # the two records before were frozen along with the rest
-    assert frozen[4] > frozen[3]
-    assert gc.get_freeze_count() == 0
+    assert log.index(("sent", ids[1])) < log.index(("record", ids[0]))  # ok: after the next send
+    assert log.index(("record", ids[1])) < log.index(("sent", ids[2]))  # error: before it
+    assert sorted(rid for kind, rid in log if kind == "record") == sorted(ids)

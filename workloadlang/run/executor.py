@@ -35,7 +35,7 @@ from workloadlang.run.errors import EndpointError
 from workloadlang.run.transport import open_connections, ready_to_write, send_now
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
-_FREEZE_EVERY = 256  # records between two gc.freeze() during a run
+_FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
 
@@ -142,6 +142,10 @@ class Executor:
             self.by_session.setdefault(r.session, []).append(r)
         self.built: dict[str, tuple[WireRequest, httpx.Request]] = {}  # made ahead of the send
         self.unfrozen = 0  # records since the last gc.freeze()
+        self.pending: list[Record] = []  # kept, not yet given to the sink (`_to_sink`)
+        self.unrecorded: list[tuple[PRequest, Outcome]] = []  # answered, record not built yet
+        self.resent = {r.prefix_source for r in plan.requests if r.kind == "resend"}
+        self.sink_error: Exception | None = None
         self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
 
     # ------------------------------------------------------------ the run
@@ -155,10 +159,10 @@ class Executor:
         await open_connections(self.client, self.endpoint.chat_url,
                                min(len(self.built), self.concurrency))
         warm_up()
+        startable = self._startable(firsts)
         # What exists now (the plan, the modules, the realised texts) lives through the run: keep
         # it out of the garbage collector's scans, so a full collection mid-run walks only what
         # the run itself made (a 70 ms pause stalled every stream at 64 sessions otherwise)
-        startable = self._startable(firsts)
         gc.collect()
         gc.freeze()
         self.t0 = self.clock()
@@ -177,7 +181,10 @@ class Executor:
                 t.cancel()
             lag_task.cancel()
             gc.unfreeze()
+            self._record_later()
             self.fill_unrun()
+        if self.sink_error is not None:
+            raise self.sink_error
         return RunResult(records=[self.records[r.id] for r in self.plan.requests],
                          elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),
                          client=self._client_health(lag))
@@ -206,6 +213,7 @@ class Executor:
                 self.written.add(req.id)
 
     async def _phase_opened(self, k: int) -> None:
+        self._record_later()  # the phase's records before its end
         if self.on_phase and k > 0:
             await self.on_phase(self.plan.phases[k - 1])
 
@@ -252,7 +260,12 @@ class Executor:
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
         self.outcomes[req.id] = outcome
-        self._emit(self._record(req, outcome))
+        if self._needed_now(req, outcome):
+            self._emit(self._record(req, outcome))
+        else:  # after the session's next request is written
+            self.unrecorded.append((req, outcome))
+            if len(self.unrecorded) == 1:
+                asyncio.get_running_loop().call_soon(self._record_later)
         return outcome.t_send + outcome.e2e_s
 
     async def _send(self, req: PRequest, wire: WireRequest,
@@ -284,7 +297,10 @@ class Executor:
         return wire, request
 
     def _make_wire(self, req: PRequest, deadline_s: float) -> WireRequest:
-        return WireRequest(
+        """Output: the request as sent. Not re-validated: every field comes from the checked
+        plan and the realiser (validating the messages copied each of them, on the path from
+        an answer to the next send)."""
+        return WireRequest.model_construct(
             id=req.id, messages=self.realiser.messages(req, self.outcomes),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
             headers={"X-WL-Session": req.session, "X-WL-Request": req.id},
@@ -340,9 +356,16 @@ class Executor:
         return rec
 
     def _emit(self, rec: Record) -> None:
+        """Keep `rec` (the session's next step may depend on it) and hand it to the sink on the
+        next loop iteration, once the session's next request is written: the sink's writes and
+        the printed line are then off the path from an answer to the next send."""
+        if self.sink_error is not None:
+            raise self.sink_error
         self.records[rec.id] = rec
         self._update_stops(rec)
-        self.sink.record(rec)
+        self.pending.append(rec)
+        if len(self.pending) == 1:
+            asyncio.get_running_loop().call_soon(self._to_sink)
         self.unfrozen += 1
         if self.unfrozen >= _FREEZE_EVERY:
             # what the run keeps (records, answers) joins the frozen heap: the collector's
@@ -350,6 +373,33 @@ class Executor:
             # (measured: 50 ms full and 10-15 ms middle-generation pauses at 256 sessions)
             self.unfrozen = 0
             gc.freeze()
+
+    def _needed_now(self, req: PRequest, outcome: Outcome) -> bool:
+        """Output: True when what follows may depend on this request's record at once: an
+        error (the errors-in-a-row stop), an `until` loop, fail-fast, a resend of it."""
+        return (outcome.error is not None or bool(req.stop_group) or self.plan.fail_fast
+                or req.id in self.resent)
+
+    def _record_later(self) -> None:
+        """Build the records of answers whose sessions went on first, then give the sink what
+        is pending. An error here stops the run like a failing sink."""
+        todo, self.unrecorded = self.unrecorded, []
+        try:
+            for req, outcome in todo:
+                self._emit(self._record(req, outcome))
+        except Exception as exc:  # noqa: BLE001 (re-raised in the sessions' tasks)
+            self.sink_error = self.sink_error or exc
+        self._to_sink()
+
+    def _to_sink(self) -> None:
+        """Give the sink every pending record, in completion order. A sink that fails stops the
+        run: the error is raised at the next record and at the end."""
+        pending, self.pending = self.pending, []
+        try:
+            for rec in pending:
+                self.sink.record(rec)
+        except Exception as exc:  # noqa: BLE001 (re-raised in the sessions' tasks)
+            self.sink_error = self.sink_error or exc
 
     # ------------------------------------------------------------ stopping
 
