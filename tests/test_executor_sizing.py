@@ -28,10 +28,35 @@ SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
        b"data: [DONE]\n\n")
 
 
-def test_every_request_is_sized_before_the_first_send() -> None:
-    source = api.Source(name="sizing.wl", text=WORKLOAD)
-    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
+def plan_of(text: str) -> Any:
+    source = api.Source(name="t.wl", text=text)
+    return api.make_plan(api.parse_checked(source), source, {}, salt="t",
                          env={"max_context": 65536})
+
+
+async def words(text: str) -> int:
+    return len(text.split())  # one token per word: the first guess is exact
+
+
+def answer(request: httpx.Request | None = None) -> httpx.Response:
+    return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+
+def execute(plan: Any, chat: Any = answer, *, sink: ListSink | None = None, count: Any = words,
+            realiser: type[Realiser] = Realiser) -> tuple[Any, Executor]:
+    """Run `plan` against a mock engine answering with `chat`. Output: (run result, executor)."""
+    async def go() -> tuple[Any, Executor]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
+            executor = Executor(plan, realiser(plan, ExactSizer(count)), client,
+                                Endpoint(base_url="http://engine/v1", model="m"),
+                                sink if sink is not None else ListSink())
+            return await executor.run(), executor
+
+    return asyncio.run(go())
+
+
+def test_every_request_is_sized_before_the_first_send() -> None:
+    plan = plan_of(WORKLOAD)
     log: list[tuple[str, int]] = []
     inflight = [0]
 
@@ -46,14 +71,7 @@ def test_every_request_is_sized_before_the_first_send() -> None:
         inflight[0] -= 1
         return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
 
-    async def go() -> list[Any]:
-        sink = ListSink()
-        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                                 Endpoint(base_url="http://engine/v1", model="m"), sink).run()
-        return run.records
-
-    records = asyncio.run(go())
+    records = execute(plan, chat, count=count)[0].records
     assert [r.error for r in records] == [None] * 6
     counts = [n for kind, n in log if kind == "count"]
     assert len(counts) == 6  # one exact tokenizer call per filler
@@ -68,29 +86,15 @@ def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
     so it shows. The first requests, made before the clock, carry none of it."""
     import time
 
-    source = api.Source(name="sizing.wl", text=WORKLOAD.replace("repeat 2", "repeat 1"))
-    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
-                         env={"max_context": 65536})
+    plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 1"))
 
     class SlowRealiser(Realiser):
         def messages(self, req: Any, replies: Any) -> list[dict[str, Any]]:
             time.sleep(0.05)
             return super().messages(req, replies)
 
-    async def count(text: str) -> int:
-        return len(text.split())
-
-    def chat(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
-
-    async def go() -> tuple[dict[str, Any], list[float]]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            executor = Executor(plan, SlowRealiser(plan, ExactSizer(count)), client,
-                                Endpoint(base_url="http://engine/v1", model="m"), ListSink())
-            run = await executor.run()
-        return run.client, executor.delays
-
-    health, delays = asyncio.run(go())
+    run, executor = execute(plan, realiser=SlowRealiser)
+    health, delays = run.client, executor.delays
     assert len(delays) == 3
     assert delays[0] < 0.045  # made before the clock
     assert min(delays[1:]) >= 0.045
@@ -153,9 +157,7 @@ def test_requests_are_made_before_their_turn_when_their_messages_are_final(monke
     not the sub-agent's) while the sub-agent is in flight. The early body is the final one."""
     from workloadlang.run import executor as executor_mod
 
-    source = api.Source(name="early.wl", text=EARLY)
-    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
-                         env={"max_context": 65536})
+    plan = plan_of(EARLY)
     log: list[tuple[str, str]] = []
     bodies: dict[str, dict[str, Any]] = {}
     real_build = executor_mod.build
@@ -166,9 +168,6 @@ def test_requests_are_made_before_their_turn_when_their_messages_are_final(monke
 
     monkeypatch.setattr(executor_mod, "build", build)
 
-    async def count(text: str) -> int:
-        return len(text.split())
-
     async def chat(request: httpx.Request) -> httpx.Response:
         rid = request.headers["x-wl-request"]
         bodies[rid] = json.loads(request.content)
@@ -177,14 +176,7 @@ def test_requests_are_made_before_their_turn_when_their_messages_are_final(monke
         log.append(("answered", rid))
         return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
 
-    async def go() -> list[Any]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                                 Endpoint(base_url="http://engine/v1", model="m"),
-                                 ListSink()).run()
-        return run.records
-
-    records = asyncio.run(go())
+    records = execute(plan, chat)[0].records
     assert [r.error for r in records] == [None] * len(plan.requests)
     first_send = next(i for i, (kind, _) in enumerate(log) if kind == "sent")
     firsts = [plan_req.id for plan_req in plan.requests if plan_req.label == "a"]
@@ -206,9 +198,7 @@ def test_the_run_keeps_its_results_out_of_the_collectors_scans(monkeypatch) -> N
     from workloadlang.run import executor as executor_mod
 
     monkeypatch.setattr(executor_mod, "_FREEZE_EVERY", 2)
-    source = api.Source(name="sizing.wl", text=WORKLOAD)
-    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
-                         env={"max_context": 65536})
+    plan = plan_of(WORKLOAD)
     grew: list[bool] = []
     real_freeze = gc.freeze
 
@@ -219,20 +209,7 @@ def test_the_run_keeps_its_results_out_of_the_collectors_scans(monkeypatch) -> N
 
     monkeypatch.setattr(gc, "freeze", freeze)
 
-    async def count(text: str) -> int:
-        return len(text.split())
-
-    def chat(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
-
-    async def go() -> list[Any]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                                 Endpoint(base_url="http://engine/v1", model="m"),
-                                 ListSink()).run()
-        return run.records
-
-    records = asyncio.run(go())
+    records = execute(plan)[0].records
     assert len(records) == 6
     assert grew == [True] * 4  # before the clock, then after records 2, 4 and 6
     assert gc.get_freeze_count() == 0
@@ -244,12 +221,7 @@ def test_records_reach_the_sink_in_order_and_a_failing_sink_stops_the_run() -> N
     that fails (a full disk) stops the run with its error."""
     import pytest
 
-    source = api.Source(name="sizing.wl", text=WORKLOAD)
-    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
-                         env={"max_context": 65536})
-
-    async def count(text: str) -> int:
-        return len(text.split())
+    plan = plan_of(WORKLOAD)
 
     async def chat(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(0.005)
@@ -261,19 +233,13 @@ def test_records_reach_the_sink_in_order_and_a_failing_sink_stops_the_run() -> N
                 raise OSError("No space left on device")
             super().record(rec)
 
-    async def go(sink: ListSink) -> Any:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            executor = Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                                Endpoint(base_url="http://engine/v1", model="m"), sink)
-            return await executor.run(), executor
-
     sink = ListSink()
-    run, executor = asyncio.run(go(sink))
+    run, executor = execute(plan, chat, sink=sink)
     assert sorted(r.id for r in sink.records) == sorted(r.id for r in run.records)
     ends = [executor.outcomes[r.id].t_send + executor.outcomes[r.id].e2e_s for r in sink.records]
     assert ends == sorted(ends)
     with pytest.raises(OSError, match="No space"):
-        asyncio.run(go(FailingSink()))
+        execute(plan, chat, sink=FailingSink())
 
 
 def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(monkeypatch) -> None:
@@ -281,9 +247,7 @@ def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(mon
     record is built at once (the errors-in-a-row stop reads it before the next send)."""
     from workloadlang.run import executor as executor_mod
 
-    source = api.Source(name="sizing.wl", text=WORKLOAD.replace("repeat 2", "repeat 1"))
-    plan = api.make_plan(api.parse_checked(source), source, {}, salt="t",
-                         env={"max_context": 65536})
+    plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 1"))
     ids = [r.id for r in plan.requests]
     log: list[tuple[str, str]] = []
     real = executor_mod.build_record
@@ -294,9 +258,6 @@ def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(mon
 
     monkeypatch.setattr(executor_mod, "build_record", build_record)
 
-    async def count(text: str) -> int:
-        return len(text.split())
-
     async def chat(request: httpx.Request) -> httpx.Response:
         rid = request.headers["x-wl-request"]
         log.append(("sent", rid))
@@ -305,12 +266,7 @@ def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(mon
             return httpx.Response(500, json={"error": {"message": "boom"}})
         return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
 
-    async def go() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
-            await Executor(plan, Realiser(plan, ExactSizer(count)), client,
-                           Endpoint(base_url="http://engine/v1", model="m"), ListSink()).run()
-
-    asyncio.run(go())
+    execute(plan, chat)
     assert log.index(("sent", ids[1])) < log.index(("record", ids[0]))  # ok: after the next send
     assert log.index(("record", ids[1])) < log.index(("sent", ids[2]))  # error: before it
     assert sorted(rid for kind, rid in log if kind == "record") == sorted(ids)
