@@ -246,8 +246,9 @@ class Executor:
         the event loop to get to the session, realising the prompt and building the request
         when that could not be done ahead.
         """
-        reason = self._skip_reason(req)
+        reason = None if req.id in self.written else self._skip_reason(req)  # sent already
         if reason:
+            self.built.pop(req.id, None)
             self._emit(skipped_record(req, reason))
             return max(free, self.clock())
         if after is not None:  # once this request is written (the next loop iteration)
@@ -309,15 +310,15 @@ class Executor:
     def _build_early(self, req: PRequest) -> None:
         """Realise and encode `req` now, ahead of its send (before the clock, while the request
         before it is in flight, at a barrier, during a planned wait), when its messages are
-        final: every reply they carry is in. With a time budget the deadline is
-        what is left now (`_wire` shortens it at the send). One that cannot be built is left to
-        `send`, which records why."""
+        final: every reply they carry is in. With a time budget the deadline is what is left now
+        (`_wire` shortens it at the send). One that cannot be made is made again at its send,
+        where what goes wrong is recorded (this may run as a loop callback: nothing escapes)."""
         if req.id in self.built or not self.realiser.can_realise(req, self.outcomes):
             return
-        wire = self._make_wire(req, self._deadline())
         try:
+            wire = self._make_wire(req, self._deadline())
             self.built[req.id] = (wire, build(self.endpoint, wire))
-        except (httpx.HTTPError, TypeError, ValueError):
+        except Exception:  # noqa: BLE001 (see above)
             return
 
     async def _size_all(self, sessions: list[str]) -> None:
