@@ -38,7 +38,7 @@ def _loads(data: bytes | str) -> Any:
         return json.loads(data)
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
     """Output: compact UTF-8 JSON (orjson; Python's json for integers beyond 64 bits)."""
     try:
         return orjson.dumps(obj)
@@ -414,7 +414,7 @@ def build(endpoint: Endpoint, req: WireRequest) -> httpx.Request:
     deadline so they never cut a long prefill first; only our own headers). Raises
     httpx.InvalidURL / UnsupportedProtocol, TypeError or ValueError for what cannot be sent."""
     return build_request("POST", endpoint.chat_url, build_headers(endpoint, req),
-                         _dumps(build_body(endpoint, req)), req.deadline_s)
+                         dumps(build_body(endpoint, req)), req.deadline_s)
 
 
 def warm_up() -> None:

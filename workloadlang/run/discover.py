@@ -15,7 +15,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from .client import auth_headers, root_of
+from .client import auth_headers, dumps, root_of
 from .errors import EndpointError, engine_message, redact
 from .transport import build_request, dispatch
 
@@ -120,7 +120,7 @@ async def _request_json(
     body: Any = None,
 ) -> Any:
     """Output: the decoded JSON answer. Raises `EndpointError` (unreachable / http / bad_payload)."""
-    content = None if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    content = None if body is None else dumps(body)
     request_headers = {"Accept": "application/json", **headers}
     if content is not None:
         request_headers["Content-Type"] = "application/json"

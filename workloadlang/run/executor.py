@@ -142,10 +142,11 @@ class Executor:
             self.by_session.setdefault(r.session, []).append(r)
         self.built: dict[str, tuple[WireRequest, httpx.Request]] = {}  # made ahead of the send
         self.unfrozen = 0  # records since the last gc.freeze()
-        self.pending: list[Record] = []  # kept, not yet given to the sink (`_to_sink`)
+        self.pending: list[Record] = []  # kept, not yet given to the sink (`_flush`)
         self.unrecorded: list[tuple[PRequest, Outcome]] = []  # answered, record not built yet
         self.resent = {r.prefix_source for r in plan.requests if r.kind == "resend"}
         self.sink_error: Exception | None = None
+        self.flush_due = False  # a `_flush` is scheduled
         self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
 
     # ------------------------------------------------------------ the run
@@ -181,7 +182,7 @@ class Executor:
                 t.cancel()
             lag_task.cancel()
             gc.unfreeze()
-            self._record_later()
+            self._flush()
             self.fill_unrun()
         if self.sink_error is not None:
             raise self.sink_error
@@ -213,7 +214,7 @@ class Executor:
                 self.written.add(req.id)
 
     async def _phase_opened(self, k: int) -> None:
-        self._record_later()  # the phase's records before its end
+        self._flush()  # the phase's records before its end
         if self.on_phase and k > 0:
             await self.on_phase(self.plan.phases[k - 1])
 
@@ -246,6 +247,8 @@ class Executor:
         the event loop to get to the session, realising the prompt and building the request
         when that could not be done ahead.
         """
+        if self.sink_error is not None:
+            raise self.sink_error
         reason = None if req.id in self.written else self._skip_reason(req)  # sent already
         if reason:
             self.built.pop(req.id, None)
@@ -265,8 +268,7 @@ class Executor:
             self._emit(self._record(req, outcome))
         else:  # after the session's next request is written
             self.unrecorded.append((req, outcome))
-            if len(self.unrecorded) == 1:
-                asyncio.get_running_loop().call_soon(self._record_later)
+            self._flush_soon()
         return outcome.t_send + outcome.e2e_s
 
     async def _send(self, req: PRequest, wire: WireRequest,
@@ -357,16 +359,13 @@ class Executor:
         return rec
 
     def _emit(self, rec: Record) -> None:
-        """Keep `rec` (the session's next step may depend on it) and hand it to the sink on the
-        next loop iteration, once the session's next request is written: the sink's writes and
-        the printed line are then off the path from an answer to the next send."""
-        if self.sink_error is not None:
-            raise self.sink_error
+        """Keep `rec` (the session's next step may depend on it); the sink gets it from `_flush`
+        on a later loop iteration, once the session's next request is written: the sink's
+        writes and the printed line are then off the path from an answer to the next send."""
         self.records[rec.id] = rec
         self._update_stops(rec)
         self.pending.append(rec)
-        if len(self.pending) == 1:
-            asyncio.get_running_loop().call_soon(self._to_sink)
+        self._flush_soon()
         self.unfrozen += 1
         if self.unfrozen >= _FREEZE_EVERY:
             # what the run keeps (records, answers) joins the frozen heap: the collector's
@@ -381,22 +380,21 @@ class Executor:
         return (outcome.error is not None or bool(req.stop_group) or self.plan.fail_fast
                 or req.id in self.resent)
 
-    def _record_later(self) -> None:
-        """Build the records of answers whose sessions went on first, then give the sink what
-        is pending. An error here stops the run like a failing sink."""
+    def _flush_soon(self) -> None:
+        if not self.flush_due:
+            self.flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Build the records of answers whose sessions went on first, then give the sink every
+        pending record, in completion order. An error in either (a full disk) stops the run:
+        it is raised in the sessions' tasks and at the end."""
+        self.flush_due = False
         todo, self.unrecorded = self.unrecorded, []
         try:
             for req, outcome in todo:
                 self._emit(self._record(req, outcome))
-        except Exception as exc:  # noqa: BLE001 (re-raised in the sessions' tasks)
-            self.sink_error = self.sink_error or exc
-        self._to_sink()
-
-    def _to_sink(self) -> None:
-        """Give the sink every pending record, in completion order. A sink that fails stops the
-        run: the error is raised at the next record and at the end."""
-        pending, self.pending = self.pending, []
-        try:
+            pending, self.pending = self.pending, []
             for rec in pending:
                 self.sink.record(rec)
         except Exception as exc:  # noqa: BLE001 (re-raised in the sessions' tasks)

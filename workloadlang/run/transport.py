@@ -109,8 +109,8 @@ async def open_connections(client: httpx.AsyncClient, url: str, n: int,
     clock starts, so that the requests sent at the start reuse them: connection set-up is then
     neither in their TTFT nor in the client's start burst. Failures are left to the requests."""
     parsed = _parsed(url)
-    transport = client._transport_for_url(parsed)  # noqa: SLF001
-    if not isinstance(transport, WireTransport) or n <= 0:
+    transport = wire_transport(client, parsed)
+    if transport is None or n <= 0:
         return 0
     return await transport.preconnect((parsed.host, parsed.port or 80), n, timeout)
 
