@@ -55,7 +55,7 @@ def test_first_requests_are_written_at_once_on_connections_opened_before(
     records, connects = asyncio.run(go())
     assert [r.error for r in records] == [None] * 8
     assert written == [True] * 3  # the concurrency limit: the fourth waits for a slot
-    assert connects == 3  # opened before the clock; every later request reused one
+    assert connects == 3  # no more than the first requests needed: every later one reused one
     chats = [r for r in fault_server.requests if r["path"] == "/v1/chat/completions"]
     firsts = {r.id for r in plan.requests if r.id.endswith("/0")}
     assert len({c["peer"] for c in chats}) == 3
