@@ -157,7 +157,11 @@ def cmd_sim(args, extra) -> int:
         raise UsageError(f"unexpected arguments: {' '.join(extra)}")
     cfg = config_from_args(args)
     eprint(f"simulator on http://{args.host}:{args.port}/v1 (preset {args.sim_preset or 'default'}); Ctrl-C stops")
-    serve(cfg, host=args.host, port=args.port)
+    try:
+        serve(cfg, host=args.host, port=args.port)
+    except OSError as exc:
+        eprint(f"error: cannot listen on {args.host}:{args.port}: {exc}")
+        return EXIT_USAGE
     return EXIT_OK
 
 

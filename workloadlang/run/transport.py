@@ -35,8 +35,6 @@ import asyncio
 import collections
 import functools
 import socket
-import struct
-import sys
 import threading
 import time
 from typing import Any, AsyncIterator, Callable
@@ -45,9 +43,10 @@ import httptools
 import httpx
 
 from .. import __version__
+from ..stamps import CMSG_SPACE as _CMSG_SPACE, SO_TIMESTAMPNS as _SO_TIMESTAMPNS
+from ..stamps import arrival as _arrival
+from ..stamps import enable as _enable_stamps
 
-_SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # SO_TIMESTAMPNS_OLD
-_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _READ_SIZE = 256 * 1024
 _PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this far behind
 
@@ -321,8 +320,7 @@ class _Connection:
             try:
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if _SO_TIMESTAMPNS is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                _enable_stamps(sock)
                 await loop.sock_connect(sock, address)
             except OSError as exc:
                 sock.close()
@@ -689,19 +687,6 @@ def _reader() -> _Reader:
             if _READER is None:
                 _READER = _Reader()
     return _READER
-
-
-def _arrival(ancillary: list[tuple[int, int, bytes]], clock: Callable[[], float]) -> float:
-    """Input: recvmsg ancillary data. Output: when the bytes reached the socket, on `clock`:
-    now minus the age of the kernel's receive timestamp (realtime clock; only the age is used,
-    clamped to [0, 1 s] so a wall-clock step cannot move it far)."""
-    now = clock()
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
-            sec, nsec = struct.unpack_from("@qq", data)
-            age = (time.time_ns() - (sec * 1_000_000_000 + nsec)) / 1e9
-            return now - min(max(age, 0.0), 1.0)
-    return now
 
 
 def _expire(waiter: asyncio.Future) -> None:

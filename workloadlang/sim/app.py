@@ -102,9 +102,11 @@ async def _sse(sim: Simulator, job: Job) -> AsyncIterator[bytes]:
     async for batch in sim.run(job):
         parts = [writer.token(kind, word) for kind, word in batch]
         if first:
-            first = False
             parts.insert(0, writer.role())
         yield b"".join(parts)
+        if first:  # resumed once the server wrote the chunk to the socket
+            first = False
+            job.t_first_written = perf_counter()
     yield b"".join(writer.tail())
 
 

@@ -98,6 +98,7 @@ class Job:
     prefill_cost: float = 0.0
     t_first_unix: float = 0.0
     t_first: float = 0.0
+    t_first_written: float = 0.0  # the first token's bytes handed to the socket (streaming)
     t_last: float = 0.0
 
     @property
@@ -170,6 +171,8 @@ class Job:
         out["queue_ms"] = round((self.t_slot - self.t_enqueued) * 1e3, 3) if self.t_slot else 0.0
         out["first_token_unix"] = self.t_first_unix or None
         out["ttft_ms"] = round((self.t_first - self.arrival) * 1e3, 3) if self.t_first else None
+        if self.t_first_written:  # server-side time to first byte: arrival -> first token written
+            out["ttfb_ms"] = round((self.t_first_written - self.arrival) * 1e3, 3)
         if not self.no_report:
             out["host_restored_n"] = self.restored_tokens
         return out

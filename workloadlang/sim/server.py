@@ -6,6 +6,7 @@ Input: a `SimConfig`, host and port (0 = pick a free port). Output: a running HT
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Optional
@@ -15,21 +16,63 @@ from time import perf_counter
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .. import stamps
 from .app import create_app
 from .config import SimConfig
 from .engine import Simulator
 
 
+_ARRIVALS: dict[int, float] = {}  # socket fd -> arrival stamp of its last read (loop thread)
+
+
+class StampedSocket(socket.socket):
+    """A listening socket whose accepted connections remember when the bytes of each read
+    reached the socket: the kernel's receive timestamp (`stamps`), else the time of the read.
+
+    asyncio's socket transport reads with `recv` and hands the bytes to the protocol at once
+    (same thread, same call), so `StampedHttpProtocol.data_received` finds the stamp of exactly
+    the bytes it is given in `_ARRIVALS` under the socket's fd."""
+
+    def accept(self) -> tuple[socket.socket, object]:
+        fd, addr = self._accept()  # type: ignore[attr-defined]
+        conn = _StampedConnection(self.family, self.type, self.proto, fileno=fd)
+        # asyncio turns Nagle off only for IPPROTO_TCP sockets; say so even if the listening
+        # socket was made without it (a 40 ms delayed-ACK stall per streamed chunk otherwise)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.stamped = stamps.enable(conn)
+        return conn, addr
+
+
+class _StampedConnection(socket.socket):
+    stamped = False
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        if not self.stamped:
+            data = super().recv(size, flags)
+            _ARRIVALS[self.fileno()] = perf_counter()
+            return data
+        data, anc, _, _ = self.recvmsg(size, stamps.CMSG_SPACE, flags)
+        _ARRIVALS[self.fileno()] = stamps.arrival(anc, perf_counter)
+        return data
+
+
 class StampedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, plus the time each request's first bytes were read from the
-    socket, in the ASGI scope as `wl.received` (perf_counter s). The simulator's TTFT starts there,
-    so time spent queued behind other requests in the server's own event loop (parsing, routing,
-    reading the body) is the server's, not charged to the client as network time."""
+    """uvicorn's httptools protocol, plus when each request's first bytes reached the server, in
+    the ASGI scope as `wl.received` (perf_counter s): the kernel's stamp when the connection
+    came from a `StampedSocket`, else the time they were read. The simulator's TTFT starts
+    there, so the time a request waits in the server's socket and event loop (behind other
+    requests, parsing, routing, reading the body) is the server's, not charged to the client."""
 
     _wl_read_at = 0.0
+    _wl_fd = -1
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        self._wl_fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
-        self._wl_read_at = perf_counter()
+        self._wl_read_at = _ARRIVALS.pop(self._wl_fd, None) or perf_counter()
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -38,15 +81,37 @@ class StampedHttpProtocol(HttpToolsProtocol):
 
 
 def _uvicorn_config(config: SimConfig, host: str, port: int) -> uvicorn.Config:
+    # loop="asyncio": uvloop reads sockets in C, past `StampedSocket`
     return uvicorn.Config(
         create_app(config), host=host, port=port, log_config=None, access_log=False,
         lifespan="on", ws="none", timeout_keep_alive=30, http=StampedHttpProtocol,
+        loop="asyncio",
     )
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """Output: a `StampedSocket` bound to (host, port) and listening (port 0: a free port)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = StampedSocket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
-    """Serve until interrupted (SIGINT / SIGTERM). Blocking; library code, so it never prints."""
-    uvicorn.Server(_uvicorn_config(config, host, port)).run()
+    """Serve until interrupted (SIGINT / SIGTERM). Blocking; library code, so it never prints.
+    Raises OSError when (host, port) cannot be listened on."""
+    sock = listen(host, port)
+    try:
+        uvicorn.Server(_uvicorn_config(config, host, port)).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 class SimHandle:
@@ -93,9 +158,20 @@ def start_in_thread(config: SimConfig, host: str = "127.0.0.1", port: int = 0,
                     timeout: float = 15.0) -> SimHandle:
     """Start a simulator in a daemon thread with its own event loop and wait until it accepts
     connections. Output: a SimHandle with the real port (port 0 -> the OS-chosen free port).
-    Raises RuntimeError when the server does not start within `timeout` seconds."""
+    Raises RuntimeError when the server cannot listen or does not start within `timeout` s."""
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        raise RuntimeError(f"simulator cannot listen on {host}:{port}: {exc}") from None
     server = uvicorn.Server(_uvicorn_config(config, host, port))
-    thread = threading.Thread(target=server.run, name="wl-sim", daemon=True)
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    thread = threading.Thread(target=run, name="wl-sim", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
     while not server.started:
