@@ -7,13 +7,18 @@ measures a saturated client+server pair), then drives it with the runner's own c
 
     overhead = client TTFT (what `wl run` records: just before the request is sent -> the
                first non-empty delta's bytes reached the client's socket, monotonic clock)
-             - server TTFT (the simulator's `timings.ttft_ms`: the request's first bytes read
-               from its socket -> first token generated; `Record.server_ttft_ms`)
+             - server time to first byte (the simulator's `timings.ttfb_ms`: the request's
+               bytes reached its socket -> the first token's bytes written to the socket)
 
-so it holds the client's send path (pool checkout, request write), the time the request waits in
-the simulator's socket before its event loop reads it, the simulator's write after the first
-token, and the loopback hops. With `--transport httpcore` (httpx's default pool, which has no
-arrival stamps) it also holds the client's read and SSE parsing up to the first delta.
+so it holds the client's send path (pool checkout, request write) and the two loopback hops.
+"Reached the socket" is the kernel's receive stamp on both sides (Linux), so neither side's
+busy event loop moves the split. The `server ttft` columns are the simulator's `ttft_ms` (the
+same arrival -> the first token generated, before its write); "overhead vs ttft p99" is the
+overhead measured against it, i.e. with the simulator's own write lag on the client's side.
+Before the simulator stamped arrivals in the kernel (and reported `ttfb_ms`) its time started at
+its first read of the request: time a request waited in its socket behind a busy simulator loop
+was charged to the client. With `--transport httpcore` (httpx's default pool, which has no
+arrival stamps) the overhead also holds the client's read and SSE parsing up to the first delta.
 
 Modes (`--mode`):
   executor  the runner's `Executor` on a generated plan: N sessions (`concurrency = N`), each
@@ -21,9 +26,8 @@ Modes (`--mode`):
   send      `workloadlang.run.client.send` alone, N at a time in lock-step rounds (a burst: N
             requests leave at the same instant every round, the worst case for both sides).
 
-In executor mode a second row leaves out each session's first turn: all sessions start together,
-so their first requests reach the simulator at once and wait in its socket buffers until its event
-loop reads them — server-side time the simulator cannot stamp (it starts at the read).
+In executor mode a second row leaves out each session's first turn (all sessions start together:
+their first requests reach the simulator at once).
 
 Also reported: the client process's CPU time per request (user + system over the measured
 requests only, `time.process_time`), which bounds the request rate one client process can drive.
@@ -128,10 +132,17 @@ async def run_executor(base: str, streams: int, rounds: int, max_tokens: int) ->
         cpu0 = cpu_s()
         run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint, sink).run()
         cpu = cpu_s() - cpu0
-    pairs = [(r.ttft_s, r.server_ttft_ms) for r in run.records if r.error is None]
+    later = {r.id for r in run.records if r.index}
+    pairs = [pair(o) for o in OUTCOMES if o.error is None]
     global LATER
-    LATER = [(r.ttft_s, r.server_ttft_ms) for r in run.records if r.error is None and r.index]
+    LATER = [pair(o) for o in OUTCOMES if o.error is None and o.id in later]
     return pairs, run.client, cpu
+
+
+def pair(o: Any) -> tuple[float | None, float | None, float | None]:
+    """Output: (client TTFT s, server time to first byte ms, server TTFT ms) of an Outcome; the
+    time to first byte is the TTFT when the server does not report `ttfb_ms`."""
+    return o.ttft_s, (o.timings or {}).get("ttfb_ms", o.server_ttft_ms), o.server_ttft_ms
 
 
 def warm(i: int, max_tokens: int) -> WireRequest:
@@ -150,7 +161,7 @@ async def run_send(base: str, streams: int, rounds: int, max_tokens: int) -> tup
                                 messages=[{"role": "user", "content": f"Say something {k} {i}."}])
                     for i in range(streams)]
             outs = await asyncio.gather(*(send(c, endpoint, r) for r in reqs))
-            pairs += [(o.ttft_s, o.server_ttft_ms) for o in outs if o.error is None]
+            pairs += [pair(o) for o in outs if o.error is None]
         cpu = cpu_s() - cpu0
     return pairs, {}, cpu
 
@@ -186,8 +197,9 @@ def split_worst(n: int = 12) -> str:
     rows = []
     for o in OUTCOMES:
         first = (o.timings or {}).get("first_token_unix")
-        if o.error is None and first and o.ttft_s is not None and o.server_ttft_ms is not None:
-            over = o.ttft_s * 1000 - o.server_ttft_ms
+        _, server_ms, _ = pair(o)
+        if o.error is None and first and o.ttft_s is not None and server_ms is not None:
+            over = o.ttft_s * 1000 - server_ms
             back = (o.t_send_unix + o.ttft_s - first) * 1000
             rows.append((over, over - back, back))
     rows.sort(reverse=True)
@@ -244,12 +256,14 @@ def instrument_send_path() -> None:
 
 
 def summarise(label: str, pairs: list, health: dict, cpu: float = 0.0) -> dict[str, Any]:
-    over = [t * 1000 - s for t, s in pairs if t is not None and s is not None]
-    client_ms = [t * 1000 for t, _ in pairs if t is not None]
-    server_ms = [s for _, s in pairs if s is not None]
+    over = [t * 1000 - s for t, s, _ in pairs if t is not None and s is not None]
+    over_ttft = [t * 1000 - s for t, _, s in pairs if t is not None and s is not None]
+    client_ms = [t * 1000 for t, _, _ in pairs if t is not None]
+    server_ms = [s for _, _, s in pairs if s is not None]
     row = {"case": label, "n": len(over),
            "overhead_p50": statistics.median(over), "overhead_p90": pct(over, 0.90),
            "overhead_p99": pct(over, 0.99), "overhead_max": max(over),
+           "overhead_vs_ttft_p99": pct(over_ttft, 0.99),
            "client_ttft_p50": statistics.median(client_ms), "server_ttft_p50": statistics.median(server_ms),
            "server_ttft_p99": pct(server_ms, 0.99), "client_cpu_ms_per_request": cpu * 1000 / max(1, len(pairs)),
            **{f"health_{k}": v for k, v in health.items()}}
@@ -259,6 +273,7 @@ def summarise(label: str, pairs: list, health: dict, cpu: float = 0.0) -> dict[s
 def show(row: dict[str, Any]) -> None:
     print(f"{row['case']:<22} n={row['n']:<5} overhead p50 {row['overhead_p50']:6.3f} ms  "
           f"p90 {row['overhead_p90']:6.3f}  p99 {row['overhead_p99']:6.3f}  max {row['overhead_max']:7.3f}"
+          f"  | overhead vs ttft p99 {row['overhead_vs_ttft_p99']:6.3f}"
           f"  | client ttft p50 {row['client_ttft_p50']:6.3f}  server ttft p50 "
           f"{row['server_ttft_p50']:6.3f} p99 {row['server_ttft_p99']:6.3f}"
           f"  | client CPU {row['client_cpu_ms_per_request']:.3f} ms/request")

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import uvicorn  # noqa: E402
 
 from workloadlang.sim.config import add_sim_arguments, config_from_args  # noqa: E402
-from workloadlang.sim.server import _uvicorn_config  # noqa: E402
+from workloadlang.sim.server import _uvicorn_config, listen  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -55,7 +55,7 @@ def main() -> None:
 
     async def run() -> None:
         probe = asyncio.ensure_future(watch())
-        await server.serve()
+        await server.serve(sockets=[listen("127.0.0.1", ns.port)])  # kernel-stamped arrivals
         probe.cancel()
 
     try:
