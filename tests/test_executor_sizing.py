@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from workloadlang import api
 from workloadlang.plan.realise import ExactSizer, Realiser
@@ -270,3 +271,84 @@ def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(mon
     assert log.index(("sent", ids[1])) < log.index(("record", ids[0]))  # ok: after the next send
     assert log.index(("record", ids[1])) < log.index(("sent", ids[2]))  # error: before it
     assert sorted(rid for kind, rid in log if kind == "record") == sorted(ids)
+
+
+def test_defer_wait_waits_for_quiet_or_for_the_cap() -> None:
+    from workloadlang.run.executor import _DEFER_MAX_S, _QUIET_S, defer_wait
+
+    assert defer_wait(10.0, last_answer=10.0, since=10.0) == _QUIET_S  # an answer just now
+    assert defer_wait(10.0, last_answer=10.0 - _QUIET_S / 3, since=9.99) == \
+        pytest.approx(_QUIET_S * 2 / 3)
+    assert defer_wait(10.0, last_answer=10.0 - _QUIET_S, since=10.0) == 0.0  # quiet long enough
+    assert defer_wait(10.0, last_answer=10.0, since=10.0 - _DEFER_MAX_S) == 0.0  # waited enough
+    assert defer_wait(10.0, last_answer=10.0, since=10.0 - _DEFER_MAX_S + _QUIET_S / 2) == \
+        pytest.approx(_QUIET_S / 2)  # the cap comes first
+
+
+def _logging_run(monkeypatch: Any, plan: Any, chat: Any) -> list[tuple[str, str]]:
+    """Run `plan`; output: ("sent", id) and ("record", id) in the order they happened."""
+    from workloadlang.run import executor as executor_mod
+
+    log: list[tuple[str, str]] = []
+    real = executor_mod.build_record
+
+    def build_record(req: Any, *args: Any, **kw: Any) -> Any:
+        log.append(("record", req.id))
+        return real(req, *args, **kw)
+
+    monkeypatch.setattr(executor_mod, "build_record", build_record)
+
+    async def logged(request: httpx.Request) -> httpx.Response:
+        log.append(("sent", request.headers["x-wl-request"]))
+        return await chat(request)
+
+    execute(plan, logged)
+    return log
+
+
+def test_a_burst_of_answers_sends_every_next_request_before_any_record(monkeypatch) -> None:
+    """Eight sessions answered together, one every 2 ms (an engine ending a batch, written
+    stream by stream): every session's next request is written before the loop builds any
+    record of the burst (built on the loop's next pass, they would be in between)."""
+    from workloadlang.run import executor as executor_mod
+
+    monkeypatch.setattr(executor_mod, "_QUIET_S", 0.2)  # robust on a slow machine
+    plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 8").replace("repeat 3", "repeat 2"))
+    gate = {"n": 0, "open": None}
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        if gate["open"] is None:
+            gate["open"] = asyncio.Event()
+        gate["n"] += 1
+        position = gate["n"]
+        if gate["n"] == 8:  # all first requests are in: answer them together
+            gate["open"].set()
+        await gate["open"].wait()
+        if position <= 8:
+            await asyncio.sleep(0.002 * position)
+        return answer()
+
+    log = _logging_run(monkeypatch, plan, chat)
+    firsts = {r.id for r in plan.requests if r.index == 0}
+    seconds = {r.id for r in plan.requests if r.index == 1}
+    last_second_sent = max(log.index(("sent", rid)) for rid in seconds)
+    first_record = min(log.index(("record", rid)) for rid in firsts)
+    assert last_second_sent < first_record
+
+
+def test_records_are_built_within_the_cap_while_answers_keep_coming(monkeypatch) -> None:
+    """Never quiet (an answer every few ms for the whole run): records are still built and
+    written during the run, once deferred work waited `_DEFER_MAX_S`."""
+    from workloadlang.run import executor as executor_mod
+
+    monkeypatch.setattr(executor_mod, "_QUIET_S", 60.0)
+    monkeypatch.setattr(executor_mod, "_DEFER_MAX_S", 0.02)
+    plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 1").replace("repeat 3", "repeat 30"))
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.004)
+        return answer()
+
+    log = _logging_run(monkeypatch, plan, chat)
+    ids = [r.id for r in plan.requests]
+    assert log.index(("record", ids[0])) < log.index(("sent", ids[-1]))

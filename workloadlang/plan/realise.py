@@ -97,6 +97,14 @@ class Realiser:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
         return [self._message(i, replies) for i in req.messages]
 
+    def warm(self, req: PRequest) -> None:
+        """Render and keep now the text of `req`'s messages that carry no reply (their fillers),
+        so that `messages` later only joins what is already made."""
+        for i in req.messages:
+            if i not in self._static and not any(
+                    s.kind in ("reply", "partial") for s in self.plan.messages[i].segs):
+                self._message(i, {})
+
     def can_realise(self, req: PRequest, replies: Mapping[str, Reply]) -> bool:
         """Output: True when every earlier reply that `req`'s messages carry is in `replies`
         (its messages are then final: a reply, once there, does not change)."""

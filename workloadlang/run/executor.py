@@ -16,6 +16,13 @@ the client. A request is realised and encoded as soon as its messages are final 
 carries is in): the first ones before the clock, a later one while the request before it is in
 flight, at a barrier or during a planned wait; at the start every session's first request is
 written in one go (`_write_firsts`).
+
+Work no send waits for is deferred to quiet moments (`_defer`): making a session's next request
+ahead (or, when its messages wait for the answer in flight, rendering its new text), building an
+answer's record and giving records to the sink. An engine that batches ends many streams in the
+same few milliseconds; doing that work in between would delay every session of the burst still
+waiting for the loop. It runs once no answer came in for `_QUIET_S`, or once the oldest deferred
+work waited `_DEFER_MAX_S`, in passes of about `_SLICE_S`.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ from workloadlang.run.transport import open_connections, ready_to_write, send_no
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
+_QUIET_S = 0.003  # deferred work runs once no answer came in for this long...
+_DEFER_MAX_S = 0.05  # ...or once the oldest deferred record is this old
+_SLICE_S = 0.001  # deferred work per loop pass (a long pass delays the answers behind it)
 _SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
 
@@ -146,7 +156,11 @@ class Executor:
         self.unrecorded: list[tuple[PRequest, Outcome]] = []  # answered, record not built yet
         self.resent = {r.prefix_source for r in plan.requests if r.kind == "resend"}
         self.sink_error: Exception | None = None
-        self.flush_due = False  # a `_flush` is scheduled
+        self.flush_due = False  # a `_deferred` pass is scheduled
+        self.ahead: list[PRequest] = []  # next requests to make ahead (deferred)
+        self.wired: set[str] = set()  # requests whose send has begun (`_wire`)
+        self.last_answer = 0.0  # loop time the last answer came in
+        self.deferred_since: float | None = None  # loop time the oldest deferred work was queued
         self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
 
     # ------------------------------------------------------------ the run
@@ -254,21 +268,24 @@ class Executor:
             self.built.pop(req.id, None)
             self._emit(skipped_record(req, reason))
             return max(free, self.clock())
-        if after is not None:  # once this request is written (the next loop iteration)
-            asyncio.get_running_loop().call_soon(self._build_early, after)
+        if after is not None:  # at a quiet moment while this one is in flight
+            self.ahead.append(after)
+            self._defer()
         if req.wait_before:  # the planned wait: make the request meanwhile
             self._build_early(req)
             await asyncio.sleep(req.wait_before)
         wire, request = self._wire(req)
         outcome, slot_wait = await self._send(req, wire, request)
+        self.last_answer = asyncio.get_running_loop().time()
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
         self.outcomes[req.id] = outcome
         if self._needed_now(req, outcome):
+            self._flush()  # the records of earlier answers first: stops and sink in order
             self._emit(self._record(req, outcome))
-        else:  # after the session's next request is written
+        else:  # at a quiet moment
             self.unrecorded.append((req, outcome))
-            self._flush_soon()
+            self._defer()
         return outcome.t_send + outcome.e2e_s
 
     async def _send(self, req: PRequest, wire: WireRequest,
@@ -291,6 +308,7 @@ class Executor:
 
     def _wire(self, req: PRequest) -> tuple[WireRequest, httpx.Request | None]:
         """Output: the request to send now, and its httpx request when it was built ahead."""
+        self.wired.add(req.id)
         ahead = self.built.pop(req.id, None)
         if ahead is None:
             return self._make_wire(req, self._deadline()), None
@@ -315,7 +333,10 @@ class Executor:
         final: every reply they carry is in. With a time budget the deadline is what is left now
         (`_wire` shortens it at the send). One that cannot be made is made again at its send,
         where what goes wrong is recorded (this may run as a loop callback: nothing escapes)."""
-        if req.id in self.built or not self.realiser.can_realise(req, self.outcomes):
+        if req.id in self.built or req.id in self.wired:
+            return
+        if not self.realiser.can_realise(req, self.outcomes):
+            self.realiser.warm(req)  # its new text at least
             return
         try:
             wire = self._make_wire(req, self._deadline())
@@ -360,12 +381,12 @@ class Executor:
 
     def _emit(self, rec: Record) -> None:
         """Keep `rec` (the session's next step may depend on it); the sink gets it from `_flush`
-        on a later loop iteration, once the session's next request is written: the sink's
-        writes and the printed line are then off the path from an answer to the next send."""
+        at a quiet moment (`_defer`): the sink's writes and the printed line are then off the
+        path from an answer to the next send."""
         self.records[rec.id] = rec
         self._update_stops(rec)
         self.pending.append(rec)
-        self._flush_soon()
+        self._defer()
         self.unfrozen += 1
         if self.unfrozen >= _FREEZE_EVERY:
             # what the run keeps (records, answers) joins the frozen heap: the collector's
@@ -380,17 +401,48 @@ class Executor:
         return (outcome.error is not None or bool(req.stop_group) or self.plan.fail_fast
                 or req.id in self.resent)
 
-    def _flush_soon(self) -> None:
-        if not self.flush_due:
-            self.flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+    def _defer(self) -> None:
+        """Make sure a `_deferred` pass is scheduled."""
+        if self.flush_due:
+            return
+        self.flush_due = True
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.deferred_since is None:
+            self.deferred_since = now
+        loop.call_later(defer_wait(now, self.last_answer, self.deferred_since), self._deferred)
 
-    def _flush(self) -> None:
-        """Build the records of answers whose sessions went on first, then give the sink every
-        pending record, in completion order. An error in either (a full disk) stops the run:
-        it is raised in the sessions' tasks and at the end."""
-        self.flush_due = False
-        todo, self.unrecorded = self.unrecorded, []
+    def _deferred(self) -> None:
+        """Loop callback: once quiet (no answer for `_QUIET_S`) or once the oldest deferred work
+        waited `_DEFER_MAX_S`: make the next requests ahead, then build and write records, for
+        about `_SLICE_S`; the rest on the next pass (the same test again)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        wait = defer_wait(now, self.last_answer, self.deferred_since or now)
+        if wait:
+            loop.call_later(wait, self._deferred)
+            return
+        until = now + _SLICE_S
+        while self.ahead and loop.time() < until:
+            self._build_early(self.ahead.pop(0))
+        while self.unrecorded and loop.time() < until:
+            self._flush(1)
+        if not self.unrecorded:
+            self._flush(0)  # what `_emit` queued for the sink without deferring the record
+        if self.unrecorded or self.pending or self.ahead:
+            loop.call_soon(self._deferred)
+        else:
+            self.flush_due = False
+            self.deferred_since = None
+
+    def _flush(self, limit: int | None = None) -> None:
+        """Build the records of answers whose sessions went on first (at most `limit`), then
+        give the sink every pending record, in completion order. An error in either (a full
+        disk) stops the run: it is raised in the sessions' tasks and at the end."""
+        if limit is None or len(self.unrecorded) <= limit:
+            todo, self.unrecorded = self.unrecorded, []
+        else:
+            todo, self.unrecorded = self.unrecorded[:limit], self.unrecorded[limit:]
         try:
             for req, outcome in todo:
                 self._emit(self._record(req, outcome))
@@ -474,6 +526,13 @@ class Executor:
         worst = max(health["loop_lag_p99_ms"] or 0, health["client_delay_p99_ms"] or 0)
         health["client_bottleneck"] = worst > 10.0
         return health
+
+
+def defer_wait(now: float, last_answer: float, since: float) -> float:
+    """Input: the time now, of the last answer and since deferred work waits (one clock).
+    Output: seconds to wait before doing deferred work: 0 once no answer came in for `_QUIET_S`
+    or once the work waited `_DEFER_MAX_S`, else until the sooner of the two."""
+    return max(0.0, min(_QUIET_S - (now - last_answer), _DEFER_MAX_S - (now - since)))
 
 
 def stop_condition(on: str | None, rec: Record) -> bool:
