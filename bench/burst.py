@@ -1,0 +1,164 @@
+"""Burst: how long the client takes to turn around N answers that end at the same instant (an
+engine ending a batch), i.e. the client delay of the last session of a burst.
+
+A small raw-asyncio HTTP/1.1 server in its own process (no simulator: its own event loop would
+spread the burst) answers each request at once with its head, 20 ms later (a prefill) with a
+role chunk and all but the last of `--tokens` token chunks; 30 ms after all N sessions' requests
+of a round are in it writes every answer's end at once: the last token, the finish and usage
+chunks and `[DONE]`. So a burst holds what a batching engine's does: N streams' ends, then the
+heads of the N requests the client sends in reply. The runner's `Executor` drives N sessions of `--rounds` short turns against it
+(`concurrency = N`). Reported from the executor's own health (`results.client`): client delay
+p50 / p99 / max — for each request, from the previous answer's end (its kernel arrival stamp) to
+the send — and max / N, the client's turnaround per session of a burst.
+
+Usage: /work/venv/bin/python bench/burst.py [--sessions 64] [--rounds 20] [--tokens 16] [--pin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from simproc import free_port, split_cpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+WORKLOAD = """
+workload burst {
+  params { sessions: int = 64; rounds: int = 20; max_tokens: int = 16 }
+  concurrency = $sessions
+  session s repeat $sessions {
+    repeat $rounds label step { fresh { user "Say something short."; reply $max_tokens } }
+  }
+}
+"""
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def answer(tokens: int) -> tuple[bytes, bytes, bytes]:
+    """Output: an answer's head, its first tokens (role, tokens but the last) and its end."""
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n")
+    events = [b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n']
+    events += [b'data: {"choices":[{"index":0,"delta":{"content":" w%d"}}]}\n\n' % i
+               for i in range(tokens)]
+    events.append(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
+    events.append(b'data: {"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":%d,'
+                  b'"prompt_tokens_details":{"cached_tokens":0}}}\n\n' % tokens)
+    events.append(b"data: [DONE]\n\n")
+    chunks = [chunk(e) for e in events]
+    return head, b"".join(chunks[:tokens]), b"".join(chunks[tokens:]) + b"0\r\n\r\n"
+
+
+async def serve(port: int, sessions: int, tokens: int) -> None:
+    """The server: answers `/v1/models` at once; holds chat requests until `sessions` are in."""
+    head, start, end = answer(tokens)
+    loop = asyncio.get_running_loop()
+    models = b'{"data":[{"id":"burst"}]}'
+    waiting: list[asyncio.StreamWriter] = []
+
+    async def read_request(reader: asyncio.StreamReader) -> bytes | None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        if length:
+            await reader.readexactly(length)
+        return head.split(b" ")[1]
+
+    def end_all(writers: list[asyncio.StreamWriter]) -> None:
+        for w in writers:
+            w.write(end)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                path = await read_request(reader)
+                if path != b"/v1/chat/completions":
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\n\r\n%s" % (len(models), models))
+                    continue
+                writer.write(head)
+                loop.call_later(0.02, writer.write, start)
+                waiting.append(writer)
+                if len(waiting) == sessions:  # the round is in: every answer ends at once
+                    loop.call_later(0.03, end_all, list(waiting))
+                    waiting.clear()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+async def drive(base: str, sessions: int, rounds: int, tokens: int) -> dict:
+    from workloadlang import api
+    from workloadlang.plan.realise import RatioSizer, Realiser
+    from workloadlang.run.client import Endpoint
+    from workloadlang.run.executor import Executor, ListSink
+    from workloadlang.run.transport import make_client
+
+    source = api.Source(name="burst.wl", text=WORKLOAD)
+    plan = api.make_plan(api.parse_checked(source), source,
+                         {"sessions": str(sessions), "rounds": str(rounds),
+                          "max_tokens": str(tokens)}, salt="b", env={"max_context": 65536})
+    endpoint = Endpoint(base_url=base + "/v1", model="burst")
+    async with make_client() as client:
+        run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), client, endpoint,
+                             ListSink()).run()
+    errors = [r for r in run.records if r.error]
+    if errors:
+        raise SystemExit(f"{len(errors)} errors, first: {errors[0].error}")
+    return run.client
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--pin", action="store_true", help="server on the last CPU, client on the rest")
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server process
+    args = ap.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.serve, args.sessions, args.tokens))
+        return 0
+    port = free_port()
+    mine, theirs = split_cpus() if args.pin else (None, None)
+    pin = (lambda: os.sched_setaffinity(0, theirs)) if theirs else None
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--sessions",
+                             str(args.sessions), "--tokens", str(args.tokens)], preexec_fn=pin)
+    if mine:
+        os.sched_setaffinity(0, mine)
+    time.sleep(0.5)
+    try:
+        maxes = []
+        for _ in range(args.repeat):
+            health = asyncio.run(drive(f"http://127.0.0.1:{port}", args.sessions, args.rounds,
+                                       args.tokens))
+            maxes.append(health["client_delay_max_ms"])
+            print(f"{args.sessions} sessions x {args.rounds} rounds: client delay p99 "
+                  f"{health['client_delay_p99_ms']:.2f} ms, max {health['client_delay_max_ms']:.2f}"
+                  f" ms = {health['client_delay_max_ms'] * 1000 / args.sessions:.0f} us a session;"
+                  f" loop lag max {health['loop_lag_max_ms']:.2f} ms")
+        print(f"max over runs: median {statistics.median(maxes):.2f} ms")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
