@@ -196,6 +196,7 @@ class Executor:
                 t.cancel()
             lag_task.cancel()
             gc.unfreeze()
+            self.ahead.clear()  # nothing is sent any more
             self._flush()
             self.fill_unrun()
         if self.sink_error is not None:
