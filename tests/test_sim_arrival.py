@@ -125,3 +125,16 @@ def test_wl_sim_serve_on_a_busy_port_is_a_usage_error():
     assert r.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_wl_run_sim_that_cannot_listen_is_an_endpoint_error(tmp_path, monkeypatch, capsys):
+    """`wl run --sim` when the simulator cannot listen: a message and exit 3, no traceback."""
+    from runhelp import wl_run
+
+    def refuse(host: str, port: int) -> socket.socket:
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(sim_server, "listen", refuse)
+    code, _ = wl_run(tmp_path, "agent-sim", "--sim", "--sessions", "1")
+    assert code == 3
+    assert "simulator cannot listen on 127.0.0.1:0" in capsys.readouterr().err

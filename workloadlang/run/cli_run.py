@@ -65,6 +65,9 @@ def run_command(args, extra) -> int:
         except ValueError as e:
             eprint(f"wl run: error: {e}")
             return EXIT_USAGE
+        except RuntimeError as e:  # the simulator could not listen or start
+            eprint(f"wl run: error: {e}")
+            return EXIT_ENDPOINT
         try:
             return asyncio.run(main_async(args, extra, base, key))
         except KeyboardInterrupt:
