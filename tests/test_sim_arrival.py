@@ -138,3 +138,18 @@ def test_wl_run_sim_that_cannot_listen_is_an_endpoint_error(tmp_path, monkeypatc
     code, _ = wl_run(tmp_path, "agent-sim", "--sim", "--sessions", "1")
     assert code == 3
     assert "simulator cannot listen on 127.0.0.1:0" in capsys.readouterr().err
+
+
+def test_the_listening_socket_binds_as_uvicorn_did():
+    """`localhost` listens on IPv4 (a client given 127.0.0.1 reaches it), a host with a colon
+    on IPv6, as uvicorn's own binding chose before the simulator bound its socket itself."""
+    for host, family in (("localhost", socket.AF_INET), ("127.0.0.1", socket.AF_INET)):
+        with sim_server.listen(host, 0) as sock:
+            assert sock.family == family
+    if socket.has_ipv6:
+        try:
+            sock = sim_server.listen("::1", 0)
+        except OSError:  # no IPv6 loopback here
+            return
+        with sock:
+            assert sock.family == socket.AF_INET6

@@ -90,13 +90,13 @@ def _uvicorn_config(config: SimConfig, host: str, port: int) -> uvicorn.Config:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """Output: a `StampedSocket` bound to (host, port) and listening (port 0: a free port)."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    sock = StampedSocket(family, kind, proto)
+    """Output: a `StampedSocket` bound to (host, port) and listening (port 0: a free port). The
+    address family is chosen as uvicorn chooses it: IPv6 when the host has a colon."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = StampedSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
+        sock.bind((host, port))
         sock.listen(2048)
     except OSError:
         sock.close()
