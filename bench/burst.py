@@ -24,21 +24,11 @@ import subprocess
 import sys
 import time
 
+from client_overhead import WORKLOAD  # N sessions of short fresh turns
 from simproc import free_port, split_cpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-WORKLOAD = """
-workload burst {
-  params { sessions: int = 64; rounds: int = 20; max_tokens: int = 16 }
-  concurrency = $sessions
-  session s repeat $sessions {
-    repeat $rounds label step { fresh { user "Say something short."; reply $max_tokens } }
-  }
-}
-"""
-
 
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
@@ -109,9 +99,9 @@ async def drive(base: str, sessions: int, rounds: int, tokens: int) -> dict:
     from workloadlang.run.executor import Executor, ListSink
     from workloadlang.run.transport import make_client
 
-    source = api.Source(name="burst.wl", text=WORKLOAD)
+    source = api.Source(name="overhead.wl", text=WORKLOAD)
     plan = api.make_plan(api.parse_checked(source), source,
-                         {"sessions": str(sessions), "rounds": str(rounds),
+                         {"streams": str(sessions), "rounds": str(rounds),
                           "max_tokens": str(tokens)}, salt="b", env={"max_context": 65536})
     endpoint = Endpoint(base_url=base + "/v1", model="burst")
     async with make_client() as client:

@@ -243,48 +243,6 @@ def test_records_reach_the_sink_in_order_and_a_failing_sink_stops_the_run() -> N
         execute(plan, chat, sink=FailingSink())
 
 
-def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(monkeypatch) -> None:
-    """Building a record waits until the session's next request is written; an errored answer's
-    record is built at once (the errors-in-a-row stop reads it before the next send)."""
-    from workloadlang.run import executor as executor_mod
-
-    plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 1"))
-    ids = [r.id for r in plan.requests]
-    log: list[tuple[str, str]] = []
-    real = executor_mod.build_record
-
-    def build_record(req: Any, *args: Any, **kw: Any) -> Any:
-        log.append(("record", req.id))
-        return real(req, *args, **kw)
-
-    monkeypatch.setattr(executor_mod, "build_record", build_record)
-
-    async def chat(request: httpx.Request) -> httpx.Response:
-        rid = request.headers["x-wl-request"]
-        log.append(("sent", rid))
-        await asyncio.sleep(0.005)
-        if rid == ids[1]:
-            return httpx.Response(500, json={"error": {"message": "boom"}})
-        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
-
-    execute(plan, chat)
-    assert log.index(("sent", ids[1])) < log.index(("record", ids[0]))  # ok: after the next send
-    assert log.index(("record", ids[1])) < log.index(("sent", ids[2]))  # error: before it
-    assert sorted(rid for kind, rid in log if kind == "record") == sorted(ids)
-
-
-def test_defer_wait_waits_for_quiet_or_for_the_cap() -> None:
-    from workloadlang.run.executor import _DEFER_MAX_S, _QUIET_S, defer_wait
-
-    assert defer_wait(10.0, last_answer=10.0, since=10.0) == _QUIET_S  # an answer just now
-    assert defer_wait(10.0, last_answer=10.0 - _QUIET_S / 3, since=9.99) == \
-        pytest.approx(_QUIET_S * 2 / 3)
-    assert defer_wait(10.0, last_answer=10.0 - _QUIET_S, since=10.0) == 0.0  # quiet long enough
-    assert defer_wait(10.0, last_answer=10.0, since=10.0 - _DEFER_MAX_S) == 0.0  # waited enough
-    assert defer_wait(10.0, last_answer=10.0, since=10.0 - _DEFER_MAX_S + _QUIET_S / 2) == \
-        pytest.approx(_QUIET_S / 2)  # the cap comes first
-
-
 def _logging_run(monkeypatch: Any, plan: Any, chat: Any) -> list[tuple[str, str]]:
     """Run `plan`; output: ("sent", id) and ("record", id) in the order they happened."""
     from workloadlang.run import executor as executor_mod
@@ -304,6 +262,36 @@ def _logging_run(monkeypatch: Any, plan: Any, chat: Any) -> list[tuple[str, str]
 
     execute(plan, logged)
     return log
+
+
+def test_a_record_is_built_after_the_sessions_next_send_unless_that_needs_it(monkeypatch) -> None:
+    """Building a record waits until the session's next request is written; an errored answer's
+    record is built at once (the errors-in-a-row stop reads it before the next send)."""
+    plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 1"))
+    ids = [r.id for r in plan.requests]
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.005)
+        if request.headers["x-wl-request"] == ids[1]:
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        return answer()
+
+    log = _logging_run(monkeypatch, plan, chat)
+    assert log.index(("sent", ids[1])) < log.index(("record", ids[0]))  # ok: after the next send
+    assert log.index(("record", ids[1])) < log.index(("sent", ids[2]))  # error: before it
+    assert sorted(rid for kind, rid in log if kind == "record") == sorted(ids)
+
+
+def test_defer_wait_waits_for_quiet_or_for_the_cap() -> None:
+    from workloadlang.run.executor import _DEFER_MAX_S, _QUIET_S, defer_wait
+
+    assert defer_wait(10.0, last_answer=10.0, since=10.0) == _QUIET_S  # an answer just now
+    assert defer_wait(10.0, last_answer=10.0 - _QUIET_S / 3, since=9.99) == \
+        pytest.approx(_QUIET_S * 2 / 3)
+    assert defer_wait(10.0, last_answer=10.0 - _QUIET_S, since=10.0) == 0.0  # quiet long enough
+    assert defer_wait(10.0, last_answer=10.0, since=10.0 - _DEFER_MAX_S) == 0.0  # waited enough
+    assert defer_wait(10.0, last_answer=10.0, since=10.0 - _DEFER_MAX_S + _QUIET_S / 2) == \
+        pytest.approx(_QUIET_S / 2)  # the cap comes first
 
 
 def test_a_burst_of_answers_sends_every_next_request_before_any_record(monkeypatch) -> None:
