@@ -339,6 +339,7 @@ class _Connection:
         self.headers: list[tuple[bytes, bytes]] = []
         self.reason = b""
         self.chunks: collections.deque[tuple[bytes, float]] = collections.deque()
+        self.pieces: list[bytes] = []  # body pieces of the read being parsed
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
@@ -444,10 +445,16 @@ class _Connection:
             return
         self.stamp = stamp
         self.received_any = True
+        pieces = self.pieces = []
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._set_error(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+        finally:
+            if pieces:  # the body bytes of one read are one chunk: they share its arrival
+                body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                self.chunks.append((body, stamp))
+                self.buffered += len(body)
         if self.buffered > _PAUSE_BYTES:
             self._stop_reading()
         self._wake()
@@ -505,8 +512,7 @@ class _Connection:
             self.complete = True
 
     def on_body(self, body: bytes) -> None:
-        self.chunks.append((body, self.stamp))
-        self.buffered += len(body)
+        self.pieces.append(body)
 
     def on_message_complete(self) -> None:
         if self.head is not None:
@@ -711,14 +717,20 @@ class ResponseStream(httpx.AsyncByteStream):
         on the event loop (`_Connection.read_on_loop`)."""
         self._conn.read_on_loop()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> "ResponseStream":
+        return self  # an iterator object, not an async generator: one left unfinished costs nothing
+
+    async def __anext__(self) -> bytes:
+        item = await self._conn.next_chunk(self._timeout)
+        if item is None:
+            raise StopAsyncIteration
+        self.arrival = item[1]
+        return item[0]
+
+    def at_end(self) -> bool:
+        """Output: True when the body has been read to its end (nothing is left to read)."""
         conn = self._conn
-        while True:
-            item = await conn.next_chunk(self._timeout)
-            if item is None:
-                return
-            self.arrival = item[1]
-            yield item[0]
+        return conn.complete and not conn.chunks and conn.error is None
 
     async def aclose(self) -> None:
         if self._closed:
