@@ -236,6 +236,38 @@ def test_read_timeout_of_a_plain_call() -> None:
         asyncio.run(go())
 
 
+def test_the_read_timeout_counts_from_each_wait_not_from_the_first() -> None:
+    """Chunks 0.15 s apart for 0.75 s under a 0.3 s read timeout: no timeout (the timer moves
+    on with each wait); then a 3 s stall: ReadTimeout about 0.3 s after the last chunk."""
+
+    def trickle(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(transfer_encoding="chunked"))
+        for _ in range(5):
+            time.sleep(0.15)
+            conn.sendall(b"1\r\nx\r\n")
+        time.sleep(3)
+
+    server = RawServer(trickle)
+
+    async def go() -> tuple[bytes, float, BaseException | None]:
+        got, last, error = b"", 0.0, None
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            request = client.build_request("GET", server.url + "/s", timeout=0.3)
+            response = await client.send(request, stream=True)
+            try:
+                async for chunk in response.aiter_raw():
+                    got, last = got + chunk, time.perf_counter()
+            except httpx.ReadTimeout as exc:
+                error = exc
+            await response.aclose()
+        return got, time.perf_counter() - last, error
+
+    got, after_last, error = asyncio.run(go())
+    assert got == b"xxxxx" and isinstance(error, httpx.ReadTimeout)
+    assert 0.25 <= after_last < 1.0, after_last
+
+
 def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
     got = []
 

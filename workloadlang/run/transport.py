@@ -298,6 +298,8 @@ class _Connection:
         self.reused = False
         self.closed = False
         self.released_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None  # the read timeout (see `_wait`)
+        self.wait_deadline = 0.0
         self._stamped = _SO_TIMESTAMPNS is not None and clock is time.perf_counter
         # reads the reader thread queued on the loop / of those, delivered (one writer each)
         self.thread_reads = self.thread_delivered = 0
@@ -344,6 +346,7 @@ class _Connection:
 
     def _reset(self) -> None:
         """Prepare for the next response on this connection."""
+        self._disarm()
         self.parser = httptools.HttpResponseParser(self)
         self.head: _Head | None = None
         self.headers: list[tuple[bytes, bytes]] = []
@@ -532,17 +535,41 @@ class _Connection:
 
     # ---------------------------------------------------------------- consumer side
     async def _wait(self, timeout: float | None) -> None:
-        """Until `_wake` (or ReadTimeout after `timeout` s). A timer on the awaited future, not
-        `asyncio.wait_for`: before Python 3.12 that adds a second future and one more trip
-        through the event loop to every wait, i.e. to every streamed chunk."""
+        """Until `_wake`, or ReadTimeout when nothing arrives for `timeout` s. Not
+        `asyncio.wait_for` (before Python 3.12 one more future and one more trip through the
+        event loop per wait, i.e. per streamed chunk), and not a timer per wait either: one
+        timer per connection, moved on lazily (`_on_timer`), so a wait only notes its start."""
         waiter = self.waiter = self.loop.create_future()
-        timer = None if timeout is None else self.loop.call_later(timeout, _expire, waiter)
+        if timeout is not None:
+            self.wait_deadline = self.loop.time() + timeout
+            if self.timer is None or self.timer.when() > self.wait_deadline:
+                self._arm(self.wait_deadline)
         try:
             await waiter
         finally:
             self.waiter = None
-            if timer is not None:
-                timer.cancel()
+
+    def _arm(self, when: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """The read timer: the wait in progress has passed its deadline (ReadTimeout), or it
+        started after the timer was set (the timer moves on to its deadline)."""
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # no wait in progress: the next one sets the timer again
+        if self.loop.time() >= self.wait_deadline:
+            waiter.set_exception(httpx.ReadTimeout("timed out waiting for the response"))
+        else:
+            self._arm(self.wait_deadline)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     async def read_head(self, head_only: bool, timeout: float | None) -> _Head:
         """Output: the response's status and headers (after any 1xx)."""
@@ -582,6 +609,7 @@ class _Connection:
 
     def close_socket_only(self) -> None:
         if not self.closed:
+            self._disarm()
             self._stop_reading()
             self.closed = True
             self.sock.close()
@@ -703,11 +731,6 @@ def _reader() -> _Reader:
             if _READER is None:
                 _READER = _Reader()
     return _READER
-
-
-def _expire(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout("timed out waiting for the response"))
 
 
 class ResponseStream(httpx.AsyncByteStream):
