@@ -5,6 +5,7 @@ and kernel arrival stamps that keep TTFT true while the client's event loop is b
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import threading
@@ -433,3 +434,20 @@ def test_switching_to_loop_reads_keeps_the_byte_order() -> None:
         assert b"".join(asyncio.run(go())) == b"chunk1chunk2chunk3"
     finally:
         server.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reader thread is Linux-only")
+def test_the_reader_thread_runs_at_the_lowest_priority() -> None:
+    """The reader thread (woken by every packet) must not preempt the event loop's thread: it
+    runs at nice 19, the loop's thread at the process's priority."""
+    from workloadlang.run import transport
+
+    transport._reader()  # noqa: SLF001 (started on first use)
+    threads = {t.name: t for t in threading.enumerate()}
+    reader = threads["wl-socket-reader"]
+    deadline = time.monotonic() + 5
+    while os.getpriority(os.PRIO_PROCESS, reader.native_id) != 19 and time.monotonic() < deadline:
+        time.sleep(0.01)  # it lowers its own priority as it starts
+    assert os.getpriority(os.PRIO_PROCESS, reader.native_id) == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # this thread's own
+
