@@ -11,7 +11,14 @@ heads of the N requests the client sends in reply. The runner's `Executor` drive
 p50 / p99 / max — for each request, from the previous answer's end (its kernel arrival stamp) to
 the send — and max / N, the client's turnaround per session of a burst.
 
+With `--stream-gap-ms G` there are no bursts: the server streams every answer as soon as it is
+asked, each chunk in its own write G ms apart (each token its own packet, as an engine streams),
+and the bench reports the client's wall time and CPU time (`time.process_time`, both threads)
+per request. With enough sessions (`--sessions 128 --stream-gap-ms 2`) the client is saturated
+and wall time per request is its cost per request: the request rate one client process drives.
+
 Usage: /work/venv/bin/python bench/burst.py [--sessions 64] [--rounds 20] [--tokens 16] [--pin]
+       [--stream-gap-ms G]
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def answer(tokens: int) -> tuple[bytes, bytes, bytes]:
-    """Output: an answer's head, its first tokens (role, tokens but the last) and its end."""
+def answer(tokens: int) -> tuple[bytes, list[bytes], bytes]:
+    """Output: an answer's head, its first chunks (role, tokens but the last) and its end."""
     head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n")
     events = [b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n']
@@ -46,12 +53,14 @@ def answer(tokens: int) -> tuple[bytes, bytes, bytes]:
                   b'"prompt_tokens_details":{"cached_tokens":0}}}\n\n' % tokens)
     events.append(b"data: [DONE]\n\n")
     chunks = [chunk(e) for e in events]
-    return head, b"".join(chunks[:tokens]), b"".join(chunks[tokens:]) + b"0\r\n\r\n"
+    return head, chunks[:tokens], b"".join(chunks[tokens:]) + b"0\r\n\r\n"
 
 
-async def serve(port: int, sessions: int, tokens: int) -> None:
-    """The server: answers `/v1/models` at once; holds chat requests until `sessions` are in."""
-    head, start, end = answer(tokens)
+async def serve(port: int, sessions: int, tokens: int, gap_ms: float | None) -> None:
+    """The server: answers `/v1/models` at once; holds chat requests until `sessions` are in
+    (or, with `gap_ms`, streams each answer at once, a chunk every `gap_ms` ms)."""
+    head, pieces, end = answer(tokens)
+    start = b"".join(pieces)
     loop = asyncio.get_running_loop()
     models = b'{"data":[{"id":"burst"}]}'
     waiting: list[asyncio.StreamWriter] = []
@@ -70,6 +79,11 @@ async def serve(port: int, sessions: int, tokens: int) -> None:
         for w in writers:
             w.write(end)
 
+    async def trickle(writer: asyncio.StreamWriter) -> None:
+        for piece in [*pieces, end]:
+            await asyncio.sleep(gap_ms / 1000)
+            writer.write(piece)
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -79,6 +93,9 @@ async def serve(port: int, sessions: int, tokens: int) -> None:
                                  b"content-length: %d\r\n\r\n%s" % (len(models), models))
                     continue
                 writer.write(head)
+                if gap_ms is not None:
+                    asyncio.ensure_future(trickle(writer))
+                    continue
                 loop.call_later(0.02, writer.write, start)
                 waiting.append(writer)
                 if len(waiting) == sessions:  # the round is in: every answer ends at once
@@ -105,12 +122,15 @@ async def drive(base: str, sessions: int, rounds: int, tokens: int) -> dict:
                           "max_tokens": str(tokens)}, salt="b", env={"max_context": 65536})
     endpoint = Endpoint(base_url=base + "/v1", model="burst")
     async with make_client() as client:
+        cpu, wall = time.process_time(), time.perf_counter()
         run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), client, endpoint,
                              ListSink()).run()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     errors = [r for r in run.records if r.error]
     if errors:
         raise SystemExit(f"{len(errors)} errors, first: {errors[0].error}")
-    return run.client
+    n = len(run.records)
+    return {**run.client, "wall_us": wall * 1e6 / n, "cpu_us": cpu * 1e6 / n}
 
 
 def main() -> int:
@@ -119,17 +139,22 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--stream-gap-ms", type=float,
+                    help="no bursts: stream every answer at once, a chunk every this many ms; "
+                         "reports the client's wall time and CPU per request")
     ap.add_argument("--pin", action="store_true", help="server on the last CPU, client on the rest")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server process
     args = ap.parse_args()
     if args.serve:
-        asyncio.run(serve(args.serve, args.sessions, args.tokens))
+        asyncio.run(serve(args.serve, args.sessions, args.tokens, args.stream_gap_ms))
         return 0
     port = free_port()
     mine, theirs = split_cpus() if args.pin else (None, None)
     pin = (lambda: os.sched_setaffinity(0, theirs)) if theirs else None
+    gap = ["--stream-gap-ms", str(args.stream_gap_ms)] if args.stream_gap_ms is not None else []
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--sessions",
-                             str(args.sessions), "--tokens", str(args.tokens)], preexec_fn=pin)
+                             str(args.sessions), "--tokens", str(args.tokens), *gap],
+                            preexec_fn=pin)
     if mine:
         os.sched_setaffinity(0, mine)
     time.sleep(0.5)
@@ -139,11 +164,16 @@ def main() -> int:
             health = asyncio.run(drive(f"http://127.0.0.1:{port}", args.sessions, args.rounds,
                                        args.tokens))
             maxes.append(health["client_delay_max_ms"])
+            if args.stream_gap_ms is not None:
+                print(f"{args.sessions} sessions x {args.rounds} rounds streamed: wall "
+                      f"{health['wall_us']:.0f} us a request, client CPU {health['cpu_us']:.0f} us")
+                continue
             print(f"{args.sessions} sessions x {args.rounds} rounds: client delay p99 "
                   f"{health['client_delay_p99_ms']:.2f} ms, max {health['client_delay_max_ms']:.2f}"
                   f" ms = {health['client_delay_max_ms'] * 1000 / args.sessions:.0f} us a session;"
                   f" loop lag max {health['loop_lag_max_ms']:.2f} ms")
-        print(f"max over runs: median {statistics.median(maxes):.2f} ms")
+        if args.stream_gap_ms is None:
+            print(f"max over runs: median {statistics.median(maxes):.2f} ms")
     finally:
         proc.terminate()
         proc.wait(10)

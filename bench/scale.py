@@ -4,12 +4,15 @@ CLI (a subprocess) against the simulator in ANOTHER subprocess.
 Reports the client's peak RSS (`os.wait4` rusage of the `wl run` process: its own high-water mark,
 not the simulator's), wall time, request and error counts, and the client timing health the
 executor writes into the results (`results.client`): event-loop lag p99 / max (how late a 5 ms
-sleep wakes up), client delay p99 / max (for every request, from the moment its session could go
+sleep wakes up; `loop_lag_max_ran_ms`: how long the loop's thread ran in the worst one's interval,
+5 ms + the lag — about all of it when the client was busy, much less when the operating system
+gave its CPU to something else), client delay p99 / max (for every request, from the moment its session could go
 on — the run's start, a phase barrier opening, the previous answer's last byte — to the send,
 minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either p99
 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client more than
 10 ms beyond the concurrency limit. "Session gap" is the same seen from the records: one
-request's end to the next one's start in the same session.
+request's end to the next one's start in the same session. "Preempted": the client's
+involuntary context switches (rusage) and the VM's steal time over the run (/proc/stat).
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
@@ -65,6 +68,16 @@ def session_gaps(recs: list[dict]) -> list[float]:
     return out
 
 
+def steal_s() -> float | None:
+    """Output: the CPU time the VM's host has taken from this machine's CPUs so far (the `steal`
+    column of /proc/stat, in seconds), or None where there is no such counter."""
+    try:
+        fields = open("/proc/stat").readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=256)
@@ -90,12 +103,12 @@ def main() -> int:
            "--finalize-tokens", "500", "--max-tokens", "16"]
     print("$ wl", " ".join(cmd[cmd.index("run"):]), flush=True)
     try:
-        t0 = time.perf_counter()
+        t0, steal0 = time.perf_counter(), steal_s()
         pin = (lambda: os.sched_setaffinity(0, wl_cpus)) if wl_cpus else None
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=pin)
         _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
+        wall, steal1 = time.perf_counter() - t0, steal_s()
         stderr = proc.stderr.read() if proc.stderr else ""
     finally:
         sim.terminate()
@@ -115,6 +128,9 @@ def main() -> int:
     print(f"client CPU       {usage.ru_utime + usage.ru_stime:.1f} s "
           f"({(usage.ru_utime + usage.ru_stime) * 1000 / max(1, len(sent)):.2f} ms/request)")
     print(f"peak client RSS  {usage.ru_maxrss / 1024:.0f} MB (target < 500 MB)")
+    steal = "unknown" if steal0 is None or steal1 is None else f"{steal1 - steal0:.2f} s"
+    print(f"preempted        client {usage.ru_nivcsw} times (involuntary context switches); "
+          f"VM steal time during the run {steal}")
     print(f"client health    {json.dumps(res['client'])}")
     gaps = session_gaps(recs)
     print(f"session gap      p50 {pct(gaps, 0.5):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "

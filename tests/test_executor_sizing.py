@@ -340,3 +340,32 @@ def test_records_are_built_within_the_cap_while_answers_keep_coming(monkeypatch)
     log = _logging_run(monkeypatch, plan, chat)
     ids = [r.id for r in plan.requests]
     assert log.index(("record", ids[0])) < log.index(("sent", ids[-1]))
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_the_worst_loop_lag_says_how_long_the_client_ran_in_it(busy: bool) -> None:
+    """The loop is held 100 ms: by the client's own work (spinning: its thread ran nearly all
+    of the interval) or by something that does not run the client (a blocking sleep standing in
+    for the OS giving the CPU away: its thread hardly ran)."""
+    import time
+
+    from workloadlang.run.executor import Lag
+
+    async def go() -> Lag:
+        lag = Lag(time.perf_counter)
+        task = asyncio.ensure_future(lag.watch())
+        await asyncio.sleep(0.02)
+        end = time.perf_counter() + 0.1
+        if busy:
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(0.1)
+        await asyncio.sleep(0.02)
+        task.cancel()
+        return lag
+
+    lag = asyncio.run(go())
+    worst, ran = lag.worst
+    assert worst == max(lag.samples) and worst >= 0.08
+    assert (ran > 0.06) if busy else (ran < 0.03), ran

@@ -102,16 +102,25 @@ class PhaseBarrier:
 
 
 class Lag:
-    """Event-loop lag monitor: how late a 5 ms sleep wakes up (the client as a bottleneck)."""
+    """Event-loop lag monitor: how late a 5 ms sleep wakes up (the client as a bottleneck), and
+    for the latest wake-up how long the loop's thread actually ran in that interval (its CPU
+    time, `cpu_clock`): about all of it, the client was busy; much less, the operating system
+    ran something else on its CPU (another process, the VM's host) and the lag is not the
+    client's own work."""
 
-    def __init__(self, clock: Callable[[], float]):
-        self.clock, self.samples = clock, []
+    def __init__(self, clock: Callable[[], float],
+                 cpu_clock: Callable[[], float] = time.thread_time):
+        self.clock, self.cpu_clock, self.samples = clock, cpu_clock, []
+        self.worst: tuple[float, float] | None = None  # (lag, the thread's CPU in its interval)
 
     async def watch(self) -> None:
         while True:
-            t = self.clock()
+            t, cpu = self.clock(), self.cpu_clock()
             await asyncio.sleep(0.005)
-            self.samples.append(max(0.0, self.clock() - t - 0.005))
+            lag = max(0.0, self.clock() - t - 0.005)
+            self.samples.append(lag)
+            if self.worst is None or lag >= self.worst[0]:
+                self.worst = (lag, self.cpu_clock() - cpu)
 
 
 def percentile(xs: list[float], q: float) -> float | None:
@@ -521,6 +530,8 @@ class Executor:
         health = {
             "loop_lag_p99_ms": ms(percentile(lag.samples, 0.99)),
             "loop_lag_max_ms": ms(max(lag.samples, default=None)),
+            # of the worst lag's interval (5 ms + the lag), how long the loop's thread ran
+            "loop_lag_max_ran_ms": ms(lag.worst[1] if lag.worst else None),
             "client_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "client_delay_max_ms": ms(max(self.delays, default=None)),
         }
