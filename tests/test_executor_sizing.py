@@ -369,3 +369,21 @@ def test_the_worst_loop_lag_says_how_long_the_client_ran_in_it(busy: bool) -> No
     worst, ran = lag.worst
     assert worst == max(lag.samples) and worst >= 0.08
     assert (ran > 0.06) if busy else (ran < 0.03), ran
+
+
+def test_the_longest_collector_pause_and_its_generation_are_kept() -> None:
+    """A fake clock that advances 1 s per reading: every collection lasts 1 s; a full one (gen
+    2) started by hand is recorded with its generation, and nothing after the probe is gone."""
+    import gc
+    import itertools
+
+    from workloadlang.run.executor import GcPauses
+
+    ticks = itertools.count()
+    with GcPauses(clock=lambda: float(next(ticks))) as gcs:
+        gc.collect(2)
+    assert gcs.count >= 1 and gcs.longest is not None and gcs.longest[0] == 1.0
+    assert gcs.longest[1] == 2 or gcs.count > 1
+    count = gcs.count
+    gc.collect()
+    assert gcs.count == count  # removed from gc.callbacks on exit

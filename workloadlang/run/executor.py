@@ -123,6 +123,34 @@ class Lag:
                 self.worst = (lag, self.cpu_clock() - cpu)
 
 
+class GcPauses:
+    """The garbage collector's pauses during the run (`gc.callbacks`): the longest one and its
+    generation, so that a loop stall the client's thread spent running can be told apart from
+    a collection. `clock` is a monotonic clock (tests inject one)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.started: float | None = None
+        self.longest: tuple[float, int] | None = None  # (seconds, generation)
+        self.count = 0
+
+    def __enter__(self) -> "GcPauses":
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = self.clock()
+        elif self.started is not None:
+            pause, self.started = self.clock() - self.started, None
+            self.count += 1
+            if self.longest is None or pause > self.longest[0]:
+                self.longest = (pause, info.get("generation", -1))
+
+
 def percentile(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -198,8 +226,10 @@ class Executor:
         start = asyncio.Event()
         tasks = [asyncio.ensure_future(self._session(s, barrier, start)) for s in sessions]
         start.set()
+        gcs = GcPauses()
         try:
-            await asyncio.gather(*tasks)
+            with gcs:
+                await asyncio.gather(*tasks)
         finally:
             for t in tasks:
                 t.cancel()
@@ -212,7 +242,7 @@ class Executor:
             raise self.sink_error
         return RunResult(records=[self.records[r.id] for r in self.plan.requests],
                          elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),
-                         client=self._client_health(lag))
+                         client=self._client_health(lag, gcs))
 
     def _startable(self, firsts: list[PRequest]) -> list[PRequest]:
         """Before the clock: the first requests the start can write at once (built, due at the
@@ -525,7 +555,7 @@ class Executor:
             return self.ref
         return self.ref.model_copy(update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)})
 
-    def _client_health(self, lag: Lag) -> dict[str, Any]:
+    def _client_health(self, lag: Lag, gcs: GcPauses | None = None) -> dict[str, Any]:
         ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
         health = {
             "loop_lag_p99_ms": ms(percentile(lag.samples, 0.99)),
@@ -535,6 +565,9 @@ class Executor:
             "client_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "client_delay_max_ms": ms(max(self.delays, default=None)),
         }
+        if gcs is not None:  # the collector's longest pause during the run, and its generation
+            health["gc_pause_max_ms"] = ms(gcs.longest[0] if gcs.longest else None)
+            health["gc_pause_max_generation"] = gcs.longest[1] if gcs.longest else None
         worst = max(health["loop_lag_p99_ms"] or 0, health["client_delay_p99_ms"] or 0)
         health["client_bottleneck"] = worst > 10.0
         return health
