@@ -111,7 +111,8 @@ class Lag:
     def __init__(self, clock: Callable[[], float],
                  cpu_clock: Callable[[], float] = time.thread_time):
         self.clock, self.cpu_clock, self.samples = clock, cpu_clock, []
-        self.worst: tuple[float, float] | None = None  # (lag, the thread's CPU in its interval)
+        # (lag, the thread's CPU in its interval, when it ended on `clock`)
+        self.worst: tuple[float, float, float] | None = None
 
     async def watch(self) -> None:
         while True:
@@ -120,7 +121,7 @@ class Lag:
             lag = max(0.0, self.clock() - t - 0.005)
             self.samples.append(lag)
             if self.worst is None or lag >= self.worst[0]:
-                self.worst = (lag, self.cpu_clock() - cpu)
+                self.worst = (lag, self.cpu_clock() - cpu, self.clock())
 
 
 class GcPauses:
@@ -562,6 +563,8 @@ class Executor:
             "loop_lag_max_ms": ms(max(lag.samples, default=None)),
             # of the worst lag's interval (5 ms + the lag), how long the loop's thread ran
             "loop_lag_max_ran_ms": ms(lag.worst[1] if lag.worst else None),
+            # when it ended, in seconds since the run's start (the records' t_start_s)
+            "loop_lag_max_at_s": round(lag.worst[2] - self.t0, 3) if lag.worst else None,
             "client_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "client_delay_max_ms": ms(max(self.delays, default=None)),
         }
