@@ -85,15 +85,10 @@ def build_request(method: str, url: str, headers: dict[str, str], content: bytes
     """Input: method, URL, the complete headers, the body and a deadline in seconds (None: no
     limit). Output: an httpx request carrying these headers (plus Host, Content-Length and a
     `User-Agent: workloadlang/VERSION` unless given): no client defaults, so no
-    `Accept-Encoding` asks the engine to compress a stream. The URL, the headers and the
-    timeouts are parsed once per distinct value (a run sends the same ones again and again)."""
-    return httpx.Request(method, _parsed(url), headers=_headers(tuple(headers.items())),
+    `Accept-Encoding` asks the engine to compress a stream. The URL and the timeouts are parsed
+    once per distinct value (the headers are not cached: a chat request's carry its own id)."""
+    return httpx.Request(method, _parsed(url), headers={"User-Agent": _USER_AGENT, **headers},
                          content=content, extensions={"timeout": _timeouts(timeout)})
-
-
-@functools.lru_cache(maxsize=256)
-def _headers(items: tuple[tuple[str, str], ...]) -> httpx.Headers:
-    return httpx.Headers({"User-Agent": _USER_AGENT, **dict(items)})  # copied by each request
 
 
 @functools.lru_cache(maxsize=64)
