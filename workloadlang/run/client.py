@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 

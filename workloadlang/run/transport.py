@@ -536,7 +536,9 @@ class _Connection:
         event loop per wait, i.e. per streamed chunk), and not a timer per wait either: one
         timer per connection, moved on lazily (`_on_timer`), so a wait only notes its start."""
         waiter = self.waiter = self.loop.create_future()
-        if timeout is not None:
+        if timeout is None:
+            self._disarm()
+        else:
             self.wait_deadline = self.loop.time() + timeout
             if self.timer is None or self.timer.when() > self.wait_deadline:
                 self._arm(self.wait_deadline)
