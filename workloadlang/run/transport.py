@@ -15,9 +15,9 @@ What `WireTransport` does:
   uvicorn uses), an idle stack per origin (O(1) checkout), idle connections dropped after
   `keepalive_expiry` seconds or when the server has closed them;
 - every read is stamped with the time the bytes reached the socket: on Linux a reader thread
-  (`_Reader`, epoll) reads each socket as soon as bytes land and takes the kernel's receive
-  timestamp (`SO_TIMESTAMPNS`), converted to `clock` (monotonic) by its age; parsing stays on the
-  event loop. Once the caller has the first tokens (`ResponseStream.read_on_loop`) the rest of
+  (`_Reader`, epoll, at the lowest scheduling priority) reads each socket as soon as bytes land
+  and it gets a CPU, and takes the kernel's receive timestamp (`SO_TIMESTAMPNS`), converted to
+  `clock` (monotonic) by its age; parsing stays on the event loop. Once the caller has the first tokens (`ResponseStream.read_on_loop`) the rest of
   the response is read by the loop itself, still kernel-stamped (the newest packet's time, exact
   for the stream's end). Elsewhere (or with an injected clock) the loop reads and stamps `clock()`.
   `ResponseStream.arrival` is the stamp of the chunk just yielded, so TTFT does not grow when the
@@ -639,7 +639,9 @@ class _Reader:
     arrival. Read on the event loop instead, a busy loop reads late; by then the next packet of
     the stream is queued too, the kernel merges them and keeps the newer time, and the first
     token would be stamped with the second token's arrival. Parsing stays on the loop: each
-    poll round's reads go to it in one `call_soon_threadsafe` per loop."""
+    poll round's reads go to it in one `call_soon_threadsafe` per loop. The thread runs at nice
+    19 (`_lowest_priority`): it reads when the loop's thread waits or within its own small share
+    of the CPU, instead of preempting the loop's thread on every packet."""
 
     def __init__(self) -> None:
         import select
