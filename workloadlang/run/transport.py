@@ -17,8 +17,9 @@ What `WireTransport` does:
 - every read is stamped with the time the bytes reached the socket: on Linux a reader thread
   (`_Reader`, epoll, at the lowest scheduling priority) reads each socket as soon as bytes land
   and it gets a CPU, and takes the kernel's receive timestamp (`SO_TIMESTAMPNS`), converted to
-  `clock` (monotonic) by its age; parsing stays on the event loop. Once the caller has the first tokens (`ResponseStream.read_on_loop`) the rest of
-  the response is read by the loop itself, still kernel-stamped (the newest packet's time, exact
+  `clock` (monotonic) by its age; parsing stays on the event loop. Once the caller has the
+  first tokens (`ResponseStream.read_on_loop`) the rest of the response is read by the loop
+  itself, still kernel-stamped (the newest packet's time, exact
   for the stream's end). Elsewhere (or with an injected clock) the loop reads and stamps `clock()`.
   `ResponseStream.arrival` is the stamp of the chunk just yielded, so TTFT does not grow when the
   client's event loop is busy with other streams;
