@@ -4,12 +4,12 @@ CLI (a subprocess) against the simulator in ANOTHER subprocess.
 Reports the client's peak RSS (`os.wait4` rusage of the `wl run` process: its own high-water mark,
 not the simulator's), wall time, request and error counts, and the client timing health the
 executor writes into the results (`results.client`): event-loop lag p99 / max (how late a 5 ms
-sleep wakes up; `loop_lag_max_ran_ms`: how long the loop's thread ran in the worst one's interval,
-5 ms + the lag — about all of it when the client was busy, much less when the operating system
-gave its CPU to something else), client delay p99 / max (for every request, from the moment its session could go
-on — the run's start, a phase barrier opening, the previous answer's last byte — to the send,
-minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either p99
-above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client more than
+sleep wakes up; `loop_lag_max_ran_ms`: how long the loop's thread ran in the worst one's
+interval, 5 ms + the lag — about all of it when the client was busy, much less when the
+operating system gave its CPU to something else), client delay p99 / max (for every request,
+from the moment its session could go on — the run's start, a phase barrier opening, the
+previous answer's last byte — to the send, minus the planned wait and the wait for a concurrency
+slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client more than
 10 ms beyond the concurrency limit. "Session gap" is the same seen from the records: one
 request's end to the next one's start in the same session. "Preempted": the client's
 involuntary context switches (rusage) and the VM's steal time over the run (/proc/stat).

@@ -103,7 +103,7 @@ class PhaseBarrier:
 
 class Lag:
     """Event-loop lag monitor: how late a 5 ms sleep wakes up (the client as a bottleneck), and
-    for the latest wake-up how long the loop's thread actually ran in that interval (its CPU
+    for the latest of the worst wake-ups how long the loop's thread actually ran in its interval (its CPU
     time, `cpu_clock`): about all of it, the client was busy; much less, the operating system
     ran something else on its CPU (another process, the VM's host) and the lag is not the
     client's own work."""
@@ -556,7 +556,7 @@ class Executor:
             return self.ref
         return self.ref.model_copy(update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)})
 
-    def _client_health(self, lag: Lag, gcs: GcPauses | None = None) -> dict[str, Any]:
+    def _client_health(self, lag: Lag, gcs: GcPauses) -> dict[str, Any]:
         ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
         health = {
             "loop_lag_p99_ms": ms(percentile(lag.samples, 0.99)),
@@ -567,10 +567,10 @@ class Executor:
             "loop_lag_max_at_s": round(lag.worst[2] - self.t0, 3) if lag.worst else None,
             "client_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "client_delay_max_ms": ms(max(self.delays, default=None)),
+            # the collector's longest pause during the run, and its generation
+            "gc_pause_max_ms": ms(gcs.longest[0] if gcs.longest else None),
+            "gc_pause_max_generation": gcs.longest[1] if gcs.longest else None,
         }
-        if gcs is not None:  # the collector's longest pause during the run, and its generation
-            health["gc_pause_max_ms"] = ms(gcs.longest[0] if gcs.longest else None)
-            health["gc_pause_max_generation"] = gcs.longest[1] if gcs.longest else None
         worst = max(health["loop_lag_p99_ms"] or 0, health["client_delay_p99_ms"] or 0)
         health["client_bottleneck"] = worst > 10.0
         return health
