@@ -9,9 +9,10 @@ interval, 5 ms + the lag — about all of it when the client was busy, much less
 operating system gave its CPU to something else), client delay p99 / max (for every request,
 from the moment its session could go on — the run's start, a phase barrier opening, the
 previous answer's last byte — to the send, minus the planned wait and the wait for a concurrency
-slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client more than
-10 ms beyond the concurrency limit. "Session gap" is the same seen from the records: one
-request's end to the next one's start in the same session. "Preempted": the client's
+slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB
+and no request delayed by the client more than 10 ms beyond the concurrency limit. "Session gap"
+is the same seen from the records: one request's end to the next one's start in the same
+session. "Preempted": the client's
 involuntary context switches (rusage) and the VM's steal time over the run (/proc/stat).
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
