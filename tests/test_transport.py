@@ -297,6 +297,38 @@ def test_https_goes_through_httpx_own_transport(monkeypatch: pytest.MonkeyPatch)
     asyncio.run(client.aclose())
 
 
+def test_the_https_transport_is_made_at_its_first_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the client builds no SSL context (httpx's transport loads the CA certificates
+    when it is made); the first https:// request makes the transport and goes through it, and
+    closing the client closes it once."""
+    from workloadlang.run import transport as transport_module
+
+    made, closed = [], []
+
+    class Recording(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, json={"via": "https transport"}, request=request)
+
+        async def aclose(self) -> None:
+            closed.append(self)
+
+    def fake_transport(**kwargs):
+        made.append(kwargs)
+        return Recording()
+
+    monkeypatch.setattr(transport_module.httpx, "AsyncHTTPTransport", fake_transport)
+    client = make_client()
+    assert made == []
+
+    async def go() -> dict:
+        response = await client.get("https://engine.invalid/v1/models")
+        await client.aclose()
+        return response.json()
+
+    assert asyncio.run(go()) == {"via": "https transport"}
+    assert len(made) == 1 and len(closed) == 1
+
+
 def answer_while_busy(reply: Callable[[socket.socket], None], hold: Callable[[], None],
                       max_tokens: int = 1):
     """Send one chat request to a server that answers with `reply(conn)` only once the client's

@@ -69,11 +69,31 @@ def make_client(keepalive_expiry: float = 1.0) -> httpx.AsyncClient:
     uvicorn after 5 s) and a request sent on one the server just closed would fail."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024,
                           keepalive_expiry=keepalive_expiry)
+    https = LazyTransport(lambda: httpx.AsyncHTTPTransport(limits=limits))
     return httpx.AsyncClient(
-        timeout=httpx.Timeout(None),
-        mounts={"http://": WireTransport(keepalive_expiry=keepalive_expiry),
-                "https://": httpx.AsyncHTTPTransport(limits=limits)},
+        timeout=httpx.Timeout(None), transport=https,
+        mounts={"http://": WireTransport(keepalive_expiry=keepalive_expiry), "https://": https},
     )
+
+
+class LazyTransport(httpx.AsyncBaseTransport):
+    """A transport made by `make()` on its first request. httpx's own transport loads the
+    system's CA certificates into an SSL context when it is made (~40 ms of CPU): a run against
+    an http:// engine never needs it, and the runner's client used to make two."""
+
+    def __init__(self, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
+        self._make = make
+        self.transport: httpx.AsyncBaseTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.transport is None:
+            self.transport = self._make()
+        return await self.transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        transport, self.transport = self.transport, None  # mounted twice: closed once
+        if transport is not None:
+            await transport.aclose()
 
 
 @functools.lru_cache(maxsize=64)
