@@ -281,3 +281,20 @@ def test_warm_renders_a_requests_new_text_ahead_and_changes_nothing(monkeypatch)
     monkeypatch.setattr(synth, "filler", lambda *a: rendered.append(a[1]) or real(*a))
     assert realiser.messages(second, replies) == cold
     assert rendered == []
+
+
+def test_a_message_carrying_replies_is_made_once_all_are_in_and_not_before():
+    """An assistant message is final once every reply it carries is in: made once, then
+    reused. Before that it is made again at each use, the missing reply marked, and
+    `can_realise` says no."""
+    plan = plan_of('workload w { session s { user "q"; reply 16 label a; user "n"; reply 4 } }')
+    a, b = plan.requests
+    realiser = Realiser(plan)
+    assert not realiser.can_realise(b, {})
+    assert realiser.messages(b, {})[1]["content"] == NO_OUTPUT
+    replies = {a.id: Reply(content="yes")}
+    assert realiser.can_realise(b, replies)
+    one, two = realiser.messages(b, replies), realiser.messages(b, replies)
+    assert one[1] == {"role": "assistant", "content": "yes"}
+    assert one[1] is two[1] and one[0] is two[0]  # made once
+    assert realiser.messages(b, {a.id: Reply(content="other")})[1]["content"] == "yes"

@@ -78,13 +78,14 @@ class ExactSizer(RatioSizer):
 
 
 class Realiser:
-    """Turns planned requests into chat messages; caches every static message's text."""
+    """Turns planned requests into chat messages; makes each message once, when it is final."""
 
     def __init__(self, plan: Plan, sizer: Sizer | None = None, reasoning_key: str = "reasoning_content"):
         self.plan = plan
         self.sizer = sizer or RatioSizer()
         self.reasoning_key = reasoning_key
         self._static: dict[int, dict[str, Any]] = {}
+        self._replies: dict[int, tuple[str, ...]] = {}  # message -> the replies it carries
 
     async def prepare(self, req: PRequest) -> None:
         """Size every filler of this request's prompt (asks the tokenizer once per filler)."""
@@ -101,24 +102,40 @@ class Realiser:
         """Render and keep now the text of `req`'s messages that carry no reply (their fillers),
         so that `messages` later only joins what is already made."""
         for i in req.messages:
-            if i not in self._static and not any(
-                    s.kind in ("reply", "partial") for s in self.plan.messages[i].segs):
+            if i not in self._static and not self._reply_keys(i):
                 self._message(i, {})
 
     def can_realise(self, req: PRequest, replies: Mapping[str, Reply]) -> bool:
         """Output: True when every earlier reply that `req`'s messages carry is in `replies`
-        (its messages are then final: a reply, once there, does not change)."""
-        return all(s.key in replies for i in req.messages for s in self.plan.messages[i].segs
-                   if s.kind in ("reply", "partial"))
+        (its messages are then final: a reply, once there, does not change). Looks only at
+        the messages not made yet."""
+        static = self._static
+        return all(k in replies for i in req.messages if i not in static
+                   for k in self._reply_keys(i))
+
+    def _reply_keys(self, i: int) -> tuple[str, ...]:
+        """Output: the requests whose replies message `i` carries (none for most)."""
+        keys = self._replies.get(i)
+        if keys is None:
+            keys = self._replies[i] = tuple(s.key for s in self.plan.messages[i].segs
+                                            if s.kind in ("reply", "partial"))
+        return keys
 
     def _message(self, i: int, replies: Mapping[str, Reply]) -> dict[str, Any]:
+        """Output: message `i`, made once: a message without replies at its first use, one that
+        carries replies once every one of them is in (a reply, once there, does not change;
+        before that it is made again at each use, with the missing ones marked)."""
         cached = self._static.get(i)
         if cached is not None:
             return cached
         m = self.plan.messages[i]
-        if any(s.kind in ("reply", "partial") for s in m.segs):
-            return self._assistant(m, replies)
-        out = {"role": m.role, "content": "".join(self._seg_text(s) for s in m.segs)}
+        keys = self._reply_keys(i)
+        if keys:
+            out = self._assistant(m, replies)
+            if not all(k in replies for k in keys):
+                return out
+        else:
+            out = {"role": m.role, "content": "".join(self._seg_text(s) for s in m.segs)}
         self._static[i] = out
         return out
 
