@@ -17,8 +17,13 @@ and the bench reports the client's wall time and CPU time (`time.process_time`, 
 per request. With enough sessions (`--sessions 128 --stream-gap-ms 2`) the client is saturated
 and wall time per request is its cost per request: the request rate one client process drives.
 
+With `--grow T` each session is one conversation that grows by a T-token user turn a round and
+replays every answer (agent-sim's main steps): a request's messages then carry the answer
+just in, so it is realised and encoded after that answer's end, on the path to its send,
+instead of being made ahead.
+
 Usage: /work/venv/bin/python bench/burst.py [--sessions 64] [--rounds 20] [--tokens 16] [--pin]
-       [--stream-gap-ms G]
+       [--stream-gap-ms G] [--grow T]
 """
 
 from __future__ import annotations
@@ -109,17 +114,31 @@ async def serve(port: int, sessions: int, tokens: int, gap_ms: float | None) -> 
         await server.serve_forever()
 
 
-async def drive(base: str, sessions: int, rounds: int, tokens: int) -> dict:
+GROW = """
+workload grow {
+  params { streams: int = 64; rounds: int = 20; max_tokens: int = 16; step: tokens = 500 }
+  concurrency = $streams
+  session s repeat $streams {
+    system "You are a helpful assistant."
+    repeat $rounds label step { user filler $step; reply $max_tokens replay }
+  }
+}
+"""
+
+
+async def drive(base: str, sessions: int, rounds: int, tokens: int, grow: int | None) -> dict:
     from workloadlang import api
     from workloadlang.plan.realise import RatioSizer, Realiser
     from workloadlang.run.client import Endpoint
     from workloadlang.run.executor import Executor, ListSink
     from workloadlang.run.transport import make_client
 
-    source = api.Source(name="overhead.wl", text=WORKLOAD)
-    plan = api.make_plan(api.parse_checked(source), source,
-                         {"streams": str(sessions), "rounds": str(rounds),
-                          "max_tokens": str(tokens)}, salt="b", env={"max_context": 65536})
+    params = {"streams": str(sessions), "rounds": str(rounds), "max_tokens": str(tokens)}
+    if grow is not None:
+        params["step"] = str(grow)
+    source = api.Source(name="burst.wl", text=WORKLOAD if grow is None else GROW)
+    plan = api.make_plan(api.parse_checked(source), source, params, salt="b",
+                         env={"max_context": 1 << 20})
     endpoint = Endpoint(base_url=base + "/v1", model="burst")
     async with make_client() as client:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -143,6 +162,9 @@ def main() -> int:
                     help="no bursts: stream every answer at once, a chunk every this many ms; "
                          "reports the client's wall time and CPU per request")
     ap.add_argument("--pin", action="store_true", help="server on the last CPU, client on the rest")
+    ap.add_argument("--grow", type=int, metavar="T",
+                    help="one growing conversation a session, T new tokens a round, answers "
+                         "replayed (each request made after the answer before it)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server process
     args = ap.parse_args()
     if args.serve:
@@ -162,7 +184,7 @@ def main() -> int:
         maxes = []
         for _ in range(args.repeat):
             health = asyncio.run(drive(f"http://127.0.0.1:{port}", args.sessions, args.rounds,
-                                       args.tokens))
+                                       args.tokens, args.grow))
             maxes.append(health["client_delay_max_ms"])
             if args.stream_gap_ms is not None:
                 print(f"{args.sessions} sessions x {args.rounds} rounds streamed: wall "
