@@ -44,13 +44,14 @@ def answer(request: httpx.Request | None = None) -> httpx.Response:
 
 
 def execute(plan: Any, chat: Any = answer, *, sink: ListSink | None = None, count: Any = words,
-            realiser: type[Realiser] = Realiser) -> tuple[Any, Executor]:
-    """Run `plan` against a mock engine answering with `chat`. Output: (run result, executor)."""
+            realiser: Any = Realiser, **options: Any) -> tuple[Any, Executor]:
+    """Run `plan` against a mock engine answering with `chat`; `options` go to the `Executor`
+    (a `clock`). Output: (run result, executor)."""
     async def go() -> tuple[Any, Executor]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as client:
             executor = Executor(plan, realiser(plan, ExactSizer(count)), client,
                                 Endpoint(base_url="http://engine/v1", model="m"),
-                                sink if sink is not None else ListSink())
+                                sink if sink is not None else ListSink(), **options)
             return await executor.run(), executor
 
     return asyncio.run(go())
@@ -392,3 +393,31 @@ def test_the_longest_collector_pause_and_its_generation_are_kept() -> None:
     count = gcs.count
     gc.collect()
     assert gcs.count == count  # removed from gc.callbacks on exit
+
+
+def test_the_worst_delay_says_when_and_how_many_sends_went_first() -> None:
+    """Making a session's second request takes 20 ms of the injected clock (nothing else
+    moves it). The mock engine answers within the send, so the three sessions' tasks run one
+    after the other: the last session's first request waits from the run's start while the
+    client makes and sends the second request of each session before it (the first of the
+    second session goes out with no making). It is the most delayed (40 ms), and the results
+    say when it was sent and that two other sends went out meanwhile: a burst's turnarounds,
+    not a stall (which would show none)."""
+    now = [100.0]
+    plan = plan_of("""workload w { session s repeat 3 {
+        user filler 10; reply 4 replay; user filler 10; reply 4 } }""")
+
+    class SlowRealiser(Realiser):
+        def messages(self, req: Any, replies: Any) -> list[dict[str, Any]]:
+            if len(req.messages) > 1:  # the second request of a session: after its first answer
+                now[0] += 0.02
+            return super().messages(req, replies)
+
+    run, executor = execute(plan, realiser=SlowRealiser, clock=lambda: now[0])
+    health = run.client
+    assert [r.error for r in run.records] == [None] * 6
+    sent = {o.id: round(o.t_send - 100.0, 3) for o in executor.outcomes.values()}
+    assert sent["s#2/reply/0"] == 0.04 and sent["s#0/reply/0.1"] == sent["s#1/reply/0"] == 0.02
+    assert health["client_delay_max_ms"] == pytest.approx(40)
+    assert health["client_delay_max_sends_meanwhile"] == 2
+    assert health["client_delay_max_at_s"] == pytest.approx(0.04)

@@ -182,6 +182,7 @@ class Executor:
         self.stop_all: str | None = None
         self.errors_in_row = 0
         self.delays: list[float] = []
+        self.worst_delay: tuple[float, float, float] | None = None  # (delay, could go on, sent)
         self.cold_pp: list[float] = []
         self.sizing_failed = False
         self.t0 = 0.0
@@ -320,6 +321,8 @@ class Executor:
         self.last_answer = asyncio.get_running_loop().time()
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
+        if self.worst_delay is None or own > self.worst_delay[0]:
+            self.worst_delay = (own, free, outcome.t_send)
         self.outcomes[req.id] = outcome
         if self._needed_now(req, outcome):
             self._flush()  # the records of earlier answers first: stops and sink in order
@@ -567,6 +570,7 @@ class Executor:
             "loop_lag_max_at_s": round(lag.worst[2] - self.t0, 3) if lag.worst else None,
             "client_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "client_delay_max_ms": ms(max(self.delays, default=None)),
+            **self._worst_delay_evidence(),
             # the collector's longest pause during the run, and its generation
             "gc_pause_max_ms": ms(gcs.longest[0] if gcs.longest else None),
             "gc_pause_max_generation": gcs.longest[1] if gcs.longest else None,
@@ -574,6 +578,18 @@ class Executor:
         worst = max(health["loop_lag_p99_ms"] or 0, health["client_delay_p99_ms"] or 0)
         health["client_bottleneck"] = worst > 10.0
         return health
+
+    def _worst_delay_evidence(self) -> dict[str, Any]:
+        """Output: of the request the client delayed most, when it was sent (seconds since the
+        run's start) and how many other requests the client sent while it waited: about none
+        when the loop stalled (its own work, the collector, or no CPU); N - 1 when it came last
+        of N answers that ended together and were turned around one by one."""
+        if self.worst_delay is None:
+            return {"client_delay_max_at_s": None, "client_delay_max_sends_meanwhile": None}
+        _, free, sent = self.worst_delay
+        meanwhile = sum(1 for o in self.outcomes.values() if free < o.t_send < sent)
+        return {"client_delay_max_at_s": round(sent - self.t0, 3),
+                "client_delay_max_sends_meanwhile": meanwhile}
 
 
 def defer_wait(now: float, last_answer: float, since: float) -> float:
