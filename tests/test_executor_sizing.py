@@ -421,3 +421,29 @@ def test_the_worst_delay_says_when_and_how_many_sends_went_first() -> None:
     assert health["client_delay_max_ms"] == pytest.approx(40)
     assert health["client_delay_max_sends_meanwhile"] == 2
     assert health["client_delay_max_at_s"] == pytest.approx(0.04)
+
+
+def test_the_learnt_cold_prefill_speed_is_the_median_so_far_and_made_once_per_sample() -> None:
+    """Without a calibrated cold speed, records are judged against the median of the cold
+    prefills measured so far (a cold one: at most 10% cached, at least 256 uncached tokens);
+    the reference is made again only when a new one is measured."""
+    from types import SimpleNamespace
+
+    plan = plan_of(WORKLOAD)
+    executor = Executor(plan, Realiser(plan), httpx.AsyncClient(),
+                        Endpoint(base_url="http://engine/v1", model="m"), ListSink())
+
+    def seen(uncached: int, seconds: float, cached: int = 0) -> None:
+        executor._learn_cold_speed(SimpleNamespace(
+            cached_tokens=cached, prompt_tokens=uncached + cached, error=None,
+            prefill_s=seconds, uncached_tokens=uncached))
+
+    assert executor._reference().cold_prefill_tps is None
+    seen(1000, 1.0)
+    seen(3000, 1.0)
+    seen(2000, 1.0, cached=2000)  # half cached: not a cold prefill
+    seen(100, 1.0)  # too few tokens to time
+    first = executor._reference()
+    assert first.cold_prefill_tps in (1000, 3000) and executor._reference() is first
+    seen(2000, 1.0)
+    assert executor._reference().cold_prefill_tps == 2000  # the median of 1000, 2000, 3000

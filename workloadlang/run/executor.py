@@ -184,6 +184,7 @@ class Executor:
         self.delays: list[float] = []
         self.worst_delay: tuple[float, float, float] | None = None  # (delay, could go on, sent)
         self.cold_pp: list[float] = []
+        self.learnt_ref: tuple[int, TtftReference | None] = (0, None)  # (samples, reference)
         self.sizing_failed = False
         self.t0 = 0.0
         self.by_session: dict[str, list[PRequest]] = {s.id: [] for s in plan.sessions}
@@ -555,9 +556,15 @@ class Executor:
             self.cold_pp.append(rec.uncached_tokens / rec.prefill_s)
 
     def _reference(self) -> TtftReference:
+        """Output: the timing reference for the next record: the calibrated one, its cold
+        prefill speed, when calibration gave none, the median of the cold prefills measured so
+        far (made again only when one more was measured: a record is built per answer)."""
         if self.ref.cold_prefill_tps or not self.cold_pp:
             return self.ref
-        return self.ref.model_copy(update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)})
+        if self.learnt_ref[0] != len(self.cold_pp):
+            self.learnt_ref = (len(self.cold_pp), self.ref.model_copy(
+                update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)}))
+        return self.learnt_ref[1]
 
     def _client_health(self, lag: Lag, gcs: GcPauses) -> dict[str, Any]:
         ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
