@@ -7,9 +7,10 @@ role chunk and all but the last of `--tokens` token chunks; 30 ms after all N se
 of a round are in it writes every answer's end at once: the last token, the finish and usage
 chunks and `[DONE]`. So a burst holds what a batching engine's does: N streams' ends, then the
 heads of the N requests the client sends in reply. The runner's `Executor` drives N sessions of
-`--rounds` short turns against it (`concurrency = N`). Reported from the executor's own health (`results.client`): client delay
-p50 / p99 / max — for each request, from the previous answer's end (its kernel arrival stamp) to
-the send — and max / N, the client's turnaround per session of a burst.
+`--rounds` short turns against it (`concurrency = N`). Reported from the executor's own health
+(`results.client`): client delay p50 / p99 / max — for each request, from the previous answer's
+end (its kernel arrival stamp) to the send — and max / N, the client's turnaround per session
+of a burst.
 
 With `--stream-gap-ms G` there are no bursts: the server streams every answer as soon as it is
 asked, each chunk in its own write G ms apart (each token its own packet, as an engine streams),

@@ -12,8 +12,8 @@ previous answer's last byte — to the send, minus the planned wait and the wait
 slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB
 and no request delayed by the client more than 10 ms beyond the concurrency limit. "Session gap"
 is the same seen from the records: one request's end to the next one's start in the same
-session. "Preempted": the client's
-involuntary context switches (rusage) and the VM's steal time over the run (/proc/stat).
+session. "Preempted": the client's involuntary context switches (rusage) and the VM's steal
+time over the run (/proc/stat).
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
