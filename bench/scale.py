@@ -19,8 +19,12 @@ Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k)
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
 uses the agent-sim preset's time model with an 8M-token device cache (no evictions) and 64 slots.
 
+With `--pin --perf HZ` the kernel samples the client's CPUs meanwhile (`perf`, bench/cpuwindow.py;
+needs root) and the report says what ran there during the worst client delay and the worst loop
+lag: the client, other tasks, nothing (idle), or the CPU not running at all (the VM's host had it).
+
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
-       [--slots 64] [--decode-us US] [--pin] [--keep DIR]
+       [--slots 64] [--decode-us US] [--pin [--perf HZ]] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 
+import cpuwindow
 from simproc import free_port, split_cpus, start_sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +85,23 @@ def steal_s() -> float | None:
         return None
 
 
+def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq: int) -> None:
+    """Print what ran on the client's CPUs during the worst client delay (from the moment its
+    session could go on to its send) and the worst loop lag (the late 5 ms sleep)."""
+    # the run's clock origin in unix time: each record has its send on both clocks
+    origin = statistics.median(r["t_send_unix"] - r["t_start_s"] for r in sent
+                               if r["t_send_unix"] is not None and r["t_start_s"] is not None)
+    windows = [("worst delay", health["client_delay_max_ms"], health["client_delay_max_at_s"], 0),
+               ("worst lag", health["loop_lag_max_ms"], health["loop_lag_max_at_s"], 5.0)]
+    for name, ms, at, base in windows:
+        if at is None:
+            continue
+        end = origin + at
+        parts = cpuwindow.split(path, end - (ms + base) / 1000, end, pid, freq)
+        print(f"{name + ' (perf)':<17}{ms + base:.1f} ms at {at:.3f} s: "
+              f"{cpuwindow.describe(parts)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=256)
@@ -90,7 +113,12 @@ def main() -> int:
     ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
     ap.add_argument("--pin", action="store_true",
                     help="run the simulator on the last CPU and wl run on the others")
+    ap.add_argument("--perf", type=int, metavar="HZ", default=0,
+                    help="with --pin: sample the client's CPUs with perf at HZ and say what ran "
+                         "there during the worst client delay and the worst loop lag")
     args = ap.parse_args()
+    if args.perf and (not args.pin or cpuwindow.available()):
+        ap.error("--perf: " + (cpuwindow.available() or "needs --pin"))
     out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
     os.makedirs(out_dir, exist_ok=True)
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
@@ -104,6 +132,8 @@ def main() -> int:
            "--finalize-tokens", "500", "--max-tokens", "16"]
     print("$ wl", " ".join(cmd[cmd.index("run"):]), flush=True)
     try:
+        sampler = (cpuwindow.start(wl_cpus, os.path.join(out_dir, "perf.data"), args.perf)
+                   if args.perf else None)
         t0, steal0 = time.perf_counter(), steal_s()
         pin = (lambda: os.sched_setaffinity(0, wl_cpus)) if wl_cpus else None
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -111,6 +141,8 @@ def main() -> int:
         _, status, usage = os.wait4(proc.pid, 0)
         wall, steal1 = time.perf_counter() - t0, steal_s()
         stderr = proc.stderr.read() if proc.stderr else ""
+        if sampler:
+            cpuwindow.stop(sampler)
     finally:
         sim.terminate()
         sim.wait(10)
@@ -136,6 +168,9 @@ def main() -> int:
     gaps = session_gaps(recs)
     print(f"session gap      p50 {pct(gaps, 0.5):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "
           f"max {max(gaps):.1f} ms ({sum(g > 10 for g in gaps)} of {len(gaps)} over 10 ms)")
+    if args.perf:
+        print_cpu_windows(os.path.join(out_dir, "perf.data"), sent, res["client"], proc.pid,
+                          args.perf)
     gates = ", ".join(f"{g['name']}={g['status']}" for g in res["gates"])
     print(f"gates            {gates}")
     if not args.keep:

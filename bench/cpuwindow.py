@@ -1,0 +1,113 @@
+"""What the client's CPUs did in a window of a run, from the kernel's own sampling (`perf`).
+
+`start()` runs `perf record` on the given CPUs (a `cpu-clock` sample every 1/`freq` s on each,
+busy or idle, stamped on CLOCK_REALTIME so windows given in `time.time()` terms line up);
+`split()` reads one window back: how long the client's process ran there, how long other tasks
+ran (by name), how long the CPU was idle, and how long it was not running at all — gaps between
+consecutive samples of one CPU longer than two periods. A guest kernel samples its CPU even in
+idle, so such a gap is time in which the virtual CPU executed nothing: the VM's host had it
+(preempted it, or was handling a fault of the guest's memory). From inside the guest that time
+looks like the running thread's own: `time.thread_time` and the kernel's scheduler statistics
+count it as run time, and the steal counter of /proc/stat need not count it.
+
+Needs `perf` and the right to sample every task on a CPU (root, or perf_event_paranoid <= 0).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections import Counter
+
+
+def available() -> str | None:
+    """Output: None when `perf record -C` can run here, else why not."""
+    if shutil.which("perf") is None:
+        return "perf is not installed"
+    try:
+        paranoid = int(open("/proc/sys/kernel/perf_event_paranoid").read())
+    except (OSError, ValueError):
+        return "no /proc/sys/kernel/perf_event_paranoid (not Linux?)"
+    if os.geteuid() != 0 and paranoid > 0:
+        return f"sampling every task of a CPU needs root or perf_event_paranoid <= 0 (it is {paranoid})"
+    return None
+
+
+def start(cpus: set[int], path: str, freq: int) -> subprocess.Popen:
+    """Input: the CPUs to sample, the perf.data path, samples a second. Output: the running
+    `perf record` (stop it with `stop`)."""
+    cmd = ["perf", "record", "-q", "-o", path, "-k", "CLOCK_REALTIME", "-F", str(freq),
+           "-e", "cpu-clock", "-C", ",".join(map(str, sorted(cpus)))]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop `perf record` so that it writes its file out."""
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+
+
+def samples(path: str, begin: float, end: float) -> list[tuple[int, int, str, float]]:
+    """Output: (cpu, pid, comm, unix time) of every sample in [begin, end], in time order."""
+    out = subprocess.run(["perf", "script", "-i", path, "-F", "cpu,pid,tid,comm,time",
+                          "--time", f"{begin:.6f},{end:.6f}"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or not parts[-1].endswith(":"):
+            continue
+        pid = int(parts[-3].split("/")[0])
+        rows.append((int(parts[-2].strip("[]")), pid, " ".join(parts[:-3]),
+                     float(parts[-1][:-1])))
+    return sorted(rows, key=lambda r: r[3])
+
+
+def split(path: str, begin: float, end: float, client_pid: int, freq: int) -> dict:
+    """Input: a perf.data of `start`, a window in unix seconds, the client's pid, the sampling
+    rate. Output: `account` of the window's samples."""
+    rows = samples(path, begin - 1.0, end + 1.0)  # with the samples opening and closing gaps
+    return account(rows, begin, end, client_pid, freq)
+
+
+def account(rows: list[tuple[int, int, str, float]], begin: float, end: float,
+            client_pid: int, freq: int) -> dict:
+    """Input: `samples` rows (time order) reaching past both ends of the window [begin, end],
+    the client's pid, the sampling rate. Output: milliseconds of the window in which the
+    sampled CPUs ran the client (`client`), ran other tasks (`others`, by name), were idle
+    (`idle`), or ran nothing (`missing`: where a CPU's consecutive samples are more than two
+    periods apart, the time between them not stood for by the later one; a sample stands for
+    the period before it)."""
+    period = 1.0 / freq
+    last: dict[int, float] = {}
+    client = idle = missing = 0.0
+    others: Counter = Counter()
+    for cpu, pid, comm, t in rows:
+        prev = last.get(cpu)
+        last[cpu] = t
+        if prev is None:
+            continue
+        if t - prev > 2 * period:  # nothing ran in (prev, t - period)
+            missing += max(0.0, min(t - period, end) - max(prev, begin))
+        if not begin <= t <= end:
+            continue
+        if pid == client_pid:
+            client += period
+        elif pid == 0:
+            idle += period
+        else:
+            others[comm] += period
+    ms = lambda s: round(s * 1000, 1)
+    return {"client": ms(client), "others": {k: ms(v) for k, v in others.most_common()},
+            "idle": ms(idle), "missing": ms(missing)}
+
+
+def describe(parts: dict) -> str:
+    """Output: `split`'s result as one line."""
+    others = sum(parts["others"].values())
+    names = ", ".join(f"{k} {v}" for k, v in list(parts["others"].items())[:3])
+    return (f"client ran {parts['client']} ms, other tasks {others:.1f} ms"
+            + (f" ({names})" if names else "")
+            + f", idle {parts['idle']} ms, CPU not running {parts['missing']} ms")

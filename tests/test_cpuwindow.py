@@ -1,0 +1,41 @@
+"""bench/cpuwindow.py's accounting of a window from kernel samples (the perf run itself needs
+root and is exercised by `bench/scale.py --pin --perf HZ`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
+
+from cpuwindow import account  # noqa: E402
+
+CLIENT = 42
+
+
+def test_a_window_is_split_into_client_others_idle_and_missing_time() -> None:
+    """1 kHz on CPU 0: the client runs 0-3 ms, a kernel thread 3-4, idle 4-6, then no sample
+    for 6-11 ms (the CPU did not run), the client again from 11. Window 1-12 ms."""
+    ms = 0.001
+    rows = [(0, CLIENT, "wl", t * ms) for t in (0, 1, 2, 3)]
+    rows += [(0, 77, "kdamond.0", 4 * ms), (0, 0, "swapper", 5 * ms), (0, 0, "swapper", 6 * ms)]
+    rows += [(0, CLIENT, "wl", t * ms) for t in (11, 12, 13)]
+    out = account(rows, 1 * ms, 12 * ms, CLIENT, 1000)
+    assert out == {"client": 5.0, "others": {"kdamond.0": 1.0}, "idle": 2.0, "missing": 4.0}
+
+
+def test_a_gap_reaching_past_the_window_counts_only_its_part_inside() -> None:
+    ms = 0.001
+    rows = [(0, CLIENT, "wl", 0.0), (0, CLIENT, "wl", 20 * ms)]
+    assert account(rows, 5 * ms, 10 * ms, CLIENT, 1000)["missing"] == 5.0
+    # samples a little late (jitter under two periods) are not missing time
+    rows = [(0, CLIENT, "wl", t * 1.4 * ms) for t in range(10)]
+    assert account(rows, 1 * ms, 12 * ms, CLIENT, 1000)["missing"] == 0.0
+
+
+def test_each_cpu_has_its_own_gaps() -> None:
+    ms = 0.001
+    rows = sorted([(0, CLIENT, "wl", t * ms) for t in range(11)]
+                  + [(1, CLIENT, "wl", 0.0), (1, CLIENT, "wl", 10 * ms)], key=lambda r: r[3])
+    out = account(rows, 0.0, 10 * ms, CLIENT, 1000)
+    assert out["missing"] == 9.0 and out["client"] == 11.0
