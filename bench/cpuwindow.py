@@ -3,12 +3,15 @@
 `start()` runs `perf record` on the given CPUs (a `cpu-clock` sample every 1/`freq` s on each,
 busy or idle, stamped on CLOCK_REALTIME so windows given in `time.time()` terms line up);
 `split()` reads one window back: how long the client's process ran there, how long other tasks
-ran (by name), how long the CPU was idle, and how long it was not running at all — gaps between
-consecutive samples of one CPU longer than two periods. A guest kernel samples its CPU even in
-idle, so such a gap is time in which the virtual CPU executed nothing: the VM's host had it
-(preempted it, or was handling a fault of the guest's memory). From inside the guest that time
-looks like the running thread's own: `time.thread_time` and the kernel's scheduler statistics
-count it as run time, and the steal counter of /proc/stat need not count it.
+ran (by name), how long the CPU was idle, and how long it left no sample — gaps between
+consecutive samples of one CPU longer than two periods. A gap between two samples of running
+tasks is, most likely, time in which the virtual CPU executed nothing: the VM's host had it
+(preempted it, or was handling a fault of the guest's memory); from inside the guest that time
+looks like the running thread's own (`time.thread_time` and the scheduler's statistics count
+it as run time, and the steal counter of /proc/stat need not count it). A gap next to an idle
+sample is ambiguous: an idle CPU is not always sampled (on this VM the first vCPU is sampled
+in idle about 85% of the time, the second not at all — `perf record -F 2000 -e cpu-clock -C N
+-- sleep 1`), so the gap may be idle time.
 
 Needs `perf` and the right to sample every task on a CPU (root, or perf_event_paranoid <= 0).
 """
@@ -77,21 +80,25 @@ def account(rows: list[tuple[int, int, str, float]], begin: float, end: float,
     """Input: `samples` rows (time order) reaching past both ends of the window [begin, end],
     the client's pid, the sampling rate. Output: milliseconds of the window in which the
     sampled CPUs ran the client (`client`), ran other tasks (`others`, by name), were idle
-    (`idle`), or ran nothing (`missing`: where a CPU's consecutive samples are more than two
-    periods apart, the time between them not stood for by the later one; a sample stands for
-    the period before it)."""
+    (`idle`), or left no sample: where a CPU's consecutive samples are more than two periods
+    apart, the time between them not stood for by the later one (a sample stands for the
+    period before it) — `unsampled_busy` when a task ran at both ends of the gap (the CPU
+    most likely did not run: the host had it), `unsampled_idle` when an end is idle (an idle
+    CPU is not always sampled)."""
     period = 1.0 / freq
-    last: dict[int, float] = {}
-    client = idle = missing = 0.0
+    last: dict[int, tuple[int, float]] = {}
+    client = idle = busy_gap = idle_gap = 0.0
     others: Counter = Counter()
     for cpu, pid, comm, t in rows:
         prev = last.get(cpu)
-        last[cpu] = t
-        if prev is None:
-            continue
-        if t - prev > 2 * period:  # nothing ran in (prev, t - period)
-            missing += max(0.0, min(t - period, end) - max(prev, begin))
-        if not begin <= t <= end:
+        last[cpu] = (pid, t)
+        if prev is not None and t - prev[1] > 2 * period:  # no sample in (prev, t - period)
+            gap = max(0.0, min(t - period, end) - max(prev[1], begin))
+            if pid != 0 and prev[0] != 0:
+                busy_gap += gap
+            else:
+                idle_gap += gap
+        if prev is None or not begin <= t <= end:
             continue
         if pid == client_pid:
             client += period
@@ -101,7 +108,7 @@ def account(rows: list[tuple[int, int, str, float]], begin: float, end: float,
             others[comm] += period
     ms = lambda s: round(s * 1000, 1)
     return {"client": ms(client), "others": {k: ms(v) for k, v in others.most_common()},
-            "idle": ms(idle), "missing": ms(missing)}
+            "idle": ms(idle), "unsampled_busy": ms(busy_gap), "unsampled_idle": ms(idle_gap)}
 
 
 def describe(parts: dict) -> str:
@@ -110,4 +117,5 @@ def describe(parts: dict) -> str:
     names = ", ".join(f"{k} {v}" for k, v in list(parts["others"].items())[:3])
     return (f"client ran {parts['client']} ms, other tasks {others:.1f} ms"
             + (f" ({names})" if names else "")
-            + f", idle {parts['idle']} ms, CPU not running {parts['missing']} ms")
+            + f", idle {parts['idle']} ms; no sample {parts['unsampled_busy']} ms between busy"
+            f" samples (the host had the CPU), {parts['unsampled_idle']} ms next to idle")

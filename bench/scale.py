@@ -5,11 +5,11 @@ Reports the client's peak RSS (`os.wait4` rusage of the `wl run` process: its ow
 not the simulator's), wall time, request and error counts, and the client timing health the
 executor writes into the results (`results.client`): event-loop lag p99 / max (how late a 5 ms
 sleep wakes up; `loop_lag_max_ran_ms`: how long the loop's thread ran in the worst one's
-interval, 5 ms + the lag — about all of it when the client was busy, much less when the
-operating system gave its CPU to something else), client delay p99 / max (for every request,
-from the moment its session could go on — the run's start, a phase barrier opening, the
-previous answer's last byte — to the send, minus the planned wait and the wait for a concurrency
-slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB
+interval, 5 ms + the lag — much less when the operating system gave its CPU to something
+else; about all of it when the client was busy or the VM's host did not run the CPU, see
+`--perf`), client delay p99 / max (for every request, from the moment its session could go
+on — the run's start, a phase barrier opening, the previous answer's last byte — to the send,
+minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB
 and no request delayed by the client more than 10 ms beyond the concurrency limit. "Session gap"
 is the same seen from the records: one request's end to the next one's start in the same
 session. "Preempted": the client's involuntary context switches (rusage) and the VM's steal
@@ -21,7 +21,8 @@ uses the agent-sim preset's time model with an 8M-token device cache (no evictio
 
 With `--pin --perf HZ` the kernel samples the client's CPUs meanwhile (`perf`, bench/cpuwindow.py;
 needs root) and the report says what ran there during the worst client delay and the worst loop
-lag: the client, other tasks, nothing (idle), or the CPU not running at all (the VM's host had it).
+lag: the client, other tasks, nothing (idle), or no sample at all (between busy samples: the VM's
+host had the CPU).
 
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
        [--slots 64] [--decode-us US] [--pin [--perf HZ]] [--keep DIR]

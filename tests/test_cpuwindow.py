@@ -13,24 +13,26 @@ from cpuwindow import account  # noqa: E402
 CLIENT = 42
 
 
-def test_a_window_is_split_into_client_others_idle_and_missing_time() -> None:
+def test_a_window_is_split_into_client_others_idle_and_unsampled_time() -> None:
     """1 kHz on CPU 0: the client runs 0-3 ms, a kernel thread 3-4, idle 4-6, then no sample
-    for 6-11 ms (the CPU did not run), the client again from 11. Window 1-12 ms."""
+    for 6-11 ms (next to idle: ambiguous), the client again 11-13, no sample for 13-20 (busy at
+    both ends: the CPU did not run), the client from 20. Window 1-18 ms."""
     ms = 0.001
     rows = [(0, CLIENT, "wl", t * ms) for t in (0, 1, 2, 3)]
     rows += [(0, 77, "kdamond.0", 4 * ms), (0, 0, "swapper", 5 * ms), (0, 0, "swapper", 6 * ms)]
-    rows += [(0, CLIENT, "wl", t * ms) for t in (11, 12, 13)]
-    out = account(rows, 1 * ms, 12 * ms, CLIENT, 1000)
-    assert out == {"client": 5.0, "others": {"kdamond.0": 1.0}, "idle": 2.0, "missing": 4.0}
+    rows += [(0, CLIENT, "wl", t * ms) for t in (11, 12, 13, 20, 21)]
+    out = account(rows, 1 * ms, 18 * ms, CLIENT, 1000)
+    assert out == {"client": 6.0, "others": {"kdamond.0": 1.0}, "idle": 2.0,
+                   "unsampled_busy": 5.0, "unsampled_idle": 4.0}
 
 
 def test_a_gap_reaching_past_the_window_counts_only_its_part_inside() -> None:
     ms = 0.001
     rows = [(0, CLIENT, "wl", 0.0), (0, CLIENT, "wl", 20 * ms)]
-    assert account(rows, 5 * ms, 10 * ms, CLIENT, 1000)["missing"] == 5.0
-    # samples a little late (jitter under two periods) are not missing time
+    assert account(rows, 5 * ms, 10 * ms, CLIENT, 1000)["unsampled_busy"] == 5.0
+    # samples a little late (jitter under two periods) leave no unsampled time
     rows = [(0, CLIENT, "wl", t * 1.4 * ms) for t in range(10)]
-    assert account(rows, 1 * ms, 12 * ms, CLIENT, 1000)["missing"] == 0.0
+    assert account(rows, 1 * ms, 12 * ms, CLIENT, 1000)["unsampled_busy"] == 0.0
 
 
 def test_each_cpu_has_its_own_gaps() -> None:
@@ -38,4 +40,4 @@ def test_each_cpu_has_its_own_gaps() -> None:
     rows = sorted([(0, CLIENT, "wl", t * ms) for t in range(11)]
                   + [(1, CLIENT, "wl", 0.0), (1, CLIENT, "wl", 10 * ms)], key=lambda r: r[3])
     out = account(rows, 0.0, 10 * ms, CLIENT, 1000)
-    assert out["missing"] == 9.0 and out["client"] == 11.0
+    assert out["unsampled_busy"] == 9.0 and out["client"] == 11.0

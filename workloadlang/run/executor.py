@@ -103,10 +103,11 @@ class PhaseBarrier:
 
 class Lag:
     """Event-loop lag monitor: how late a 5 ms sleep wakes up (the client as a bottleneck), and
-    for the latest of the worst wake-ups how long the loop's thread actually ran in its
-    interval (its CPU time, `cpu_clock`): about all of it, the client was busy; much less, the
-    operating system ran something else on its CPU (another process, the VM's host) and the lag
-    is not the client's own work."""
+    for the latest of the worst wake-ups how long the loop's thread ran in its interval (its
+    CPU time, `cpu_clock`): much less than the interval, the operating system ran something
+    else on its CPU and the lag is not the client's own work. About all of it does not prove
+    the client was busy: in a VM, time in which the host did not run the virtual CPU at all is
+    counted as the thread's own (`bench/scale.py --perf` tells the two apart)."""
 
     def __init__(self, clock: Callable[[], float],
                  cpu_clock: Callable[[], float] = time.thread_time):
