@@ -160,7 +160,8 @@ def main() -> int:
           f"{args.sessions} sessions, concurrency {args.sessions}")
     print(f"wall             {wall:.1f} s ({len(sent) / wall:.0f} requests/s)")
     print(f"client CPU       {usage.ru_utime + usage.ru_stime:.1f} s "
-          f"({(usage.ru_utime + usage.ru_stime) * 1000 / max(1, len(sent)):.2f} ms/request)")
+          f"({(usage.ru_utime + usage.ru_stime) * 1000 / max(1, len(sent)):.2f} ms/request; "
+          f"user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s)")
     print(f"peak client RSS  {usage.ru_maxrss / 1024:.0f} MB (target < 500 MB)")
     steal = "unknown" if steal0 is None or steal1 is None else f"{steal1 - steal0:.2f} s"
     print(f"preempted        client {usage.ru_nivcsw} times (involuntary context switches); "
