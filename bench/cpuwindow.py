@@ -34,7 +34,8 @@ def available() -> str | None:
     except (OSError, ValueError):
         return "no /proc/sys/kernel/perf_event_paranoid (not Linux?)"
     if os.geteuid() != 0 and paranoid > 0:
-        return f"sampling every task of a CPU needs root or perf_event_paranoid <= 0 (it is {paranoid})"
+        return ("sampling every task of a CPU needs root or perf_event_paranoid <= 0 "
+                f"(it is {paranoid})")
     return None
 
 

@@ -9,11 +9,12 @@ interval, 5 ms + the lag — much less when the operating system gave its CPU to
 else; about all of it when the client was busy or the VM's host did not run the CPU, see
 `--perf`), client delay p99 / max (for every request, from the moment its session could go
 on — the run's start, a phase barrier opening, the previous answer's last byte — to the send,
-minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB
-and no request delayed by the client more than 10 ms beyond the concurrency limit. "Session gap"
-is the same seen from the records: one request's end to the next one's start in the same
-session. "Preempted": the client's involuntary context switches (rusage) and the VM's steal
-time over the run (/proc/stat).
+minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either
+p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client
+more than 10 ms beyond the concurrency limit. "Session gap" is the same seen from the
+records: one request's end to the next one's start in the same session. "Preempted": the
+client's involuntary context switches (rusage) and the VM's steal time over the run
+(/proc/stat).
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
@@ -99,7 +100,7 @@ def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq:
             continue
         end = origin + at
         parts = cpuwindow.split(path, end - (ms + base) / 1000, end, pid, freq)
-        print(f"{name + ' (perf)':<17}{ms + base:.1f} ms at {at:.3f} s: "
+        print(f"{name + ' (perf)':<19}{ms + base:.1f} ms at {at:.3f} s: "
               f"{cpuwindow.describe(parts)}")
 
 
@@ -132,9 +133,9 @@ def main() -> int:
            "--step-tokens", str(args.step_tokens), "--sub-tokens", "1k", "--sub-windows", "2",
            "--finalize-tokens", "500", "--max-tokens", "16"]
     print("$ wl", " ".join(cmd[cmd.index("run"):]), flush=True)
+    sampler = (cpuwindow.start(wl_cpus, os.path.join(out_dir, "perf.data"), args.perf)
+               if args.perf else None)
     try:
-        sampler = (cpuwindow.start(wl_cpus, os.path.join(out_dir, "perf.data"), args.perf)
-                   if args.perf else None)
         t0, steal0 = time.perf_counter(), steal_s()
         pin = (lambda: os.sched_setaffinity(0, wl_cpus)) if wl_cpus else None
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -142,9 +143,9 @@ def main() -> int:
         _, status, usage = os.wait4(proc.pid, 0)
         wall, steal1 = time.perf_counter() - t0, steal_s()
         stderr = proc.stderr.read() if proc.stderr else ""
+    finally:
         if sampler:
             cpuwindow.stop(sampler)
-    finally:
         sim.terminate()
         sim.wait(10)
     code = os.waitstatus_to_exitcode(status)
