@@ -343,6 +343,34 @@ def test_records_are_built_within_the_cap_while_answers_keep_coming(monkeypatch)
     assert log.index(("record", ids[0])) < log.index(("sent", ids[-1]))
 
 
+def test_deferred_work_yields_a_loop_turn_to_answers_just_ended(monkeypatch) -> None:
+    """A deferred pass that finds responses read to their end since the last pass does no work
+    and runs again after one loop turn (the sessions of those answers go first), even when its
+    work is overdue; the pass after it does the work."""
+    from workloadlang.run import executor as executor_mod
+
+    ended = {"n": 0}
+    monkeypatch.setattr(executor_mod, "responses_ended", lambda: ended["n"])
+    plan = plan_of(WORKLOAD)
+    made: list[str] = []
+
+    async def go() -> list[list[str]]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            ex = Executor(plan, Realiser(plan), client,
+                          Endpoint(base_url="http://engine/v1", model="m"), ListSink())
+            monkeypatch.setattr(ex, "_build_early", lambda req: made.append(req.id))
+            ex.ahead = [plan.requests[0]]
+            ex.flush_due, ex.last_answer = True, -1e9  # quiet: the work is due
+            ended["n"] += 1  # the transport read an answer's last byte
+            ex._deferred()
+            seen = [list(made)]
+            await asyncio.sleep(0)  # one loop turn: the pass scheduled again runs
+            seen.append(list(made))
+            return seen
+
+    assert asyncio.run(go()) == [[], [plan.requests[0].id]]
+
+
 @pytest.mark.parametrize("busy", [True, False])
 def test_the_worst_loop_lag_says_how_long_the_client_ran_in_it(busy: bool) -> None:
     """The loop is held 100 ms: by the client's own work (spinning: its thread ran nearly all

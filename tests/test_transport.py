@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from workloadlang.run.client import Endpoint, WireRequest, send
-from workloadlang.run.transport import WireTransport, make_client
+from workloadlang.run.transport import WireTransport, make_client, responses_ended
 
 SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n'
@@ -120,6 +120,21 @@ def test_sequential_requests_reuse_one_connection() -> None:
     outs = chat(server.url, n=5)
     assert [o.error for o in outs] == [None] * 5 and all(o.content == "hi" for o in outs)
     assert server.conns == 1
+
+
+def test_each_response_read_to_its_end_is_counted() -> None:
+    """`responses_ended` (the runner's deferred work yields to answers just ended) counts every
+    response whose last byte was parsed, once; not a response cut before its end."""
+    server = RawServer(keepalive_sse)
+    before = responses_ended()
+    outs = chat(server.url, n=3)
+    assert [o.error for o in outs] == [None] * 3
+    assert responses_ended() - before == 3
+    cut = RawServer(lambda conn, i: read_request(conn) and conn.sendall(
+        head(content_type="text/event-stream", transfer_encoding="chunked") + b"5\r\ndata:"))
+    before = responses_ended()
+    assert chat(cut.url)[0].error is not None
+    assert responses_ended() == before
 
 
 def test_connection_idle_past_expiry_is_not_reused() -> None:

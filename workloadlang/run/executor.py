@@ -22,7 +22,8 @@ ahead (or, when its messages wait for the answer in flight, rendering its new te
 answer's record and giving records to the sink. An engine that batches ends many streams in the
 same few milliseconds; doing that work in between would delay every session of the burst still
 waiting for the loop. It runs once no answer came in for `_QUIET_S`, or once the oldest deferred
-work waited `_DEFER_MAX_S`, in passes of about `_SLICE_S`.
+work waited `_DEFER_MAX_S`, in passes of about `_SLICE_S`, and never ahead of sessions whose
+answers the transport has just read to their end (`responses_ended`).
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import Endpoint, Outcome, WireRequest, build, send, warm_up
 from workloadlang.run.errors import EndpointError
-from workloadlang.run.transport import open_connections, ready_to_write, send_now
+from workloadlang.run.transport import (open_connections, ready_to_write, responses_ended,
+                                        send_now)
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _QUIET_S = 0.003  # deferred work runs once no answer came in for this long...
 _DEFER_MAX_S = 0.05  # ...or once the oldest deferred record is this old
-_SLICE_S = 0.001  # deferred work per loop pass (a long pass delays the answers behind it)
+_SLICE_S = 0.0005  # deferred work per loop pass (a long pass delays the answers behind it)
 _SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
 
@@ -201,6 +203,7 @@ class Executor:
         self.ahead: list[PRequest] = []  # next requests to make ahead (deferred)
         self.wired: set[str] = set()  # requests whose send has begun (`_wire`)
         self.last_answer = 0.0  # loop time the last answer came in
+        self.ends_seen = 0  # `responses_ended()` at the last `_deferred` pass
         self.deferred_since: float | None = None  # loop time the oldest deferred work was queued
         self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
 
@@ -461,12 +464,21 @@ class Executor:
     def _deferred(self) -> None:
         """Loop callback: once quiet (no answer for `_QUIET_S`) or once the oldest deferred work
         waited `_DEFER_MAX_S`: make the next requests ahead, then build and write records, for
-        about `_SLICE_S`; the rest on the next pass (the same test again)."""
+        about `_SLICE_S`; the rest on the next pass (the same test again). A pass that finds
+        answers read to their end since the last one does nothing but yield a loop turn: the
+        steps of their sessions, queued by then, run first."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         wait = defer_wait(now, self.last_answer, self.deferred_since or now)
         if wait:
             loop.call_later(wait, self._deferred)
+            return
+        ends = responses_ended()
+        if ends != self.ends_seen:
+            # answers ended since the last pass and their sessions' steps are queued on the loop
+            # (even when the oldest work is overdue): one loop turn for them first
+            self.ends_seen = ends
+            loop.call_soon(self._deferred)
             return
         until = now + _SLICE_S
         while self.ahead and loop.time() < until:

@@ -547,6 +547,7 @@ class _Connection:
     def on_message_complete(self) -> None:
         if self.head is not None:
             self.complete = True
+            _ENDED[0] += 1
             self.keep_alive = bool(self.parser.should_keep_alive())  # only valid in this callback
             self._stop_reading()
 
@@ -640,6 +641,15 @@ class _Connection:
 
 
 _ADDRESSES: dict[tuple[str, int], list] = {}  # resolved origins (a run talks to one engine)
+_ENDED = [0]  # responses read to their end by this process's connections (`responses_ended`)
+
+
+def responses_ended() -> int:
+    """Output: how many responses `WireTransport` connections have read to their end so far in
+    this process (counted on the event loop as each one's last byte is parsed). A change tells
+    the runner's deferred work that answers just ended: their sessions' next steps are queued
+    on the loop, and it lets them go first."""
+    return _ENDED[0]
 
 
 def _literal(host: str, port: int) -> list | None:
