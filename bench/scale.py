@@ -14,7 +14,10 @@ p99 above 10 ms). Targets (issue 3): peak RSS < 500 MB and no request delayed by
 more than 10 ms beyond the concurrency limit. "Session gap" is the same seen from the
 records: one request's end to the next one's start in the same session. "Preempted": the
 client's involuntary context switches (rusage) and the VM's steal time over the run
-(/proc/stat).
+(/proc/stat). "Ends together": answers whose last bytes arrived less than 2 ms apart (an
+engine ending a batch), the largest such cohort, and for the worst session gap how many
+earlier answers were still waiting for their next send when its answer ended — one event loop
+turns them around one after the other.
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
@@ -66,15 +69,50 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-def session_gaps(recs: list[dict]) -> list[float]:
-    """Milliseconds from each request's end to the start of the next one in its session."""
+def turns(recs: list[dict]) -> list[tuple[float, float]]:
+    """Output: for every answer after which its session sent again, (its end in seconds from
+    the run's start, the gap from that end to the session's next send in ms)."""
     out, last = [], {}
     for r in sorted((r for r in recs if r["t_start_s"] is not None), key=lambda r: r["t_start_s"]):
         prev = last.get(r["session"])
         if prev is not None and prev["e2e_s"] is not None:
-            out.append((r["t_start_s"] - prev["t_start_s"] - prev["e2e_s"]) * 1000)
+            end = prev["t_start_s"] + prev["e2e_s"]
+            out.append((end, (r["t_start_s"] - end) * 1000))
         last[r["session"]] = r
     return out
+
+
+def session_gaps(recs: list[dict]) -> list[float]:
+    """Milliseconds from each request's end to the start of the next one in its session."""
+    return [gap for _, gap in turns(recs)]
+
+
+def end_cohorts(recs: list[dict], window_ms: float = 2.0) -> list[list[tuple[float, float]]]:
+    """Input: the run's records. Output: `turns` grouped in cohorts, in time order: ends (the
+    answer's last byte) less than `window_ms` after the one before, as an engine ending a
+    batch writes them."""
+    cohorts: list[list[tuple[float, float]]] = []
+    for end, gap in sorted(turns(recs)):
+        if cohorts and (end - cohorts[-1][-1][0]) * 1000 < window_ms:
+            cohorts[-1].append((end, gap))
+        else:
+            cohorts.append([(end, gap)])
+    return cohorts
+
+
+def describe_cohorts(cohorts: list[list[tuple[float, float]]]) -> str:
+    """Output: the largest cohort of answers ending together, and for the worst session gap how
+    many answers that ended before it still waited for their session's next send when it ended
+    (the client turns them around one after the other)."""
+    ends = [pair for c in cohorts for pair in c]
+    if not ends:
+        return "no session sent after an answer"
+    big = max(cohorts, key=len)
+    end, gap = max(ends, key=lambda p: p[1])
+    waiting = sum(1 for e, g in ends if e < end and e + g / 1000 > end)
+    return (f"largest cohort {len(big)} answers (ends < 2 ms apart) at {big[0][0]:.3f} s; "
+            f"the worst gap ({gap:.1f} ms) followed an end at {end:.3f} s, when {waiting} "
+            f"answers that ended before it still waited for their next send")
 
 
 def steal_s() -> float | None:
@@ -171,6 +209,7 @@ def main() -> int:
     gaps = session_gaps(recs)
     print(f"session gap      p50 {pct(gaps, 0.5):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "
           f"max {max(gaps):.1f} ms ({sum(g > 10 for g in gaps)} of {len(gaps)} over 10 ms)")
+    print(f"ends together    {describe_cohorts(end_cohorts(recs))}")
     if args.perf:
         print_cpu_windows(os.path.join(out_dir, "perf.data"), sent, res["client"], proc.pid,
                           args.perf)
