@@ -101,6 +101,7 @@ def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
     assert delays[0] < 0.045  # made before the clock
     assert min(delays[1:]) >= 0.045
     assert health["client_delay_max_ms"] >= 45
+    assert health["client_delay_over_10ms"] == 2  # the two made on the clock
     assert health["client_bottleneck"] is True
 
 

@@ -48,6 +48,7 @@ _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _QUIET_S = 0.003  # deferred work runs once no answer came in for this long...
 _DEFER_MAX_S = 0.05  # ...or once the oldest deferred record is this old
 _SLICE_S = 0.0005  # deferred work per loop pass (a long pass delays the answers behind it)
+_DELAY_BOUND_S = 0.010  # a client that holds requests back longer than this skews the run
 _SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
 
@@ -591,12 +592,14 @@ class Executor:
             "client_delay_p99_ms": ms(percentile(self.delays, 0.99)),
             "client_delay_max_ms": ms(max(self.delays, default=None)),
             **self._worst_delay_evidence(),
+            # how many requests the client delayed more than `_DELAY_BOUND_S`
+            "client_delay_over_10ms": sum(1 for d in self.delays if d > _DELAY_BOUND_S),
             # the collector's longest pause during the run, and its generation
             "gc_pause_max_ms": ms(gcs.longest[0] if gcs.longest else None),
             "gc_pause_max_generation": gcs.longest[1] if gcs.longest else None,
         }
         worst = max(health["loop_lag_p99_ms"] or 0, health["client_delay_p99_ms"] or 0)
-        health["client_bottleneck"] = worst > 10.0
+        health["client_bottleneck"] = worst > _DELAY_BOUND_S * 1000
         return health
 
     def _worst_delay_evidence(self) -> dict[str, Any]:
