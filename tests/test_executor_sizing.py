@@ -347,29 +347,40 @@ def test_records_are_built_within_the_cap_while_answers_keep_coming(monkeypatch)
 def test_deferred_work_yields_a_loop_turn_to_answers_just_ended(monkeypatch) -> None:
     """A deferred pass that finds responses read to their end since the last pass does no work
     and runs again after one loop turn (the sessions of those answers go first), even when its
-    work is overdue; the pass after it does the work."""
+    work is overdue; but never twice in a row: answers ending before every pass do not starve
+    the work (one item a pass here: each takes longer than a slice)."""
+    import time
+
     from workloadlang.run import executor as executor_mod
 
     ended = {"n": 0}
     monkeypatch.setattr(executor_mod, "responses_ended", lambda: ended["n"])
     plan = plan_of(WORKLOAD)
+    first, second = plan.requests[0].id, plan.requests[1].id
     made: list[str] = []
+
+    def build_early(req: Any) -> None:
+        time.sleep(0.002)
+        made.append(req.id)
 
     async def go() -> list[list[str]]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
             ex = Executor(plan, Realiser(plan), client,
                           Endpoint(base_url="http://engine/v1", model="m"), ListSink())
-            monkeypatch.setattr(ex, "_build_early", lambda req: made.append(req.id))
-            ex.ahead = [plan.requests[0]]
+            monkeypatch.setattr(ex, "_build_early", build_early)
+            ex.ahead = [plan.requests[0], plan.requests[1]]
             ex.flush_due, ex.last_answer = True, -1e9  # quiet: the work is due
-            ended["n"] += 1  # the transport read an answer's last byte
-            ex._deferred()
-            seen = [list(made)]
-            await asyncio.sleep(0)  # one loop turn: the pass scheduled again runs
-            seen.append(list(made))
+            seen = []
+            for turn in range(4):
+                ended["n"] += 1  # the transport read an answer's last byte before each pass
+                if turn == 0:
+                    ex._deferred()
+                else:
+                    await asyncio.sleep(0)  # one loop turn: the pass scheduled again runs
+                seen.append(list(made))
             return seen
 
-    assert asyncio.run(go()) == [[], [plan.requests[0].id]]
+    assert asyncio.run(go()) == [[], [first], [first], [first, second]]
 
 
 @pytest.mark.parametrize("busy", [True, False])

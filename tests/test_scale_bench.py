@@ -1,5 +1,6 @@
-"""bench/scale.py's reading of a run's records: cohorts of answers that end together and
-where the worst session gap sits in its cohort (the run itself is a bench, not a test)."""
+"""bench/scale.py's reading of a run's records: cohorts of answers that end together, and how
+many earlier answers still waited when the worst session gap's answer ended (the run itself is
+a bench, not a test)."""
 
 from __future__ import annotations
 

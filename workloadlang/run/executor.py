@@ -22,8 +22,9 @@ ahead (or, when its messages wait for the answer in flight, rendering its new te
 answer's record and giving records to the sink. An engine that batches ends many streams in the
 same few milliseconds; doing that work in between would delay every session of the burst still
 waiting for the loop. It runs once no answer came in for `_QUIET_S`, or once the oldest deferred
-work waited `_DEFER_MAX_S`, in passes of about `_SLICE_S`, and never ahead of sessions whose
-answers the transport has just read to their end (`responses_ended`).
+work waited `_DEFER_MAX_S`, in passes of about `_SLICE_S`; a pass lets the sessions whose
+answers the transport has just read to their end (`responses_ended`) go first, by one loop
+turn between two passes that work.
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ class Executor:
         self.wired: set[str] = set()  # requests whose send has begun (`_wire`)
         self.last_answer = 0.0  # loop time the last answer came in
         self.ends_seen = 0  # `responses_ended()` at the last `_deferred` pass
+        self.yielded = False  # the last `_deferred` pass only yielded a loop turn
         self.deferred_since: float | None = None  # loop time the oldest deferred work was queued
         self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
 
@@ -466,8 +468,8 @@ class Executor:
         """Loop callback: once quiet (no answer for `_QUIET_S`) or once the oldest deferred work
         waited `_DEFER_MAX_S`: make the next requests ahead, then build and write records, for
         about `_SLICE_S`; the rest on the next pass (the same test again). A pass that finds
-        answers read to their end since the last one does nothing but yield a loop turn: the
-        steps of their sessions, queued by then, run first."""
+        answers read to their end since the last one does nothing but yield a loop turn (the
+        steps of their sessions, queued by then, run first), unless the pass before it did."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         wait = defer_wait(now, self.last_answer, self.deferred_since or now)
@@ -475,12 +477,14 @@ class Executor:
             loop.call_later(wait, self._deferred)
             return
         ends = responses_ended()
-        if ends != self.ends_seen:
-            # answers ended since the last pass and their sessions' steps are queued on the loop
-            # (even when the oldest work is overdue): one loop turn for them first
-            self.ends_seen = ends
+        if ends != self.ends_seen and not self.yielded:
+            # answers ended since the last pass and their sessions' steps are queued on the
+            # loop: one loop turn for them first (once between two passes that work, so that
+            # answers ending all the time cannot starve the records)
+            self.ends_seen, self.yielded = ends, True
             loop.call_soon(self._deferred)
             return
+        self.ends_seen, self.yielded = ends, False
         until = now + _SLICE_S
         while self.ahead and loop.time() < until:
             self._build_early(self.ahead.pop(0))
