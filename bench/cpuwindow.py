@@ -53,8 +53,9 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(60)
 
 
-def samples(path: str, begin: float, end: float) -> list[tuple[int, int, str, float]]:
-    """Output: (cpu, pid, comm, unix time) of every sample in [begin, end], in time order."""
+def samples(path: str, begin: float, end: float) -> list[tuple[int, int, str, float, int]]:
+    """Output: (cpu, pid, comm, unix time, tid) of every sample in [begin, end], in time
+    order."""
     out = subprocess.run(["perf", "script", "-i", path, "-F", "cpu,pid,tid,comm,time",
                           "--time", f"{begin:.6f},{end:.6f}"],
                          capture_output=True, text=True, check=True).stdout
@@ -63,9 +64,9 @@ def samples(path: str, begin: float, end: float) -> list[tuple[int, int, str, fl
         parts = line.split()
         if len(parts) < 4 or not parts[-1].endswith(":"):
             continue
-        pid = int(parts[-3].split("/")[0])
-        rows.append((int(parts[-2].strip("[]")), pid, " ".join(parts[:-3]),
-                     float(parts[-1][:-1])))
+        pid, _, tid = parts[-3].partition("/")
+        rows.append((int(parts[-2].strip("[]")), int(pid), " ".join(parts[:-3]),
+                     float(parts[-1][:-1]), int(tid or pid)))
     return sorted(rows, key=lambda r: r[3])
 
 
@@ -76,11 +77,12 @@ def split(path: str, begin: float, end: float, client_pid: int, freq: int) -> di
     return account(rows, begin, end, client_pid, freq)
 
 
-def account(rows: list[tuple[int, int, str, float]], begin: float, end: float,
-            client_pid: int, freq: int) -> dict:
-    """Input: `samples` rows (time order) reaching past both ends of the window [begin, end],
-    the client's pid, the sampling rate. Output: milliseconds of the window in which the
-    sampled CPUs ran the client (`client`), ran other tasks (`others`, by name), were idle
+def account(rows: list[tuple], begin: float, end: float, client_pid: int, freq: int) -> dict:
+    """Input: `samples` rows (time order; without a tid, the pid stands for it) reaching past
+    both ends of the window [begin, end], the client's pid, the sampling rate. Output:
+    milliseconds of the window in which the sampled CPUs ran the client (`client`; of it, its
+    main thread — the event loop, whose thread id is the pid — `client_loop`; the rest is the
+    socket reader thread), ran other tasks (`others`, by name), were idle
     (`idle`), or left no sample: where a CPU's consecutive samples are more than two periods
     apart, the time between them not stood for by the later one (a sample stands for the
     period before it) — `unsampled_busy` when a task ran at both ends of the gap (the CPU
@@ -88,9 +90,9 @@ def account(rows: list[tuple[int, int, str, float]], begin: float, end: float,
     CPU is not always sampled)."""
     period = 1.0 / freq
     last: dict[int, tuple[int, float]] = {}
-    client = idle = busy_gap = idle_gap = 0.0
+    client = loop = idle = busy_gap = idle_gap = 0.0
     others: Counter = Counter()
-    for cpu, pid, comm, t in rows:
+    for cpu, pid, comm, t, *tid in rows:
         prev = last.get(cpu)
         last[cpu] = (pid, t)
         if prev is not None and t - prev[1] > 2 * period:  # no sample in (prev, t - period)
@@ -103,12 +105,14 @@ def account(rows: list[tuple[int, int, str, float]], begin: float, end: float,
             continue
         if pid == client_pid:
             client += period
+            loop += period if (tid[0] if tid else pid) == client_pid else 0.0
         elif pid == 0:
             idle += period
         else:
             others[comm] += period
     ms = lambda s: round(s * 1000, 1)
-    return {"client": ms(client), "others": {k: ms(v) for k, v in others.most_common()},
+    return {"client": ms(client), "client_loop": ms(loop),
+            "others": {k: ms(v) for k, v in others.most_common()},
             "idle": ms(idle), "unsampled_busy": ms(busy_gap), "unsampled_idle": ms(idle_gap)}
 
 
@@ -116,7 +120,8 @@ def describe(parts: dict) -> str:
     """Output: `split`'s result as one line."""
     others = sum(parts["others"].values())
     names = ", ".join(f"{k} {v}" for k, v in list(parts["others"].items())[:3])
-    return (f"client ran {parts['client']} ms, other tasks {others:.1f} ms"
+    return (f"client ran {parts['client']} ms (its loop's thread {parts['client_loop']}), "
+            f"other tasks {others:.1f} ms"
             + (f" ({names})" if names else "")
             + f", idle {parts['idle']} ms; no sample {parts['unsampled_busy']} ms between busy"
             f" samples (the host had the CPU), {parts['unsampled_idle']} ms next to idle")

@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
 
-from cpuwindow import account  # noqa: E402
+from cpuwindow import account, describe  # noqa: E402
 
 CLIENT = 42
 
@@ -22,7 +22,7 @@ def test_a_window_is_split_into_client_others_idle_and_unsampled_time() -> None:
     rows += [(0, 77, "kdamond.0", 4 * ms), (0, 0, "swapper", 5 * ms), (0, 0, "swapper", 6 * ms)]
     rows += [(0, CLIENT, "wl", t * ms) for t in (11, 12, 13, 20, 21)]
     out = account(rows, 1 * ms, 18 * ms, CLIENT, 1000)
-    assert out == {"client": 6.0, "others": {"kdamond.0": 1.0}, "idle": 2.0,
+    assert out == {"client": 6.0, "client_loop": 6.0, "others": {"kdamond.0": 1.0}, "idle": 2.0,
                    "unsampled_busy": 5.0, "unsampled_idle": 4.0}
 
 
@@ -41,3 +41,19 @@ def test_each_cpu_has_its_own_gaps() -> None:
                   + [(1, CLIENT, "wl", 0.0), (1, CLIENT, "wl", 10 * ms)], key=lambda r: r[3])
     out = account(rows, 0.0, 10 * ms, CLIENT, 1000)
     assert out["unsampled_busy"] == 9.0 and out["client"] == 11.0
+
+
+def test_the_clients_loop_thread_is_told_from_its_reader_thread() -> None:
+    """Rows with thread ids: the loop's thread has the pid as its id, the socket reader another
+    one. 1 kHz on CPU 0: the loop 0-2 ms, the reader 3, kdamond 4-7, the reader 8, the loop 9-10
+    — the loop waited through kdamond's stretch, the reader ran on both sides of it."""
+    ms = 0.001
+    reader = CLIENT + 5
+    rows = [(0, CLIENT, "wl", t * ms, CLIENT) for t in (0, 1, 2)]
+    rows += [(0, CLIENT, "wl", 3 * ms, reader)]
+    rows += [(0, 77, "kdamond.0", t * ms, 77) for t in (4, 5, 6, 7)]
+    rows += [(0, CLIENT, "wl", 8 * ms, reader)]
+    rows += [(0, CLIENT, "wl", t * ms, CLIENT) for t in (9, 10, 11)]
+    out = account(rows, 0.5 * ms, 10.5 * ms, CLIENT, 1000)
+    assert (out["client"], out["client_loop"], out["others"]) == (6.0, 4.0, {"kdamond.0": 4.0})
+    assert "client ran 6.0 ms (its loop's thread 4.0)" in describe(out)
