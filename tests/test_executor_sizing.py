@@ -91,9 +91,9 @@ def test_client_delay_counts_work_between_an_answer_and_the_next_send() -> None:
     plan = plan_of(WORKLOAD.replace("repeat 2", "repeat 1"))
 
     class SlowRealiser(Realiser):
-        def messages(self, req: Any, replies: Any) -> list[dict[str, Any]]:
+        def encoded(self, req: Any, replies: Any, encode: Any) -> list[Any]:
             time.sleep(0.05)
-            return super().messages(req, replies)
+            return super().encoded(req, replies, encode)
 
     run, executor = execute(plan, realiser=SlowRealiser)
     health, delays = run.client, executor.delays
@@ -448,10 +448,10 @@ def test_the_worst_delay_says_when_and_how_many_sends_went_first() -> None:
         user filler 10; reply 4 replay; user filler 10; reply 4 } }""")
 
     class SlowRealiser(Realiser):
-        def messages(self, req: Any, replies: Any) -> list[dict[str, Any]]:
+        def encoded(self, req: Any, replies: Any, encode: Any) -> list[Any]:
             if len(req.messages) > 1:  # the second request of a session: after its first answer
                 now[0] += 0.02
-            return super().messages(req, replies)
+            return super().encoded(req, replies, encode)
 
     run, executor = execute(plan, realiser=SlowRealiser, clock=lambda: now[0])
     health = run.client

@@ -86,6 +86,7 @@ class Realiser:
         self.reasoning_key = reasoning_key
         self._static: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, tuple[str, ...]] = {}  # message -> the replies it carries
+        self._encoded: dict[int, bytes] = {}  # final message -> its encoding (`encoded`)
 
     async def prepare(self, req: PRequest) -> None:
         """Size every filler of this request's prompt (asks the tokenizer once per filler)."""
@@ -97,6 +98,23 @@ class Realiser:
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
         return [self._message(i, replies) for i in req.messages]
+
+    def encoded(self, req: PRequest, replies: Mapping[str, Reply],
+                encode: Callable[[dict[str, Any]], bytes]) -> list[dict[str, Any] | bytes]:
+        """The chat messages of `req` as `messages` gives them, except that each final message
+        (see `_message`) comes as its encoding by `encode`, made once: a conversation re-sent
+        with one more turn encodes only what is new."""
+        out: list[dict[str, Any] | bytes] = []
+        for i in req.messages:
+            done = self._encoded.get(i)
+            if done is None:
+                m = self._message(i, replies)
+                if i not in self._static:
+                    out.append(m)
+                    continue
+                done = self._encoded[i] = encode(m)
+            out.append(done)
+        return out
 
     def warm(self, req: PRequest) -> None:
         """Render and keep now the text of `req`'s messages that carry no reply (their fillers),

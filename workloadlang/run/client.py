@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
 
 import anyio
 import httpx
@@ -26,7 +26,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, computed_field, model_validator
 
 from . import evidence
-from .transport import ConnectionDropped, build_request, dispatch
+from .transport import ConnectionDropped, build_request, dispatch, payload_head
 from .errors import ErrorInfo, ErrorKind, engine_message, excerpt, message_from_json, redact
 
 
@@ -104,14 +104,15 @@ def auth_headers(api_key: SecretStr | str | None) -> dict[str, str]:
 
 
 class WireRequest(BaseModel):
-    """One chat request as sent. `options` are merged into the body as-is (None values left out);
-    `abort_after` closes the stream after that many streamed token events; `deadline_s` is the
-    TOTAL time allowed for the whole exchange."""
+    """One chat request as sent. `messages` are chat messages, each a dict or its JSON encoding
+    already made (bytes, used as they are). `options` are merged into the body as-is (None
+    values left out); `abort_after` closes the stream after that many streamed token events;
+    `deadline_s` is the TOTAL time allowed for the whole exchange."""
 
     model_config = ConfigDict(frozen=True)
 
     id: str
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, Any] | bytes]
     max_tokens: int = Field(ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     abort_after: int | None = Field(default=None, ge=1)
@@ -163,6 +164,15 @@ class Outcome(BaseModel):
     def ok(self) -> bool:
         """Output: True when the request completed without any error."""
         return self.error is None
+
+
+class Answer(NamedTuple):
+    """An answer read cleanly to its end, as the next request that replays it needs it (the
+    realiser's `Reply`): given to `send`'s `then` before its `Outcome` is made."""
+
+    content: str
+    reasoning: str
+    completion_tokens: int | None
 
 
 class _Stream:
@@ -399,6 +409,28 @@ def build_body(endpoint: Endpoint, req: WireRequest) -> dict[str, Any]:
     return body
 
 
+def encode_body(endpoint: Endpoint, req: WireRequest) -> bytes:
+    """Input: endpoint and request. Output: `build_body` as compact JSON, byte for byte what
+    `dumps(build_body(...))` gives for dict messages (see `body_parts`)."""
+    return b"".join(body_parts(endpoint, req))
+
+
+def body_parts(endpoint: Endpoint, req: WireRequest) -> list[bytes]:
+    """Input: endpoint and request. Output: the pieces of `encode_body`, in order: a message
+    given as bytes is a piece as it is (a conversation re-sent with one more turn encodes only
+    the new turn), so that the body, or the body behind its head, is copied once."""
+    body = build_body(endpoint, req)
+    parts = [dumps({"model": body.pop("model")})[:-1], b',"messages":[']
+    for m in body.pop("messages"):
+        parts.append(m if isinstance(m, bytes) else dumps(m))
+        parts.append(b",")
+    if len(parts) > 2:
+        parts.pop()
+    parts.append(b"],")
+    parts.append(dumps(body)[1:])
+    return parts
+
+
 def build_headers(endpoint: Endpoint, req: WireRequest) -> dict[str, str]:
     """Input: endpoint and request. Output: request headers (JSON content type, bearer auth when a
     key is set, then `req.headers`), never `X-Conversation-Id`."""
@@ -410,12 +442,21 @@ def build_headers(endpoint: Endpoint, req: WireRequest) -> dict[str, str]:
     return headers
 
 
-def build(endpoint: Endpoint, req: WireRequest) -> httpx.Request:
-    """Output: the ready-to-send httpx request (body encoded once, its timeouts set to the total
-    deadline so they never cut a long prefill first; only our own headers). Raises
-    httpx.InvalidURL / UnsupportedProtocol, TypeError or ValueError for what cannot be sent."""
+def build(endpoint: Endpoint, req: WireRequest, body: bytes | None = None) -> httpx.Request:
+    """Output: the ready-to-send httpx request (body encoded once, unless given as `body`; its
+    timeouts set to the total deadline so they never cut a long prefill first; only our own
+    headers). Raises httpx.InvalidURL / UnsupportedProtocol, TypeError or ValueError for what
+    cannot be sent."""
     return build_request("POST", endpoint.chat_url, build_headers(endpoint, req),
-                         dumps(build_body(endpoint, req)), req.deadline_s)
+                         encode_body(endpoint, req) if body is None else body, req.deadline_s)
+
+
+def head_of(endpoint: Endpoint, req: WireRequest) -> bytes:
+    """Output: the HTTP/1.1 request head that `build(endpoint, req)` is written with, up to its
+    last header, `Content-Length`, which the body decides: `head + content_length(body) + body`
+    are the bytes written for it. Raises as `build` does, and ValueError when that head does
+    not end with the length."""
+    return payload_head(build(endpoint, req, b"{}"))
 
 
 def warm_up() -> None:
@@ -455,11 +496,16 @@ async def send(
     request: httpx.Request | None = None,
     clock: Callable[[], float] = time.perf_counter,
     wallclock: Callable[[], float] = time.time,
+    then: Callable[[Answer], Awaitable[None] | None] | None = None,
 ) -> Outcome:
     """Input: a shared httpx client, the endpoint, one request, optionally `request` already made
-    from it by `build` (whose timeouts are then at least `req.deadline_s`), and (for tests) the
-    clocks. Output: the request's `Outcome`. Never raises for transport/HTTP/stream problems;
-    only `asyncio.CancelledError` propagates (the connection is closed first)."""
+    from it by `build` (whose timeouts are then at least `req.deadline_s`), (for tests) the
+    clocks, and `then`: called with the `Answer` once the answer was read to its end without
+    error or abort and its connection is back in the pool, before anything else is done with
+    it; when it returns an awaitable (it sent what comes next and asks to wait), the `Outcome`
+    is made once that is done. It must not raise. Output: the request's `Outcome`. Never
+    raises for transport/HTTP/stream problems; only `asyncio.CancelledError` propagates (the
+    connection is closed first)."""
     state = _Stream(clock, req.abort_after)
     try:
         request = request or build(endpoint, req)
@@ -467,9 +513,18 @@ async def send(
         state.t0 = clock()
         state.fail("connect", f"cannot build the request: {_describe(exc)}")
         return state.outcome(endpoint, req.id, wallclock(), state.t0)
-    cut = await within(req.deadline_s, _exchange(client, request, state, wallclock))
+    sent = request.extensions.get("wl_sent")  # written already (the transport's `send_now`)
+    elapsed = clock() - sent[1] if sent is not None and sent[0] is clock else 0.0
+    cut = await within(max(0.0, req.deadline_s - elapsed),
+                       _exchange(client, request, state, wallclock))
     if cut and not state.done:  # after [DONE] only the body's end was left
         state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
+    elif then is not None and state.done and state.error is None and not state.aborted:
+        content = _join(state.content)
+        state.content = [content]  # joined once
+        hold = then(Answer(content, _join(state.reasoning), state.completion))
+        if hold is not None:
+            await hold
     return state.outcome(endpoint, req.id, state.t0_unix, state.t_end or clock())
 
 

@@ -32,23 +32,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections import ChainMap, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import httpx
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, build, send, warm_up
+from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, body_parts, build,
+                                     dumps, head_of, send, warm_up)
 from workloadlang.run.errors import EndpointError
-from workloadlang.run.transport import (open_connections, ready_to_write, responses_ended,
-                                        send_now)
+from workloadlang.run.transport import (content_length, open_connections, ready_to_write,
+                                        responses_ended, send_now, wire_transport,
+                                        write_payload)
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _QUIET_S = 0.003  # deferred work runs once no answer came in for this long...
 _DEFER_MAX_S = 0.05  # ...or once the oldest deferred record is this old
 _SLICE_S = 0.0005  # deferred work per loop pass (a long pass delays the answers behind it)
+_HOLD_MAX_S = 0.02  # longest a session waits for answers ending after its own (`_release`)
 _DELAY_BOUND_S = 0.010  # a client that holds requests back longer than this skews the run
 _SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
@@ -208,7 +212,15 @@ class Executor:
         self.ends_seen = 0  # `responses_ended()` at the last `_deferred` pass
         self.yielded = False  # the last `_deferred` pass only yielded a loop turn
         self.deferred_since: float | None = None  # loop time the oldest deferred work was queued
-        self.written: set[str] = set()  # written at the start by `_write_firsts`, slot held
+        self.written: set[str] = set()  # written ahead of their turn (`_write_firsts`,
+        # `_chain`), each holding a concurrency slot
+        self.queued = 0  # requests waiting for a concurrency slot
+        self.writes_bytes = False  # the client's transport writes bytes for `_chain` (`run`)
+        self.held: deque[tuple[float, asyncio.Future]] = deque()  # `_hold`: since, future
+        self.held_ends = 0  # `responses_ended()` when `_release` last looked
+        self.heads: dict[str, bytes] = {}  # HTTP heads made ahead for `_chain` (`_build_early`)
+        # what `_chain` wrote: the body's parts, the transport's note of the write
+        self.chained: dict[str, tuple[list[bytes], dict[str, Any]]] = {}
 
     # ------------------------------------------------------------ the run
 
@@ -221,6 +233,8 @@ class Executor:
         await open_connections(self.client, self.endpoint.chat_url,
                                min(len(self.built), self.concurrency))
         warm_up()
+        self.writes_bytes = wire_transport(self.client, httpx.URL(self.endpoint.chat_url)) \
+            is not None
         startable = self._startable(firsts)
         # What exists now (the plan, the modules, the realised texts) lives through the run: keep
         # it out of the garbage collector's scans, so a full collection mid-run walks only what
@@ -325,7 +339,7 @@ class Executor:
             self._build_early(req)
             await asyncio.sleep(req.wait_before)
         wire, request = self._wire(req)
-        outcome, slot_wait = await self._send(req, wire, request)
+        outcome, slot_wait = await self._send(req, wire, request, self._chainable(req, after))
         self.last_answer = asyncio.get_running_loop().time()
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
@@ -340,44 +354,150 @@ class Executor:
             self._defer()
         return outcome.t_send + outcome.e2e_s
 
-    async def _send(self, req: PRequest, wire: WireRequest,
-                    request: httpx.Request | None) -> tuple[Outcome, float]:
+    async def _send(self, req: PRequest, wire: WireRequest, request: httpx.Request | None,
+                    after: PRequest | None) -> tuple[Outcome, float]:
         """Output: the outcome and how long the request waited for a concurrency slot. A request
-        `_write_firsts` wrote already holds its slot."""
+        written ahead (`written`) holds its slot already. With `after`, the session's next
+        request is written the moment this answer has been read (`_chain`), and then keeps the
+        slot."""
+        slot_wait = 0.0
         if req.id in self.written:
             self.written.discard(req.id)
+        else:
+            t_queue = self.clock()
+            self.queued += 1
             try:
-                return await send(self.client, self.endpoint, wire, request=request,
-                                  clock=self.clock), 0.0
+                await self.sem.acquire()
             finally:
-                self.sem.release()
-        t_queue = self.clock()
-        async with self.sem:
-            ready = self.clock()
+                self.queued -= 1
+            slot_wait = self.clock() - t_queue
+        chained = False
+
+        def then(answer: Answer) -> asyncio.Future | None:
+            nonlocal chained
+            chained = self._chain(req, after, answer) if after is not None else False
+            return self._hold() if chained else None
+
+        try:
             outcome = await send(self.client, self.endpoint, wire, request=request,
-                                 clock=self.clock)
-        return outcome, ready - t_queue
+                                 clock=self.clock, then=then if after is not None else None)
+        finally:
+            if not chained:
+                self.sem.release()
+        return outcome, slot_wait
+
+    def _chainable(self, req: PRequest, after: PRequest | None) -> PRequest | None:
+        """Output: `after` when it may be written as soon as `req`'s answer is in (`_chain`):
+        no planned wait and no phase barrier before it, nothing about it waits for `req`'s
+        record (see `_decides`), and no planned abort (its session may be held a moment before
+        reading its answer, `_hold`, and an abort is exact only when read at once). Else None."""
+        if (after is None or after.wait_before or after.abort_after
+                or (after.phase and after.phase != req.phase)):
+            return None
+        return None if self._decides(req) else after
+
+    def _chain(self, req: PRequest, after: PRequest, answer: Answer) -> bool:
+        """Called the moment `req`'s answer has been read to its end, without error (its
+        connection idle again): write `after`, the session's next request, at once, on `req`'s
+        concurrency slot, unless another request waits for a slot, a stop applies, or it cannot
+        be made. What the session does with `req`'s outcome comes after: when answers end
+        together (an engine ending a batch), each session's next request is out before any
+        of them is recorded. Output: True when written (it is then in `written`)."""
+        if (not self.writes_bytes or self.queued or self.sink_error is not None
+                or self._skip_reason(after)):
+            return False
+        try:
+            ahead = self.built.get(after.id)
+            if ahead is not None:
+                if not (ready_to_write(self.client, ahead[1])
+                        and send_now(self.client, ahead[1])):
+                    return False
+            else:
+                wire = self._make_wire(after, self._deadline(),
+                                       ChainMap({req.id: answer}, self.outcomes))
+                if not all(type(m) is bytes for m in wire.messages):
+                    return False  # it carries another reply, not in yet
+                if not self._write_bytes(wire):
+                    return False
+                self.built[after.id] = (wire, None)
+        except Exception:  # noqa: BLE001 (made again at its turn, where errors are recorded)
+            return False
+        self.written.add(after.id)
+        return True
+
+    def _hold(self) -> asyncio.Future:
+        """Output: a future that `_release` resolves, for a session whose next request `_chain`
+        wrote and that has the rest of its answer to deal with (its outcome and record, the
+        httpx request of what was written, reading its answer)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if not self.held:
+            self.held_ends = responses_ended()
+            loop.call_soon(self._release)
+        self.held.append((loop.time(), fut))
+        return fut
+
+    def _release(self) -> None:
+        """Loop callback, once a loop turn while sessions are held (`_hold`): let the oldest
+        one go on, unless answers were read to their end since the last turn — their
+        sessions' next requests (`_chain`) go first — and it has waited less than
+        `_HOLD_MAX_S`. One a turn, so that answers ending meanwhile wait for one session's
+        rest, not for all of them."""
+        loop = asyncio.get_running_loop()
+        ends = responses_ended()
+        now = loop.time()
+        if ends == self.held_ends or now - self.held[0][0] >= _HOLD_MAX_S:
+            _, fut = self.held.popleft()
+            if not fut.done():
+                fut.set_result(None)
+        self.held_ends = ends
+        if self.held:
+            loop.call_soon(self._release)
+
+    def _write_bytes(self, wire: WireRequest) -> bool:
+        """Write `wire` as bytes, its httpx request left to its turn (`_wire`): its body, and
+        its head made ahead (`_build_early`) or now. Output: True when written."""
+        head = self.heads.pop(wire.id, None) or head_of(self.endpoint, wire)
+        parts = body_parts(self.endpoint, wire)
+        written = write_payload(self.client, self.endpoint.chat_url,
+                                [head, content_length(b"", sum(map(len, parts))), *parts])
+        if written is None:
+            return False
+        self.chained[wire.id] = (parts, written)
+        return True
 
     def _wire(self, req: PRequest) -> tuple[WireRequest, httpx.Request | None]:
         """Output: the request to send now, and its httpx request when it was built ahead."""
         self.wired.add(req.id)
+        self.heads.pop(req.id, None)
         ahead = self.built.pop(req.id, None)
         if ahead is None:
             return self._make_wire(req, self._deadline()), None
         wire, request = ahead
         if self.time_budget_s:  # what is left of the budget now (built with all of it)
             wire = wire.model_copy(update={"deadline_s": self._deadline()})
+        chained = self.chained.pop(req.id, None)
+        if chained is not None:  # `_chain` wrote its bytes: now the httpx request of them
+            request = build(self.endpoint, wire, b"".join(chained[0]))
+            request.extensions.update(chained[1])
         return wire, request
 
-    def _make_wire(self, req: PRequest, deadline_s: float) -> WireRequest:
-        """Output: the request as sent. Not re-validated: every field comes from the checked
-        plan and the realiser (validating the messages copied each of them, on the path from
-        an answer to the next send)."""
+    def _make_wire(self, req: PRequest, deadline_s: float,
+                   replies: Mapping[str, Any] | None = None) -> WireRequest:
+        """Output: the request as sent, its messages carrying `replies` (by default the
+        outcomes so far). Not re-validated: every field comes from the checked plan and the
+        realiser (validating the messages copied each of them, on the path from an answer to
+        the next send)."""
         return WireRequest.model_construct(
-            id=req.id, messages=self.realiser.messages(req, self.outcomes),
+            id=req.id, messages=self.realiser.encoded(
+                req, self.outcomes if replies is None else replies, dumps),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
-            headers={"X-WL-Session": req.session, "X-WL-Request": req.id},
+            headers=self._headers(req),
             deadline_s=deadline_s)
+
+    @staticmethod
+    def _headers(req: PRequest) -> dict[str, str]:
+        return {"X-WL-Session": req.session, "X-WL-Request": req.id}
 
     def _build_early(self, req: PRequest) -> None:
         """Realise and encode `req` now, ahead of its send (before the clock, while the request
@@ -388,7 +508,14 @@ class Executor:
         if req.id in self.built or req.id in self.wired:
             return
         if not self.realiser.can_realise(req, self.outcomes):
-            self.realiser.warm(req)  # its new text at least
+            self.realiser.encoded(req, self.outcomes, dumps)  # its new text at least
+            try:  # and the head `_chain` writes it with
+                self.heads[req.id] = head_of(self.endpoint, WireRequest.model_construct(
+                    id=req.id, messages=[], max_tokens=req.max_tokens, options=req.options,
+                    abort_after=req.abort_after, headers=self._headers(req),
+                    deadline_s=self._deadline()))
+            except Exception:  # noqa: BLE001 (see above)
+                pass
             return
         try:
             wire = self._make_wire(req, self._deadline())
@@ -449,9 +576,13 @@ class Executor:
 
     def _needed_now(self, req: PRequest, outcome: Outcome) -> bool:
         """Output: True when what follows may depend on this request's record at once: an
-        error (the errors-in-a-row stop), an `until` loop, fail-fast, a resend of it."""
-        return (outcome.error is not None or bool(req.stop_group) or self.plan.fail_fast
-                or req.id in self.resent)
+        error (the errors-in-a-row stop) or what `_decides`."""
+        return outcome.error is not None or self._decides(req)
+
+    def _decides(self, req: PRequest) -> bool:
+        """Output: True when `req`'s record, whatever it says, may decide what is sent next:
+        an `until` loop, fail-fast, a resend of it."""
+        return bool(req.stop_group) or self.plan.fail_fast or req.id in self.resent
 
     def _defer(self) -> None:
         """Make sure a `_deferred` pass is scheduled."""

@@ -163,11 +163,56 @@ def send_now(client: httpx.AsyncClient, request: httpx.Request) -> bool:
     Output: True when written (`request.extensions["wl_sent"]` is `(clock, sent at, unix
     time)`; sending it as usual then only reads the answer); False when nothing was written
     (no idle live connection, or the socket took no byte): send it as usual."""
-    transport = wire_transport(client, request.url)
     payload = request.extensions.get("wl_payload")
-    if transport is None or payload is None or "wl_conn" in request.extensions:
+    if payload is None or "wl_conn" in request.extensions:
         return False
-    return transport.write_now(request, payload)
+    written = write_payload(client, request.url, [payload])
+    if written is None:
+        return False
+    request.extensions.update(written)
+    return True
+
+
+def write_payload(client: httpx.AsyncClient, url: httpx.URL | str,
+                  payload: list[bytes]) -> dict[str, Any] | None:
+    """Without awaiting: write the bytes of a whole request, in pieces (`payload_head`,
+    `content_length`, the body's parts: one system call, no copy joining them), on an idle
+    connection to `url`'s origin, before its httpx request is made. Output:
+    the extensions that make the httpx request of those bytes, made later, written (`wl_conn`,
+    `wl_sent`: see `send_now`), or None when nothing was written (not a `WireTransport`, no
+    idle live connection, the socket took no byte)."""
+    url = _parsed(url) if isinstance(url, str) else url
+    transport = wire_transport(client, url)
+    if transport is None:
+        return None
+    return transport.write_now((url.host, url.port or 80), payload)
+
+
+def _rest(parts: list[bytes], sent: int) -> bytes:
+    """Output: what is left of `parts`, joined, after their first `sent` bytes."""
+    for i, part in enumerate(parts):
+        if sent < len(part):
+            return b"".join([part[sent:], *parts[i + 1:]])
+        sent -= len(part)
+    return b""
+
+
+def payload_head(request: httpx.Request) -> bytes:
+    """Input: an httpx request with a non-empty body. Output: its serialised head up to its
+    last header, `Content-Length` (which httpx puts last); `_serialise` of the same request
+    with another body `B` is this + `content_length(B)` + B. Raises ValueError when the head
+    does not end with the length (a request this transport would not write)."""
+    whole = _serialise(request, b"")
+    end = content_length(request.content)
+    if not whole.endswith(b"\r\n" + end):
+        raise ValueError("the request head does not end with its Content-Length")
+    return whole[:-len(end)]
+
+
+def content_length(body: bytes, size: int | None = None) -> bytes:
+    """Output: the `Content-Length` header line of `body` (or of a body of `size` bytes) and
+    the head's end."""
+    return b"Content-Length: %d\r\n\r\n" % (len(body) if size is None else size)
 
 
 class WireTransport(httpx.AsyncBaseTransport):
@@ -219,28 +264,26 @@ class WireTransport(httpx.AsyncBaseTransport):
             self.release(origin, conn)
         return len(conns)
 
-    def write_now(self, request: httpx.Request, payload: bytes) -> bool:
-        """See `send_now`. A partly written request keeps its connection and the rest in
-        `request.extensions["wl_conn"]` for `handle_async_request`."""
-        origin = (request.url.host, request.url.port or 80)
+    def write_now(self, origin: tuple[str, int], payload: list[bytes]) -> dict[str, Any] | None:
+        """See `write_payload`. A partly written request keeps its connection and the rest in
+        `wl_conn` for `handle_async_request`."""
         conn = self._idle_connection(origin)
         if conn is None:
-            return False
+            return None
         sent_at, unix = self.clock(), time.time()
         try:
-            sent = conn.sock.send(payload)
+            sent = conn.sock.sendmsg(payload) if len(payload) > 1 else conn.sock.send(payload[0])
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError:
             conn.close()
-            return False
+            return None
         if sent == 0:
             self.release(origin, conn)
-            return False
-        request.extensions["wl_conn"] = (conn, payload[sent:])
-        request.extensions["wl_sent"] = (self.clock, sent_at, unix)
+            return None
         conn._start_reading()  # noqa: SLF001
-        return True
+        rest = payload[0][sent:] if len(payload) == 1 else _rest(payload, sent)
+        return {"wl_conn": (conn, rest), "wl_sent": (self.clock, sent_at, unix)}
 
     def _idle_connection(self, origin: tuple[str, int]) -> "_Connection | None":
         """Output: the most recently released live idle connection to `origin`, or None."""

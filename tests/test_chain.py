@@ -1,0 +1,309 @@
+"""A session's next request written the moment its answer ends (`Executor._chain`), before
+anything else is done with that answer: the bytes it is written with (the body from messages
+encoded once, the head httpx would write), when it may be and when it may not, the sessions
+held meanwhile (`_hold` / `_release`), and, against a real loopback server, that what the
+server receives is what the plan and the answers make."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from workloadlang import api
+from workloadlang.plan.realise import RatioSizer, Realiser
+from workloadlang.run import executor as executor_module
+from workloadlang.run.client import (Answer, Endpoint, WireRequest, body_parts, build, build_body,
+                                     encode_body, head_of, send)
+from workloadlang.run.executor import Executor, ListSink
+from workloadlang.run.transport import _rest, _serialise, content_length, make_client
+
+GROWING = """
+workload grow {
+  params { n: int = 3 }
+  session s repeat $n { repeat 3 label step { user filler 30; reply 4 replay } }
+}
+"""
+
+
+def plan_of(text: str, **params: str) -> Any:
+    source = api.Source(name="t.wl", text=text)
+    return api.make_plan(api.parse_checked(source), source, params, salt="c",
+                         env={"max_context": 65536})
+
+
+# ------------------------------------------------------------------ the bytes
+
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "h\u00e9 \"x\""}]
+
+
+@pytest.mark.parametrize("messages", [[], MESSAGES[:1], MESSAGES])
+def test_the_body_is_the_dict_encoding_and_encoded_messages_go_in_as_they_are(
+        messages: list[dict[str, Any]]) -> None:
+    endpoint = Endpoint(base_url="http://e/v1", model="m")
+    plain = WireRequest(id="a", messages=messages, max_tokens=7,
+                        options={"temperature": 0.5, "seed": None, "top_k": 3})
+    expected = orjson.dumps(build_body(endpoint, plain))
+    assert encode_body(endpoint, plain) == expected
+    encoded = plain.model_copy(update={"messages": [orjson.dumps(m) for m in messages]})
+    assert encode_body(endpoint, encoded) == expected
+    assert b"".join(body_parts(endpoint, encoded)) == expected
+    assert json.loads(expected)["messages"] == messages
+
+
+def test_the_head_made_ahead_is_the_one_httpx_writes() -> None:
+    endpoint = Endpoint(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-1")
+    wire = WireRequest(id="a", messages=MESSAGES, max_tokens=3,
+                       headers={"X-WL-Session": "s#0", "X-WL-Request": "a"})
+    body = encode_body(endpoint, wire)
+    written = _serialise(build(endpoint, wire), body)
+    assert head_of(endpoint, wire) + content_length(body) + body == written
+    assert written.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nContent-Length: %d\r\n\r\n" % len(body) in written
+
+
+def test_what_is_left_after_a_partial_write_of_parts() -> None:
+    parts = [b"ab", b"", b"cde", b"f"]
+    for sent in range(7):
+        assert _rest(parts, sent) == b"abcdef"[sent:]
+
+
+def test_the_realiser_encodes_each_final_message_once() -> None:
+    plan = plan_of(GROWING, n="1")
+    realiser = Realiser(plan, RatioSizer(1.0))
+    encodes: list[bytes] = []
+
+    def encode(m: dict[str, Any]) -> bytes:
+        encodes.append(orjson.dumps(m))
+        return encodes[-1]
+
+    first, second, third = plan.requests
+    replies: dict[str, Any] = {}
+    assert realiser.encoded(first, replies, encode) == encodes == [orjson.dumps(m) for m in
+                                                                   realiser.messages(first, {})]
+    # the second request's reply is not in yet: that message comes as a dict, not kept
+    waiting = realiser.encoded(second, replies, encode)
+    assert [type(m) for m in waiting].count(dict) == 1
+    replies[first.id] = Answer("four tokens of text", "", 4)
+    n = len(encodes)
+    out = realiser.encoded(second, replies, encode)
+    assert all(type(m) is bytes for m in out)
+    assert [json.loads(m) for m in out] == realiser.messages(second, replies)
+    assert len(encodes) == n + 1  # only the reply's message: the rest were encoded before
+    replies[second.id] = Answer("more", "", 1)
+    realiser.encoded(third, replies, encode)
+    assert len(encodes) == n + 3  # the second reply and the third user turn
+
+
+# ------------------------------------------------------------------ when
+
+
+MIXED = """
+workload mixed {
+  concurrency = 4
+  session s {
+    turn a { user "a"; reply 4 }
+    turn b { user "b"; reply 4 replay }
+    turn c { user "c"; reply 8 abort after 2 }
+    wait 1s
+    turn d { user "d"; reply 4 }
+    phase p { turn e { user "e"; reply 4 } }
+  }
+}
+"""
+
+
+def executor_for(plan: Any) -> Executor:
+    return Executor(plan, Realiser(plan, RatioSizer(1.0)), httpx.AsyncClient(),
+                    Endpoint(base_url="http://e/v1", model="m"), ListSink())
+
+
+def test_only_a_next_request_due_at_once_and_decided_by_nothing_is_chained() -> None:
+    plan = plan_of(MIXED)
+    ex = executor_for(plan)
+    by = {r.id.split("/")[-2]: r for r in plan.requests}
+    assert ex._chainable(by["a"], by["b"]) is by["b"]
+    assert ex._chainable(by["a"], None) is None
+    assert ex._chainable(by["b"], by["c"]) is None  # a planned abort is read at once
+    assert ex._chainable(by["c"], by["d"]) is None  # a planned wait (the settle time)
+    assert ex._chainable(by["d"], by["e"]) is None  # a phase barrier
+    until = plan_of('workload u { session s { for i in 0..3 until miss { user "a"; reply 4 } } }')
+    r0, r1 = until.requests[:2]
+    assert executor_for(until)._chainable(r0, r1) is None  # its record may stop the loop
+    fast = plan_of('workload f { fail_fast = true; session s { repeat 2 { user "a"; reply 4 } } }')
+    assert executor_for(fast)._chainable(*fast.requests[:2]) is None
+
+
+def test_held_sessions_go_on_one_a_loop_turn_once_no_answer_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ends = [0]
+    monkeypatch.setattr(executor_module, "responses_ended", lambda: ends[0])
+    ex = executor_for(plan_of(GROWING))
+
+    async def go() -> list[list[bool]]:
+        held = [ex._hold() for _ in range(3)]
+        seen = []
+        for turn in range(6):
+            if turn < 2:
+                ends[0] += 1  # answers end in the first two turns: their sessions go first
+            await asyncio.sleep(0)
+            seen.append([f.done() for f in held])
+        return seen
+
+    seen = asyncio.run(go())
+    assert seen[:2] == [[False] * 3] * 2
+    assert seen[-1] == [True] * 3
+    # then one a turn, oldest first
+    counts = [sum(s) for s in seen]
+    assert all(b - a <= 1 for a, b in zip(counts, counts[1:]))
+    assert all(s == sorted(s, reverse=True) for s in seen)
+
+
+def test_a_held_session_goes_on_after_the_longest_hold_even_while_answers_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ends = [0]
+
+    def ending() -> int:
+        ends[0] += 1  # an answer ends every turn
+        return ends[0]
+
+    monkeypatch.setattr(executor_module, "responses_ended", ending)
+    monkeypatch.setattr(executor_module, "_HOLD_MAX_S", 0.02)
+    ex = executor_for(plan_of(GROWING))
+
+    async def go() -> tuple[bool, bool]:
+        held = ex._hold()
+        await asyncio.sleep(0.005)
+        early = held.done()
+        await asyncio.wait_for(held, 1.0)
+        return early, held.done()
+
+    assert asyncio.run(go()) == (False, True)
+
+
+# ------------------------------------------------------------------ send's part
+
+
+SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+       b'data: {"choices":[{"delta":{"content":" there"}}]}\n\n'
+       b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+       b"data: [DONE]\n\n")
+
+
+def mock_send(handler: Any, wire: WireRequest, then: Any = None,
+              request: httpx.Request | None = None, clock: Any = None) -> Any:
+    async def go() -> Any:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            kw = {"clock": clock} if clock else {}
+            return await send(client, Endpoint(base_url="http://e/v1", model="m"), wire,
+                              request=request, then=then, **kw)
+
+    return asyncio.run(go())
+
+
+def sse_answer(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+
+def test_then_gets_the_clean_answer_and_the_outcome_waits_for_what_it_returns() -> None:
+    order: list[Any] = []
+
+    def then(answer: Answer) -> Any:
+        order.append(answer)
+        fut = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.05, lambda: (order.append("released"),
+                                                             fut.set_result(None)))
+        return fut
+
+    wire = WireRequest(id="r", messages=MESSAGES, max_tokens=2)
+    outcome = mock_send(sse_answer, wire, then)
+    assert order == [Answer("hi there", "", 2), "released"]
+    assert outcome.content == "hi there" and outcome.error is None
+
+
+@pytest.mark.parametrize("handler, abort", [
+    (lambda r: httpx.Response(500, content=b'{"error":{"message":"boom"}}'), None),
+    (sse_answer, 1),  # aborted after one token: not an answer read to its end
+])
+def test_then_is_not_called_for_an_error_or_an_abort(handler: Any, abort: int | None) -> None:
+    calls: list[Answer] = []
+    wire = WireRequest(id="r", messages=MESSAGES, max_tokens=2, abort_after=abort)
+    outcome = mock_send(handler, wire, lambda a: calls.append(a))
+    assert calls == [] and (outcome.error is not None or outcome.aborted)
+
+
+def test_a_request_written_ahead_keeps_its_total_deadline() -> None:
+    """The deadline counts from when the request was written (`wl_sent`), not from when its
+    session gets to reading the answer (a held session, `_hold`)."""
+    import time
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.3)
+        return sse_answer(request)
+
+    endpoint = Endpoint(base_url="http://e/v1", model="m")
+    wire = WireRequest(id="r", messages=MESSAGES, max_tokens=2, deadline_s=0.5)
+    request = build(endpoint, wire)
+    clock = time.perf_counter
+    request.extensions["wl_sent"] = (clock, clock() - 0.4, time.time() - 0.4)
+    outcome = mock_send(slow, wire, request=request, clock=clock)
+    assert outcome.error is not None and outcome.error.kind == "timeout"
+    fresh = mock_send(slow, wire, clock=clock)  # the same request, written now: in time
+    assert fresh.error is None
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def run_against(server: FaultServer, plan: Any, executor_class: type = Executor) -> Executor:
+    async def go() -> Executor:
+        async with make_client() as client:
+            ex = executor_class(plan, Realiser(plan, RatioSizer(1.0)), client,
+                                Endpoint(base_url=server.base_url, model="m"), ListSink())
+            await ex.run()
+            return ex
+
+    return asyncio.run(go())
+
+
+def test_each_next_request_is_written_as_its_answer_ends_and_is_what_the_plan_makes(
+        fault_server: FaultServer) -> None:  # noqa: F811
+    fault_server.reset()
+    fault_server.defaults = {"x-fault": "slow", "x-tokens": "4", "x-interval-ms": "5"}
+    chained: list[str] = []
+
+    class Spy(Executor):
+        def _chain(self, req: Any, after: Any, answer: Answer) -> bool:
+            done = super()._chain(req, after, answer)
+            if done:
+                chained.append(after.id)
+            return done
+
+    plan = plan_of(GROWING, n="4")
+    ex = run_against(fault_server, plan, Spy)
+    records = [ex.records[r.id] for r in plan.requests]
+    assert [r.error for r in records] == [None] * 12
+    follow_ups = sorted(r.id for r in plan.requests if not r.id.endswith("/0"))
+    assert sorted(chained) == follow_ups  # every session's second and third request
+    received = {r["id"]: r for r in fault_server.chat_requests()}
+    endpoint = Endpoint(base_url=fault_server.base_url, model="m")
+    for req in plan.requests:
+        messages = ex.realiser.messages(req, ex.outcomes)  # with the answers it replays
+        wire = WireRequest(id=req.id, messages=messages, max_tokens=req.max_tokens,
+                           options=req.options)
+        assert received[req.id]["body"] == json.loads(encode_body(endpoint, wire)), req.id
+        assert received[req.id]["headers"]["x-wl-session"] == req.session
+    for rid in follow_ups:  # written after the answer before it ended, on its own clock
+        before = rid[:-1] + str(int(rid[-1]) - 1)
+        prev, this = ex.outcomes[before], ex.outcomes[rid]
+        assert this.t_send >= prev.t_send + prev.e2e_s
+        assert fault_server.spans[rid][0] > fault_server.spans[before][1]
+    assert len(ex.delays) == 12 and min(ex.delays) >= 0
+    assert ex.sem._value == ex.concurrency  # every slot handed on was given back
+    assert not ex.held and not ex.chained and not ex.written
