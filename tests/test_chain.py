@@ -74,6 +74,39 @@ def test_what_is_left_after_a_partial_write_of_parts() -> None:
         assert _rest(parts, sent) == b"abcdef"[sent:]
 
 
+def test_a_request_in_more_pieces_than_one_system_call_takes_is_written_whole() -> None:
+    """Over `_MAX_PIECES` pieces (a conversation of hundreds of turns) the pieces are joined
+    first: `sendmsg` refuses more than IOV_MAX of them."""
+    received: list[bytes] = []
+
+    def serve(conn: Any) -> None:
+        data = b""
+        while len(data) < 6000:
+            data += conn.recv(65536)
+        received.append(data)
+
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    url = "http://127.0.0.1:%d/v1/chat/completions" % listener.getsockname()[1]
+    threading.Thread(target=lambda: serve(listener.accept()[0]), daemon=True).start()
+    pieces = [b"%03d" % (i % 1000) for i in range(2000)]  # 6000 bytes in 2000 pieces
+
+    async def go() -> Any:
+        async with make_client() as client:
+            from workloadlang.run.transport import open_connections, write_payload
+            assert await open_connections(client, url, 1) == 1
+            return write_payload(client, url, pieces)
+
+    written = asyncio.run(go())
+    listener.close()
+    assert written is not None and written["wl_conn"][1] == b""
+    assert received == [b"".join(pieces)]
+
+
 def test_the_realiser_encodes_each_final_message_once() -> None:
     plan = plan_of(GROWING, n="1")
     realiser = Realiser(plan, RatioSizer(1.0))

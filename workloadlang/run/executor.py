@@ -25,6 +25,16 @@ waiting for the loop. It runs once no answer came in for `_QUIET_S`, or once the
 work waited `_DEFER_MAX_S`, in passes of about `_SLICE_S`; a pass lets the sessions whose
 answers the transport has just read to their end (`responses_ended`) go first, by one loop
 turn between two passes that work.
+
+A session's next request is written the moment its answer has been read to its end (`_chain`,
+called from `send`), before anything else is done with that answer, when it is due at once: no
+planned wait, phase barrier or abort before it, nothing waiting for the answer's record (an
+`until` loop, fail-fast, a resend of it) and no other request waiting for a concurrency slot (it
+takes over the answer's slot). It is written as bytes — messages encoded once each, the head
+made ahead (`_build_early`) — and its httpx request is made at its turn. The session is then
+held (`_hold`) until a loop turn passes in which no answer ended (`_release`, one session a turn,
+at most `_HOLD_MAX_S`): when answers end together, every one of their next requests is out
+before the rest of any of them runs.
 """
 
 from __future__ import annotations

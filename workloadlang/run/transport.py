@@ -51,6 +51,8 @@ from ..stamps import enable as _enable_stamps
 
 _READ_SIZE = 256 * 1024
 _PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this far behind
+_MAX_PIECES = 512  # pieces written in one sendmsg (the kernel takes up to IOV_MAX, 1024 on Linux)
+_HAS_SENDMSG = hasattr(socket.socket, "sendmsg")  # not on Windows
 
 
 _USER_AGENT = f"workloadlang/{__version__}"
@@ -270,6 +272,8 @@ class WireTransport(httpx.AsyncBaseTransport):
         conn = self._idle_connection(origin)
         if conn is None:
             return None
+        if len(payload) > 1 and (len(payload) > _MAX_PIECES or not _HAS_SENDMSG):
+            payload = [b"".join(payload)]
         sent_at, unix = self.clock(), time.time()
         try:
             sent = conn.sock.sendmsg(payload) if len(payload) > 1 else conn.sock.send(payload[0])
