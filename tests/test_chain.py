@@ -134,6 +134,29 @@ def test_the_realiser_encodes_each_final_message_once() -> None:
     assert len(encodes) == n + 3  # the second reply and the third user turn
 
 
+def test_the_messages_encoded_once_are_kept_at_their_own_size() -> None:
+    """orjson's output keeps the buffer it was written into (a 3 KB message held 32 KB): the
+    executor keeps each message's encoding in a bytes object of its own size."""
+    import tracemalloc
+
+    plan = plan_of('workload big { session s repeat 20 { user filler 2000; reply 4 } }')
+    ex = executor_for(plan)
+    for req in plan.requests:
+        ex.realiser.warm(req)  # the text first: only the encodings are measured below
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for req in plan.requests:
+            ex._make_wire(req, 60.0)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    kept = sum(len(b) for b in ex.realiser._encoded.values())
+    grown = sum(d.size_diff for d in after.compare_to(before, "filename"))
+    assert kept > 20 * 8000  # 20 messages of ~2000 words
+    assert grown < 1.5 * kept
+
+
 # ------------------------------------------------------------------ when
 
 

@@ -46,6 +46,14 @@ def dumps(obj: Any) -> bytes:
     except TypeError:
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
+
+def dumps_kept(obj: Any) -> bytes:
+    """Output: `dumps(obj)` in a bytes object of its own size, for bytes kept for long (each
+    message of a conversation, encoded once): orjson's output keeps the whole buffer it was
+    written into — with tracemalloc, a 3 KB message held 32 KB and a 100 KB one 1 MB."""
+    return bytes(memoryview(dumps(obj)))
+
+
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0

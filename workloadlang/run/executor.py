@@ -51,7 +51,7 @@ import httpx
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, body_parts, build,
-                                     dumps, head_of, send, warm_up)
+                                     dumps_kept, head_of, send, warm_up)
 from workloadlang.run.errors import EndpointError
 from workloadlang.run.transport import (content_length, open_connections, ready_to_write,
                                         responses_ended, send_now, wire_transport,
@@ -500,7 +500,7 @@ class Executor:
         the next send)."""
         return WireRequest.model_construct(
             id=req.id, messages=self.realiser.encoded(
-                req, self.outcomes if replies is None else replies, dumps),
+                req, self.outcomes if replies is None else replies, dumps_kept),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
             headers=self._headers(req),
             deadline_s=deadline_s)
@@ -518,7 +518,7 @@ class Executor:
         if req.id in self.built or req.id in self.wired:
             return
         if not self.realiser.can_realise(req, self.outcomes):
-            self.realiser.encoded(req, self.outcomes, dumps)  # its new text at least
+            self.realiser.encoded(req, self.outcomes, dumps_kept)  # its new text at least
             try:  # and the head `_chain` writes it with
                 self.heads[req.id] = head_of(self.endpoint, WireRequest.model_construct(
                     id=req.id, messages=[], max_tokens=req.max_tokens, options=req.options,
