@@ -82,7 +82,10 @@ def test_a_request_in_more_pieces_than_one_system_call_takes_is_written_whole() 
     def serve(conn: Any) -> None:
         data = b""
         while len(data) < 6000:
-            data += conn.recv(65536)
+            more = conn.recv(65536)
+            if not more:
+                break
+            data += more
         received.append(data)
 
     import socket
@@ -92,7 +95,8 @@ def test_a_request_in_more_pieces_than_one_system_call_takes_is_written_whole() 
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     url = "http://127.0.0.1:%d/v1/chat/completions" % listener.getsockname()[1]
-    threading.Thread(target=lambda: serve(listener.accept()[0]), daemon=True).start()
+    server = threading.Thread(target=lambda: serve(listener.accept()[0]), daemon=True)
+    server.start()
     pieces = [b"%03d" % (i % 1000) for i in range(2000)]  # 6000 bytes in 2000 pieces
 
     async def go() -> Any:
@@ -102,6 +106,7 @@ def test_a_request_in_more_pieces_than_one_system_call_takes_is_written_whole() 
             return write_payload(client, url, pieces)
 
     written = asyncio.run(go())
+    server.join(5)
     listener.close()
     assert written is not None and written["wl_conn"][1] == b""
     assert received == [b"".join(pieces)]

@@ -261,3 +261,13 @@ def test_recording_does_not_render(monkeypatch: pytest.MonkeyPatch) -> None:
         view.record(rec(r, reuse=1.0, hit=True))
     view.stop()
     assert len(plan.requests) > 2000 and 1 <= len(calls) < 100
+
+
+def test_the_footer_says_when_first_tokens_were_read_late() -> None:
+    from workloadlang.run.view import footer
+
+    plan = agent_plan(sessions=2)
+    quiet = results_for(plan, [])
+    assert "read late" not in footer(quiet)
+    late = quiet.model_copy(update={"client": {"ttft_late": 3}})
+    assert "NOTE: 3 first token(s) read late together with later ones" in footer(late)

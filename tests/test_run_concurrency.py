@@ -51,7 +51,8 @@ def test_concurrency_limit_is_enforced(tmp_path: Path, server: FaultServer, limi
     for k in range(6):
         first, second = server.spans[f"s#{k}/step/0"], server.spans[f"s#{k}/step/1"]
         assert first[1] is not None and second[0] > first[1]
-    assert set(res["client"]) >= {"loop_lag_p99_ms", "client_delay_p99_ms", "client_bottleneck"}
+    assert set(res["client"]) >= {"loop_lag_p99_ms", "client_delay_p99_ms", "client_bottleneck",
+                                  "ttft_late"}
 
 
 def test_phases_are_barriers(tmp_path: Path, server: FaultServer) -> None:

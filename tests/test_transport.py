@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import httpx
 import pytest
@@ -420,6 +420,57 @@ def test_first_token_keeps_its_own_arrival_when_the_second_one_is_queued_behind_
     out = answer_while_busy(reply, busy, max_tokens=2)
     assert out.error is None and out.content == "ab"
     assert out.ttft_s is not None and out.ttft_s < 0.05, out.ttft_s
+
+
+def stream_tokens_while(hold: Callable[[], Any], gap: float) -> Any:
+    """Serve one SSE answer: the head and a role chunk, then (once `hold()` returned its
+    release function) token "a", `gap` seconds later token "b" and the end. Output: the
+    outcome of a `send` of it, the release called 0.1 s after the tokens started."""
+    go = threading.Event()
+    role = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+    a = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    rest = (b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+            b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+            b"data: [DONE]\n\n")
+
+    def handler(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked")
+                     + chunked(role)[:-5])
+        time.sleep(0.05)  # the head and the role chunk are read
+        release = hold()
+        go.set()
+        conn.sendall(b"%x\r\n%s\r\n" % (len(a), a))
+        time.sleep(gap)
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+        time.sleep(max(0.0, 0.1 - gap))
+        release()
+        time.sleep(0.2)
+
+    server = RawServer(handler)
+    try:
+        return chat(server.url)[0]
+    finally:
+        server.close()
+
+
+def test_a_first_token_read_late_with_the_next_one_is_flagged() -> None:
+    """The reader thread is kept from reading (its lock held) while token "a" and, 30 ms later,
+    token "b" arrive; read 0.1 s after "a", both come in one read under "b"'s stamp. The
+    outcome says the first token's stamp may be late by how late that read was; read as they
+    come, it says nothing."""
+    from workloadlang.run.transport import _reader
+
+    def block() -> Callable[[], None]:
+        lock = _reader().lock
+        lock.acquire()
+        return lock.release
+
+    late = stream_tokens_while(block, 0.03)
+    assert late.error is None and late.content == "ab"
+    assert late.ttft_late_s is not None and 0.03 <= late.ttft_late_s < 0.5, late.ttft_late_s
+    on_time = stream_tokens_while(lambda: (lambda: None), 0.03)
+    assert on_time.error is None and on_time.content == "ab" and on_time.ttft_late_s is None
 
 
 def test_a_streamed_upload_is_sent_with_its_length() -> None:

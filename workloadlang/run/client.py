@@ -57,6 +57,7 @@ def dumps_kept(obj: Any) -> bytes:
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0
+_LATE_READ_S = 0.001  # a first token read later than this after it came, with more tokens: flagged
 
 
 class Endpoint(BaseModel):
@@ -133,7 +134,9 @@ class Outcome(BaseModel):
     `t_send_unix` wall-clock. TTFT is the first non-empty content / reasoning / reasoning_content /
     tool_calls delta; `ttft_content_s` the first content delta. `streamed_*` count token events
     (chunks), `completion_tokens` / `prompt_tokens` come from the engine's usage. `cached_tokens`
-    is None when the engine said nothing (`cached_source == "none"`)."""
+    is None when the engine said nothing (`cached_source == "none"`). `ttft_late_s` is set when
+    the first token came in a read made that long after its bytes arrived, with later tokens in
+    the same read: its TTFT may then be up to that much too long (None: it came on its own)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -142,6 +145,7 @@ class Outcome(BaseModel):
     t_send_unix: float
     ttft_s: float | None = None
     ttft_content_s: float | None = None
+    ttft_late_s: float | None = None
     e2e_s: float
     content: str = ""
     reasoning: str = ""
@@ -191,7 +195,7 @@ class _Stream:
         "clock", "t0", "abort_after", "content", "reasoning", "n_tokens", "n_content",
         "n_reasoning", "ttft", "ttft_content", "finish_reason", "done", "aborted", "event",
         "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
-        "n_malformed", "status", "t_end", "arrival", "t0_unix",
+        "n_malformed", "status", "t_end", "arrival", "t0_unix", "ttft_late",
     )
 
     def __init__(self, clock: Callable[[], float], abort_after: int | None) -> None:
@@ -216,6 +220,7 @@ class _Stream:
         self.status: int | None = None
         self.t_end: float | None = None
         self.arrival: float | None = None  # when the chunk being parsed reached the socket
+        self.ttft_late: float | None = None  # see `_check_first_read`
 
     def now(self) -> float:
         """Output: the time of the data being parsed: its arrival stamp from the transport when
@@ -386,7 +391,8 @@ class _Stream:
         )
         return Outcome(
             id=req_id, t_send=self.t0, t_send_unix=t_send_unix, ttft_s=self.ttft,
-            ttft_content_s=self.ttft_content, e2e_s=t_end - self.t0, content=_join(self.content),
+            ttft_content_s=self.ttft_content, ttft_late_s=self.ttft_late, e2e_s=t_end - self.t0,
+            content=_join(self.content),
             reasoning=_join(self.reasoning), streamed_tokens=self.n_tokens,
             streamed_content_tokens=self.n_content, streamed_reasoning_tokens=self.n_reasoning,
             completion_tokens=self.completion, prompt_tokens=self.prompt, cached_tokens=cached,
@@ -666,13 +672,29 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
             continue
         lines = buf.splitlines()
         buf = b"" if buf[-1] in (10, 13) else lines.pop()
+        first, before = state.ttft is None, state.n_tokens
+        stop = False
         for line in lines:
             if state.feed_line(line):
-                return
+                stop = True
+                break
+        if first and stamps is not None and state.ttft is not None:
+            _check_first_read(state, stamps.read_late, state.n_tokens - before)
+        if stop:
+            return
         if stamps is not None and state.ttft_content is not None:
             stamps.read_on_loop()  # both first-token times are in: the end needs no more
     if buf:
         state.feed_line(buf)
+
+
+def _check_first_read(state: _Stream, late: float, tokens: int) -> None:
+    """Input: how long after its arrival the read holding the first token was made, and how
+    many token events that read held. A read made late holds everything that came meanwhile
+    under the newest packet's stamp: with more tokens than the first in it, the first one may
+    have come up to `late` earlier than its stamp says (`ttft_late_s`)."""
+    if tokens > 1 and late > _LATE_READ_S:
+        state.ttft_late = late
 
 
 def _read_json_body(body: bytes, state: _Stream) -> None:

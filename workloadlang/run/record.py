@@ -77,6 +77,7 @@ class Record(BaseModel):
     t_send_unix: float | None = None
     ttft_s: float | None = None
     ttft_content_s: float | None = None
+    ttft_late_s: float | None = None  # the first token's stamp may be this late (client.Outcome)
     e2e_s: float | None = None
     aborted: bool = False
     error: ErrorDetail | None = None
@@ -160,7 +161,8 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                streamed_tokens=o.streamed_tokens, server_ttft_ms=o.server_ttft_ms,
                server_prefill_ms=o.server_prefill_ms, finish_reason=o.finish_reason,
                t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
-               ttft_content_s=o.ttft_content_s, e2e_s=o.e2e_s, aborted=o.aborted, error=err,
+               ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s, e2e_s=o.e2e_s,
+               aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
                suspicious=list(getattr(o, "suspicious", []) or []))
     if err is None:

@@ -415,7 +415,7 @@ class _Connection:
         self.head: _Head | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.reason = b""
-        self.chunks: collections.deque[tuple[bytes, float]] = collections.deque()
+        self.chunks: collections.deque[tuple[bytes, float, float]] = collections.deque()
         self.pieces: list[bytes] = []  # body pieces of the read being parsed
         self.buffered = 0
         self.complete = False
@@ -507,11 +507,13 @@ class _Connection:
         except OSError as exc:
             self.deliver(None, 0.0, exc)
             return
-        self.deliver(data, stamp, None)
+        self.deliver(data, stamp, None, self.clock() - stamp)
 
-    def deliver(self, data: bytes | None, stamp: float, exc: OSError | None) -> None:
-        """On the loop: what one socket read gave (bytes, b"" at EOF, or the read's error) and
-        when it arrived. Feeds the parser and wakes the consumer."""
+    def deliver(self, data: bytes | None, stamp: float, exc: OSError | None,
+                late: float = 0.0) -> None:
+        """On the loop: what one socket read gave (bytes, b"" at EOF, or the read's error), when
+        it arrived and how long after that it was read (`late`: bytes that came meanwhile are in
+        the same read, under the newest one's stamp). Feeds the parser and wakes the consumer."""
         if self.closed and data:
             return  # read before the connection was closed: nobody is waiting for it
         if exc is not None:
@@ -530,7 +532,7 @@ class _Connection:
         finally:
             if pieces:  # the body bytes of one read are one chunk: they share its arrival
                 body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                self.chunks.append((body, stamp))
+                self.chunks.append((body, stamp, late))
                 self.buffered += len(body)
         if self.buffered > _PAUSE_BYTES:
             self._stop_reading()
@@ -647,8 +649,9 @@ class _Connection:
             await self._wait(timeout)
         return self.head
 
-    async def next_chunk(self, timeout: float | None) -> tuple[bytes, float] | None:
-        """Output: the next body chunk with its arrival stamp, or None at the body's end."""
+    async def next_chunk(self, timeout: float | None) -> tuple[bytes, float, float] | None:
+        """Output: the next body chunk with its arrival stamp and how long after it the chunk
+        was read (see `deliver`), or None at the body's end."""
         tried = False
         while not self.chunks:
             if self.error is not None:
@@ -664,9 +667,9 @@ class _Connection:
                 self._on_readable()
                 continue
             await self._wait(timeout)
-        body, stamp = self.chunks.popleft()
-        self.buffered -= len(body)
-        return body, stamp
+        item = self.chunks.popleft()
+        self.buffered -= len(item[0])
+        return item
 
     def reusable(self) -> bool:
         """Output: True when the response was read to its end and the server keeps the
@@ -782,12 +785,13 @@ class _Reader:
         except OSError as exc:
             self._drop(fd, conn)
             conn.thread_reads += 1
-            batches.setdefault(conn.loop, []).append((conn, None, 0.0, exc))
+            batches.setdefault(conn.loop, []).append((conn, None, 0.0, exc, 0.0))
             return
         if not data:
             self._drop(fd, conn)  # EOF stays readable: stop polling it
         conn.thread_reads += 1
-        batches.setdefault(conn.loop, []).append((conn, data, _arrival(anc, conn.clock), None))
+        stamp = _arrival(anc, conn.clock)
+        batches.setdefault(conn.loop, []).append((conn, data, stamp, None, conn.clock() - stamp))
 
 
 def _lowest_priority() -> None:
@@ -805,9 +809,9 @@ def _lowest_priority() -> None:
 
 def _deliver_all(items: list) -> None:
     """On the loop: hand each read to its connection, in the order they were read."""
-    for conn, data, stamp, exc in items:
+    for conn, data, stamp, exc, late in items:
         conn.thread_delivered += 1
-        conn.deliver(data, stamp, exc)
+        conn.deliver(data, stamp, exc, late)
 
 
 _READER: _Reader | None = None
@@ -835,6 +839,7 @@ class ResponseStream(httpx.AsyncByteStream):
         self._conn, self._pool, self._origin, self._timeout = conn, pool, origin, timeout
         self.clock = conn.clock
         self.arrival: float | None = None
+        self.read_late = 0.0  # how long after its arrival the chunk last yielded was read
         self._closed = False
 
     def read_on_loop(self) -> None:
@@ -849,7 +854,7 @@ class ResponseStream(httpx.AsyncByteStream):
         item = await self._conn.next_chunk(self._timeout)
         if item is None:
             raise StopAsyncIteration
-        self.arrival = item[1]
+        self.arrival, self.read_late = item[1], item[2]
         return item[0]
 
     def at_end(self) -> bool:

@@ -203,6 +203,10 @@ def footer(results: Any) -> str:
         line += f" · incomplete: {results.incomplete}"
     if results.client.get("client_bottleneck") and not results.engine.get("sim"):
         line += " · NOTE: the client was a bottleneck (see client in the results)"
+    late = results.client.get("ttft_late")
+    if late:
+        line += (f" · NOTE: {late} first token(s) read late together with later ones: their TTFT"
+                 " may be too long (ttft_late_s in the records)")
     return line
 
 
