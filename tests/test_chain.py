@@ -368,3 +368,37 @@ def test_each_next_request_is_written_as_its_answer_ends_and_is_what_the_plan_ma
     assert len(ex.delays) == 12 and min(ex.delays) >= 0
     assert ex.sem._value == ex.concurrency  # every slot handed on was given back
     assert not ex.held and not ex.chained and not ex.written
+
+
+def test_a_request_not_written_whole_at_once_is_not_held(
+        fault_server: FaultServer) -> None:  # noqa: F811
+    """A body larger than the socket takes at once (a long context): the rest goes out at its
+    session's turn, so the session is not held — else the rest would wait for the answers
+    ending meanwhile, and the TTFT, counted from the first byte, with it."""
+    fault_server.reset()
+    fault_server.defaults = {"x-fault": "slow", "x-tokens": "4", "x-interval-ms": "5"}
+    seen: list[tuple[str, bool, bool]] = []  # (request, written whole, held)
+
+    class Spy(Executor):
+        def _chain(self, req: Any, after: Any, answer: Answer) -> bool:
+            done = super()._chain(req, after, answer)
+            if done:
+                seen.append((after.id, self._all_written(after), False))
+            return done
+
+        def _hold(self) -> Any:
+            seen[-1] = seen[-1][:2] + (True,)
+            return super()._hold()
+
+    source = api.Source(name="t.wl", text="""workload big { session s {
+        repeat 2 label step { user filler 400000; reply 4 replay } } }""")
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="c",
+                         env={"max_context": 1 << 22})
+    ex = run_against(fault_server, plan, Spy)
+    assert [ex.records[r.id].error for r in plan.requests] == [None, None]
+    assert len(seen) == 1
+    rid, whole, held = seen[0]
+    assert rid == plan.requests[1].id and not whole and not held
+    received = {r["id"]: r for r in fault_server.chat_requests()}
+    messages = ex.realiser.messages(plan.requests[1], ex.outcomes)
+    assert received[rid]["body"]["messages"] == messages  # the rest arrived, in order

@@ -34,7 +34,8 @@ takes over the answer's slot). It is written as bytes — messages encoded once 
 made ahead (`_build_early`) — and its httpx request is made at its turn. The session is then
 held (`_hold`) until a loop turn passes in which no answer ended (`_release`, one session a turn,
 at most `_HOLD_MAX_S`): when answers end together, every one of their next requests is out
-before the rest of any of them runs.
+before the rest of any of them runs. (Not held when the socket took only part of the request:
+the rest goes out at the session's turn, which is then at once.)
 """
 
 from __future__ import annotations
@@ -386,7 +387,9 @@ class Executor:
         def then(answer: Answer) -> asyncio.Future | None:
             nonlocal chained
             chained = self._chain(req, after, answer) if after is not None else False
-            return self._hold() if chained else None
+            # held only once its bytes are all out: the rest of a partial write is sent at
+            # its session's turn, and its TTFT counts from the first byte
+            return self._hold() if chained and self._all_written(after) else None
 
         try:
             outcome = await send(self.client, self.endpoint, wire, request=request,
@@ -434,6 +437,12 @@ class Executor:
             return False
         self.written.add(after.id)
         return True
+
+    def _all_written(self, req: PRequest) -> bool:
+        """Output: True when every byte of `req`, written by `_chain`, went into the socket."""
+        chained = self.chained.get(req.id)
+        written = chained[1] if chained is not None else self.built[req.id][1].extensions
+        return not written["wl_conn"][1]
 
     def _hold(self) -> asyncio.Future:
         """Output: a future that `_release` resolves, for a session whose next request `_chain`
