@@ -372,9 +372,10 @@ def test_each_next_request_is_written_as_its_answer_ends_and_is_what_the_plan_ma
 
 def test_a_request_not_written_whole_at_once_is_not_held(
         fault_server: FaultServer) -> None:  # noqa: F811
-    """A body larger than the socket takes at once (a long context): the rest goes out at its
-    session's turn, so the session is not held — else the rest would wait for the answers
-    ending meanwhile, and the TTFT, counted from the first byte, with it."""
+    """A body larger than the socket takes at once (a long context; here larger than the
+    kernel's largest send buffer): the rest goes out at its session's turn, so the session is
+    not held — else the rest would wait for the answers ending meanwhile, and the TTFT,
+    counted from the first byte, with it."""
     fault_server.reset()
     fault_server.defaults = {"x-fault": "slow", "x-tokens": "4", "x-interval-ms": "5"}
     seen: list[tuple[str, bool, bool]] = []  # (request, written whole, held)
@@ -390,10 +391,14 @@ def test_a_request_not_written_whole_at_once_is_not_held(
             seen[-1] = seen[-1][:2] + (True,)
             return super()._hold()
 
-    source = api.Source(name="t.wl", text="""workload big { session s {
-        repeat 2 label step { user filler 400000; reply 4 replay } } }""")
+    try:  # larger than any send buffer the kernel grants: the write is partial for sure
+        words = 2 * int(open("/proc/sys/net/ipv4/tcp_wmem").read().split()[2]) // 5
+    except (OSError, ValueError, IndexError):
+        words = 2_000_000
+    source = api.Source(name="t.wl", text=f"""workload big {{ session s {{
+        repeat 2 label step {{ user filler {words}; reply 4 replay }} }} }}""")
     plan = api.make_plan(api.parse_checked(source), source, {}, salt="c",
-                         env={"max_context": 1 << 22})
+                         env={"max_context": 1 << 24})
     ex = run_against(fault_server, plan, Spy)
     assert [ex.records[r.id].error for r in plan.requests] == [None, None]
     assert len(seen) == 1

@@ -422,15 +422,15 @@ def test_first_token_keeps_its_own_arrival_when_the_second_one_is_queued_behind_
     assert out.ttft_s is not None and out.ttft_s < 0.05, out.ttft_s
 
 
-def stream_tokens_while(hold: Callable[[], Any], gap: float) -> Any:
+def stream_tokens_while(hold: Callable[[], Any], gap: float, b: bool = True) -> Any:
     """Serve one SSE answer: the head and a role chunk, then (once `hold()` returned its
-    release function) token "a", `gap` seconds later token "b" and the end. Output: the
-    outcome of a `send` of it, the release called 0.1 s after the tokens started."""
+    release function) token "a", `gap` seconds later token "b" (unless not `b`) and the end.
+    Output: the outcome of a `send` of it, the release called 0.1 s after the tokens started."""
     go = threading.Event()
     role = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
     a = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
-    rest = (b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
-            b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+    rest = ((b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n' if b else b"")
+            + b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
             b"data: [DONE]\n\n")
 
     def handler(conn: socket.socket, index: int) -> None:
@@ -471,6 +471,9 @@ def test_a_first_token_read_late_with_the_next_one_is_flagged() -> None:
     assert late.ttft_late_s is not None and 0.03 <= late.ttft_late_s < 0.5, late.ttft_late_s
     on_time = stream_tokens_while(lambda: (lambda: None), 0.03)
     assert on_time.error is None and on_time.content == "ab" and on_time.ttft_late_s is None
+    # a one-token answer: what comes after the token in the same read is the stream's end
+    one = stream_tokens_while(block, 0.03, b=False)
+    assert one.content == "a" and one.ttft_late_s is not None and one.ttft_late_s >= 0.03
 
 
 def test_a_streamed_upload_is_sent_with_its_length() -> None:

@@ -57,7 +57,7 @@ def dumps_kept(obj: Any) -> bytes:
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0
-_LATE_READ_S = 0.001  # a first token read later than this after it came, with more tokens: flagged
+_LATE_READ_S = 0.001  # a first token read this late after it came, with more behind it: flagged
 
 
 class Endpoint(BaseModel):
@@ -135,8 +135,9 @@ class Outcome(BaseModel):
     tool_calls delta; `ttft_content_s` the first content delta. `streamed_*` count token events
     (chunks), `completion_tokens` / `prompt_tokens` come from the engine's usage. `cached_tokens`
     is None when the engine said nothing (`cached_source == "none"`). `ttft_late_s` is set when
-    the first token came in a read made that long after its bytes arrived, with later tokens in
-    the same read: its TTFT may then be up to that much too long (None: it came on its own)."""
+    the first token came in a read made that long after its bytes arrived, with more of the
+    stream behind it in the same read (later tokens, the end): its TTFT may then be up to that
+    much too long (None: it came on its own)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -672,28 +673,28 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
             continue
         lines = buf.splitlines()
         buf = b"" if buf[-1] in (10, 13) else lines.pop()
-        first, before = state.ttft is None, state.n_tokens
-        stop = False
-        for line in lines:
-            if state.feed_line(line):
-                stop = True
-                break
-        if first and stamps is not None and state.ttft is not None:
-            _check_first_read(state, stamps.read_late, state.n_tokens - before)
-        if stop:
-            return
+        first = stamps is not None and state.ttft is None
+        for i, line in enumerate(lines):
+            stop = state.feed_line(line)
+            if first and state.ttft is not None:
+                first = False
+                _check_first_read(state, stamps.read_late, buf or any(
+                    later.startswith(b"data:") for later in lines[i + 1:]))
+            if stop:
+                return
         if stamps is not None and state.ttft_content is not None:
             stamps.read_on_loop()  # both first-token times are in: the end needs no more
     if buf:
         state.feed_line(buf)
 
 
-def _check_first_read(state: _Stream, late: float, tokens: int) -> None:
-    """Input: how long after its arrival the read holding the first token was made, and how
-    many token events that read held. A read made late holds everything that came meanwhile
-    under the newest packet's stamp: with more tokens than the first in it, the first one may
-    have come up to `late` earlier than its stamp says (`ttft_late_s`)."""
-    if tokens > 1 and late > _LATE_READ_S:
+def _check_first_read(state: _Stream, late: float, more: Any) -> None:
+    """Input: how long after its arrival the read holding the first token was made, and whether
+    that read held more of the stream after the first token's event (`more` truthy). A read
+    made late holds everything that came meanwhile under the newest packet's stamp: with more
+    after the first token (later tokens, the end), the first one may have come up to `late`
+    earlier than its stamp says (`ttft_late_s`)."""
+    if more and late > _LATE_READ_S:
         state.ttft_late = late
 
 
