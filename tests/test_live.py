@@ -269,5 +269,5 @@ def test_the_footer_says_when_first_tokens_were_read_late() -> None:
     plan = agent_plan(sessions=2)
     quiet = results_for(plan, [])
     assert "read late" not in footer(quiet)
-    late = quiet.model_copy(update={"client": {"ttft_late": 3}})
-    assert "NOTE: 3 first token(s) read late together with later ones" in footer(late)
+    late = quiet.model_copy(update={"client": {"ttft_late": 3, "ttft_late_max_ms": 2.94}})
+    assert "NOTE: 3 first token(s) read up to 2.9 ms after they came" in footer(late)

@@ -52,7 +52,7 @@ def test_concurrency_limit_is_enforced(tmp_path: Path, server: FaultServer, limi
         first, second = server.spans[f"s#{k}/step/0"], server.spans[f"s#{k}/step/1"]
         assert first[1] is not None and second[0] > first[1]
     assert set(res["client"]) >= {"loop_lag_p99_ms", "client_delay_p99_ms", "client_bottleneck",
-                                  "ttft_late"}
+                                  "ttft_late", "ttft_late_max_ms"}
 
 
 def test_phases_are_barriers(tmp_path: Path, server: FaultServer) -> None:

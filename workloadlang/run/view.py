@@ -203,10 +203,11 @@ def footer(results: Any) -> str:
         line += f" · incomplete: {results.incomplete}"
     if results.client.get("client_bottleneck") and not results.engine.get("sim"):
         line += " · NOTE: the client was a bottleneck (see client in the results)"
-    late = results.client.get("ttft_late")
+    late, most = results.client.get("ttft_late"), results.client.get("ttft_late_max_ms")
     if late:
-        line += (f" · NOTE: {late} first token(s) read late together with later ones: their TTFT"
-                 " may be too long (ttft_late_s in the records)")
+        upto = f" up to {most:.1f} ms" if most is not None else ""
+        line += (f" · NOTE: {late} first token(s) read{upto} after they came, with more of the"
+                 " stream behind them: their TTFT may be that much too long (ttft_late_s)")
     return line
 
 
