@@ -267,15 +267,16 @@ def test_realising_the_default_agent_sim_plan_sizes_every_prompt():
         assert users == planned
 
 
-def test_warm_renders_a_requests_new_text_ahead_and_changes_nothing(monkeypatch):
-    """`warm` (the executor calls it while the request before is in flight) renders the filler
-    of a request whose reply is not in yet; `messages` then renders nothing, same bytes."""
+def test_encoding_ahead_renders_a_requests_new_text_and_changes_nothing(monkeypatch):
+    """`encoded` without the reply (the executor calls it while the request before is in
+    flight) renders the filler of a request whose reply is not in yet; `messages` then renders
+    nothing, same bytes."""
     plan = plan_of(GROWING)
     replies = replies_for(plan)
     second = next(r for r in plan.requests if r.label == "main" and r.index == 1)
     cold = Realiser(plan).messages(second, replies)
     realiser = Realiser(plan)
-    realiser.warm(second)  # no reply needed
+    realiser.encoded(second, {}, lambda m: json.dumps(m).encode())  # no reply needed
     rendered: list[str] = []
     real = synth.filler
     monkeypatch.setattr(synth, "filler", lambda *a: rendered.append(a[1]) or real(*a))

@@ -116,13 +116,6 @@ class Realiser:
             out.append(done)
         return out
 
-    def warm(self, req: PRequest) -> None:
-        """Render and keep now the text of `req`'s messages that carry no reply (their fillers),
-        so that `messages` later only joins what is already made."""
-        for i in req.messages:
-            if i not in self._static and not self._reply_keys(i):
-                self._message(i, {})
-
     def can_realise(self, req: PRequest, replies: Mapping[str, Reply]) -> bool:
         """Output: True when every earlier reply that `req`'s messages carry is in `replies`
         (its messages are then final: a reply, once there, does not change). Looks only at

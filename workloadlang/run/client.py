@@ -468,8 +468,8 @@ def build(endpoint: Endpoint, req: WireRequest, body: bytes | None = None) -> ht
 
 def head_of(endpoint: Endpoint, req: WireRequest) -> bytes:
     """Output: the HTTP/1.1 request head that `build(endpoint, req)` is written with, up to its
-    last header, `Content-Length`, which the body decides: `head + content_length(body) + body`
-    are the bytes written for it. Raises as `build` does, and ValueError when that head does
+    last header, `Content-Length`, which the body decides: `head + content_length(len(body)) +
+    body` are the bytes written for it. Raises as `build` does, and ValueError when that head does
     not end with the length."""
     return payload_head(build(endpoint, req, b"{}"))
 
@@ -678,7 +678,7 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
             stop = state.feed_line(line)
             if first and state.ttft is not None:
                 first = False
-                _check_first_read(state, stamps.read_late, buf or any(
+                _check_first_read(state, stamps.read_late, bool(buf) or any(
                     later.startswith(b"data:") for later in lines[i + 1:]))
             if stop:
                 return
@@ -688,9 +688,9 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
         state.feed_line(buf)
 
 
-def _check_first_read(state: _Stream, late: float, more: Any) -> None:
+def _check_first_read(state: _Stream, late: float, more: bool) -> None:
     """Input: how long after its arrival the read holding the first token was made, and whether
-    that read held more of the stream after the first token's event (`more` truthy). A read
+    that read held more of the stream after the first token's event (`more`). A read
     made late holds everything that came meanwhile under the newest packet's stamp: with more
     after the first token (later tokens, the end), the first one may have come up to `late`
     earlier than its stamp says (`ttft_late_s`)."""

@@ -479,7 +479,7 @@ class Executor:
         head = self.heads.pop(wire.id, None) or head_of(self.endpoint, wire)
         parts = body_parts(self.endpoint, wire)
         written = write_payload(self.client, self.endpoint.chat_url,
-                                [head, content_length(b"", sum(map(len, parts))), *parts])
+                                [head, content_length(sum(map(len, parts))), *parts])
         if written is None:
             return False
         self.chained[wire.id] = (parts, written)

@@ -202,19 +202,18 @@ def _rest(parts: list[bytes], sent: int) -> bytes:
 def payload_head(request: httpx.Request) -> bytes:
     """Input: an httpx request with a non-empty body. Output: its serialised head up to its
     last header, `Content-Length` (which httpx puts last); `_serialise` of the same request
-    with another body `B` is this + `content_length(B)` + B. Raises ValueError when the head
+    with another body `B` is this + `content_length(len(B))` + B. Raises ValueError when the head
     does not end with the length (a request this transport would not write)."""
     whole = _serialise(request, b"")
-    end = content_length(request.content)
+    end = content_length(len(request.content))
     if not whole.endswith(b"\r\n" + end):
         raise ValueError("the request head does not end with its Content-Length")
     return whole[:-len(end)]
 
 
-def content_length(body: bytes, size: int | None = None) -> bytes:
-    """Output: the `Content-Length` header line of `body` (or of a body of `size` bytes) and
-    the head's end."""
-    return b"Content-Length: %d\r\n\r\n" % (len(body) if size is None else size)
+def content_length(size: int) -> bytes:
+    """Output: the `Content-Length` header line of a body of `size` bytes and the head's end."""
+    return b"Content-Length: %d\r\n\r\n" % size
 
 
 class WireTransport(httpx.AsyncBaseTransport):
