@@ -211,6 +211,28 @@ def split_worst(n: int = 12) -> str:
             f"back {med(2):.2f} ms")
 
 
+def check_flags(over_ms: float = 1.0) -> str:
+    """The first-token flag (`ttft_late_s`) against what it flags: of the requests whose
+    overhead is over `over_ms`, how many are flagged with a bound that covers the overhead
+    beyond `over_ms` (every one should be); and how many flagged ones were in fact within it
+    (the bound is an upper bound, not the error)."""
+    over, flagged, covered, loose = 0, 0, 0, 0
+    for o in OUTCOMES:
+        _, server_ms, _ = pair(o)
+        if o.error is not None or o.ttft_s is None or server_ms is None:
+            continue
+        extra = o.ttft_s * 1000 - server_ms
+        late = None if o.ttft_late_s is None else o.ttft_late_s * 1000
+        flagged += late is not None
+        if extra > over_ms:
+            over += 1
+            covered += late is not None and extra - over_ms <= late
+        elif late is not None:
+            loose += 1
+    return (f"overhead > {over_ms:g} ms: {over}, of them flagged with a bound that covers it: "
+            f"{covered}; flagged: {flagged}, of them within {over_ms:g} ms: {loose}")
+
+
 SEND_PATH: list[float] = []  # s from httpx's send() call to the request's bytes handed to the kernel
 
 
@@ -326,6 +348,7 @@ def main() -> int:
                 if mode == "executor" and streams > 1:
                     show(summarise(f"  after 1st turn x{streams}", LATER, {}))
                     print(f"{'':<22} {split_worst()}")
+                    print(f"{'':<22} first-token flags: {check_flags()}")
                 if args.probe_sim:
                     print(f"{'':<22} client full GC pauses during the run: {len(GC_PAUSES)}, max "
                           f"{max(GC_PAUSES, default=0) * 1000:.1f} ms (incl. the one before the clock)")

@@ -422,10 +422,13 @@ def test_first_token_keeps_its_own_arrival_when_the_second_one_is_queued_behind_
     assert out.ttft_s is not None and out.ttft_s < 0.05, out.ttft_s
 
 
-def stream_tokens_while(hold: Callable[[], Any], gap: float, b: bool = True) -> Any:
+def stream_tokens_while(hold: Callable[[], Any], gap: float, b: bool = True,
+                        release_at: float = 0.1) -> Any:
     """Serve one SSE answer: the head and a role chunk, then (once `hold()` returned its
-    release function) token "a", `gap` seconds later token "b" (unless not `b`) and the end.
-    Output: the outcome of a `send` of it, the release called 0.1 s after the tokens started."""
+    release function) token "a", `gap` seconds later token "b" (unless not `b`) and the end —
+    with `gap` None, all of it in one write. Output: the outcome of a `send` of it, the release
+    called `release_at` seconds after the tokens started (at once after the last write, if that
+    is later)."""
     go = threading.Event()
     role = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
     a = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
@@ -440,10 +443,15 @@ def stream_tokens_while(hold: Callable[[], Any], gap: float, b: bool = True) -> 
         time.sleep(0.05)  # the head and the role chunk are read
         release = hold()
         go.set()
-        conn.sendall(b"%x\r\n%s\r\n" % (len(a), a))
-        time.sleep(gap)
-        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
-        time.sleep(max(0.0, 0.1 - gap))
+        tokens = b"%x\r\n%s\r\n" % (len(a), a)
+        end = b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest)
+        if gap is None:
+            conn.sendall(tokens + end)
+        else:
+            conn.sendall(tokens)
+            time.sleep(gap)
+            conn.sendall(end)
+        time.sleep(max(0.0, release_at - (gap or 0.0)))
         release()
         time.sleep(0.2)
 
@@ -459,13 +467,7 @@ def test_a_first_token_read_late_with_the_next_one_is_flagged() -> None:
     token "b" arrive; read 0.1 s after "a", both come in one read under "b"'s stamp. The
     outcome says the first token's stamp may be late by how late that read was; read as they
     come, it says nothing."""
-    from workloadlang.run.transport import _reader
-
-    def block() -> Callable[[], None]:
-        lock = _reader().lock
-        lock.acquire()
-        return lock.release
-
+    block = hold_reader
     late = stream_tokens_while(block, 0.03)
     assert late.error is None and late.content == "ab"
     assert late.ttft_late_s is not None and 0.03 <= late.ttft_late_s < 0.5, late.ttft_late_s
@@ -474,6 +476,33 @@ def test_a_first_token_read_late_with_the_next_one_is_flagged() -> None:
     # a one-token answer: what comes after the token in the same read is the stream's end
     one = stream_tokens_while(block, 0.03, b=False)
     assert one.content == "a" and one.ttft_late_s is not None and one.ttft_late_s >= 0.03
+
+
+def hold_reader() -> Callable[[], None]:
+    from workloadlang.run.transport import _reader
+
+    lock = _reader().lock
+    lock.acquire()
+    return lock.release
+
+
+def test_a_first_token_read_just_after_the_next_packet_is_flagged() -> None:
+    """Token "a" comes, the reader thread is kept away, token "b" comes 50 ms later and the
+    reader reads at once after it: the read is barely late behind its newest packet, but the
+    first token's stamp is 50 ms late. The kernel counted two packets for the read: flagged,
+    with a bound that covers the 50 ms."""
+    out = stream_tokens_while(hold_reader, 0.05, release_at=0.0)
+    assert out.error is None and out.content == "ab"
+    assert out.ttft_late_s is not None and out.ttft_late_s >= 0.05, out.ttft_late_s
+
+
+def test_tokens_that_came_in_one_packet_share_an_exact_stamp() -> None:
+    """The server writes the first token, the next and the end at once (one packet); read 0.1
+    s late, the stamp is still the packet's own arrival: the first token is not flagged, and
+    its TTFT does not include the 0.1 s."""
+    out = stream_tokens_while(hold_reader, None)
+    assert out.error is None and out.content == "ab" and out.ttft_late_s is None
+    assert out.ttft_s is not None and out.ttft_s < 0.09, out.ttft_s
 
 
 def test_a_streamed_upload_is_sent_with_its_length() -> None:

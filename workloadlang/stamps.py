@@ -8,6 +8,11 @@ server: a busy event loop that reads late then does not move either time.
 Input: a socket (`enable`), `recvmsg` ancillary data and a monotonic clock (`arrival`).
 Output: the arrival time on that clock. Elsewhere than Linux `SO_TIMESTAMPNS` is None and
 `arrival` is the clock's now (the time of the read).
+
+One read can hold several packets (those that came while nobody read the socket: the kernel
+merges them and keeps the newest stamp). `data_segments` counts the data packets a TCP socket
+has received so far (`tcpi_data_segs_in`), so a reader can tell a read of one packet, whose
+stamp is exact for all its bytes, from a read of several, whose first bytes came earlier.
 """
 
 from __future__ import annotations
@@ -20,6 +25,26 @@ from typing import Callable
 
 SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # SO_TIMESTAMPNS_OLD
 CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+# struct tcp_info (linux/tcp.h): __u32 tcpi_data_segs_in at byte 152 (Linux 4.6 and later)
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux") else None
+_DATA_SEGS_IN = 152
+_TCP_INFO_SIZE = 160
+
+
+def data_segments(sock: socket.socket) -> int | None:
+    """Output: how many packets with data `sock` (TCP) has received so far, or None where the
+    kernel does not say (not Linux, or a kernel before 4.6)."""
+    if _TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_SIZE)
+    except OSError:
+        return None
+    if len(info) < _DATA_SEGS_IN + 4:
+        return None
+    return struct.unpack_from("@I", info, _DATA_SEGS_IN)[0]
 
 
 def enable(sock: socket.socket) -> bool:

@@ -57,7 +57,7 @@ def dumps_kept(obj: Any) -> bytes:
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0
-_LATE_READ_S = 0.001  # a first token read this late after it came, with more behind it: flagged
+_LATE_READ_S = 0.001  # a first-token stamp that may be more than this much late is flagged
 
 
 class Endpoint(BaseModel):
@@ -135,9 +135,10 @@ class Outcome(BaseModel):
     tool_calls delta; `ttft_content_s` the first content delta. `streamed_*` count token events
     (chunks), `completion_tokens` / `prompt_tokens` come from the engine's usage. `cached_tokens`
     is None when the engine said nothing (`cached_source == "none"`). `ttft_late_s` is set when
-    the first token came in a read made that long after its bytes arrived, with more of the
-    stream behind it in the same read (later tokens, the end): its TTFT may then be up to that
-    much too long (None: it came on its own)."""
+    the first token came in a read of several packets (the kernel's count) with more of the
+    stream behind it (later tokens, the end): the read's stamp is its newest packet's, and the
+    first token may have come up to that much earlier, back to when the socket was last seen
+    without it — its TTFT may be up to that much too long (None: its stamp is its own, to 1 ms)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -678,7 +679,7 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
             stop = state.feed_line(line)
             if first and state.ttft is not None:
                 first = False
-                _check_first_read(state, stamps.read_late, bool(buf) or any(
+                _check_first_read(state, stamps.doubt, bool(buf) or any(
                     later.startswith(b"data:") for later in lines[i + 1:]))
             if stop:
                 return
@@ -688,14 +689,15 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
         state.feed_line(buf)
 
 
-def _check_first_read(state: _Stream, late: float, more: bool) -> None:
-    """Input: how long after its arrival the read holding the first token was made, and whether
-    that read held more of the stream after the first token's event (`more`). A read
-    made late holds everything that came meanwhile under the newest packet's stamp: with more
-    after the first token (later tokens, the end), the first one may have come up to `late`
-    earlier than its stamp says (`ttft_late_s`)."""
-    if more and late > _LATE_READ_S:
-        state.ttft_late = late
+def _check_first_read(state: _Stream, doubt: float, more: bool) -> None:
+    """Input: how much earlier than its stamp the read holding the first token may have begun
+    (the transport's `doubt`: 0 when the kernel counted one packet for it) and whether that read
+    held more of the stream after the first token's event (`more`). The stamp is the newest
+    packet's: with more after the first token (later tokens, the end), the first one may have
+    come up to `doubt` earlier than its stamp says (`ttft_late_s`); without, it was in the newest
+    packet and its stamp is its own."""
+    if more and doubt > _LATE_READ_S:
+        state.ttft_late = doubt
 
 
 def _read_json_body(body: bytes, state: _Stream) -> None:

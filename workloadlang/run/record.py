@@ -10,7 +10,7 @@ Every verdict-bearing number says where it came from: `cached_source` (which eng
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,13 +33,22 @@ class TtftReference(BaseModel):
     threshold_tokens: int | None = None
     cold_prefill_tps: float | None = None
 
-    def hit_by_ttft(self, prompt: int | None, ttft: float | None) -> bool | None:
-        """Hit/miss by the calibrated threshold, only for prompts near the calibrated size."""
+    def hit_by_ttft(self, prompt: int | None, ttft: float | None,
+                    doubt: float = 0.0) -> bool | None:
+        """Hit/miss by the calibrated threshold, only for prompts near the calibrated size; None
+        when the TTFT may be up to `doubt` too long (`ttft_late_s`) and that could flip it."""
         if None in (self.threshold_s, self.threshold_tokens, prompt, ttft):
             return None
         if not 0.75 * self.threshold_tokens <= prompt <= 1.33 * self.threshold_tokens:
             return None
-        return ttft < self.threshold_s
+        return _unless_doubt(lambda t: t < self.threshold_s, ttft, doubt)
+
+
+def _unless_doubt(judge: Callable[[float], bool], ttft: float, doubt: float) -> bool | None:
+    """Output: `judge(ttft)` when the whole range a TTFT may really have had (`ttft - doubt` to
+    `ttft`) judges the same, else None: a verdict is never drawn from a stamp that may be late."""
+    verdict = judge(ttft)
+    return verdict if doubt <= 0 or judge(max(0.0, ttft - doubt)) == verdict else None
 
 
 class Record(BaseModel):
@@ -187,11 +196,13 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
         # Reuse is a warm request's measure; a cold one is judged by `cold_ok` instead.
         out["reuse"] = min(1.0, cached / expected)
         out["missed"] = max(0, expected - cached)
+    doubt = o.ttft_late_s or 0.0
     if cached is not None and warm:
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
-        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref)
+        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref,
+                                         doubt if out["prefill_source"] == "client_ttft" else 0.0)
     elif cached is None and warm:
-        out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s)
+        out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s, doubt)
         out["hit_basis"] = None if out["hit"] is None else "ttft"
     return out
 
@@ -206,16 +217,17 @@ def prefill_time(o: Any) -> tuple[float | None, str | None]:
 
 
 def ttft_agrees(hit: bool, prompt: int, uncached: int, ttft: float | None,
-                ref: TtftReference) -> bool | None:
+                ref: TtftReference, doubt: float = 0.0) -> bool | None:
     """Does the timing back the engine's claim? A reported hit whose TTFT is at least half of
-    a cold prefill of the whole prompt did not come from the cache."""
+    a cold prefill of the whole prompt did not come from the cache. None when it cannot tell:
+    too little difference, or a TTFT that may be up to `doubt` too long could go either way."""
     if ttft is None or not ref.cold_prefill_tps or prompt < 256:
         return None
     cold = prompt / ref.cold_prefill_tps
     warm = uncached / ref.cold_prefill_tps
     if cold < 8 * max(warm, 0.005):
         return None  # too little difference to tell through timing noise
-    return (ttft < cold / 2) if hit else (ttft >= warm)
+    return _unless_doubt((lambda t: t < cold / 2) if hit else (lambda t: t >= warm), ttft, doubt)
 
 
 def expectations_met(req: PRequest, o: Any) -> bool | None:

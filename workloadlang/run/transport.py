@@ -17,7 +17,9 @@ What `WireTransport` does:
 - every read is stamped with the time the bytes reached the socket: on Linux a reader thread
   (`_Reader`, epoll, at the lowest scheduling priority) reads each socket as soon as bytes land
   and it gets a CPU, and takes the kernel's receive timestamp (`SO_TIMESTAMPNS`), converted to
-  `clock` (monotonic) by its age; parsing stays on the event loop. Once the caller has the
+  `clock` (monotonic) by its age; parsing stays on the event loop. A read that held more than
+  one packet (counted by the kernel) carries its `doubt`: how much earlier than the stamp (the
+  newest packet's) its first bytes may have come (`_Connection.doubt`). Once the caller has the
   first tokens (`ResponseStream.read_on_loop`) the rest of the response is read by the loop
   itself, still kernel-stamped (the newest packet's time, exact
   for the stream's end). Elsewhere (or with an injected clock) the loop reads and stamps `clock()`.
@@ -47,12 +49,14 @@ import httpx
 from .. import __version__
 from ..stamps import CMSG_SPACE as _CMSG_SPACE, SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from ..stamps import arrival as _arrival
+from ..stamps import data_segments as _data_segments
 from ..stamps import enable as _enable_stamps
 
 _READ_SIZE = 256 * 1024
 _PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this far behind
 _MAX_PIECES = 512  # pieces written in one sendmsg (the kernel takes up to IOV_MAX, 1024 on Linux)
 _HAS_SENDMSG = hasattr(socket.socket, "sendmsg")  # not on Windows
+_ROUND_S = 0.001  # the reader thread polls at least this often while it watches a socket
 
 
 _USER_AGENT = f"workloadlang/{__version__}"
@@ -273,6 +277,7 @@ class WireTransport(httpx.AsyncBaseTransport):
             return None
         if len(payload) > 1 and (len(payload) > _MAX_PIECES or not _HAS_SENDMSG):
             payload = [b"".join(payload)]
+        conn.mark_sent()
         sent_at, unix = self.clock(), time.time()
         try:
             sent = conn.sock.sendmsg(payload) if len(payload) > 1 else conn.sock.send(payload[0])
@@ -366,6 +371,12 @@ class _Connection:
         self._stamped = _SO_TIMESTAMPNS is not None and clock is time.perf_counter
         # reads the reader thread queued on the loop / of those, delivered (one writer each)
         self.thread_reads = self.thread_delivered = 0
+        # what is known of the answer's packets not yet read (`doubt`): they came after `floor`
+        # (clock), and the socket had `consumed` data packets before them (None: not known)
+        self.floor = 0.0
+        self.consumed: int | None = None
+        self.drained = True  # the last read emptied the socket
+        self.watched_at = float("inf")  # when the reader thread started watching the socket
         self._reset()
 
     @classmethod
@@ -445,6 +456,7 @@ class _Connection:
         caller's task (a request usually fits the socket buffer: no loop round trip between the
         send stamp and the bytes leaving). A failure to write on a reused connection is the
         server having closed it: `ConnectionDropped` (the caller may retry)."""
+        self.mark_sent()
         try:
             try:
                 sent = self.sock.send(payload)
@@ -460,6 +472,31 @@ class _Connection:
                 raise ConnectionDropped(f"server closed the connection: {exc}") from exc
             raise httpx.WriteError(f"cannot send the request: {exc}") from exc
         self._start_reading()
+
+    def mark_sent(self) -> None:
+        """Just before a request is written: nothing of its answer can have come yet."""
+        if self._stamped:
+            self.floor = self.clock()
+            self.consumed = _data_segments(self.sock)
+            self.drained = True
+
+    def doubt(self, stamp: float, start: float, before: int | None, size: int,
+              round_floor: float) -> float:
+        """Input: a thread read's stamp (its newest packet's arrival), the clock just before the
+        read, the socket's data packet count just before it (None: unknown), the bytes it gave,
+        and the reader's last poll round start (the socket was seen empty then, if watched).
+        Output: how much earlier than `stamp` the read's first bytes may have come — 0 when the
+        kernel counted at most one data packet for it (then the stamp is exact for all of it),
+        else back to the last moment nothing of them had come. Updates what is known for the
+        next read."""
+        after = _data_segments(self.sock) if before is not None else None
+        packets = None if after is None or self.consumed is None else after - self.consumed
+        known_empty = self.drained and self.watched_at <= round_floor
+        floor = max(self.floor, round_floor) if known_empty else self.floor
+        self.drained = size < _READ_SIZE
+        if self.drained:  # what comes next came after `start`, and after `before` packets
+            self.floor, self.consumed = start, before
+        return 0.0 if packets is not None and packets <= 1 else max(0.0, stamp - floor)
 
     def _start_reading(self) -> None:
         if not self.reading and not self.closed:
@@ -506,13 +543,15 @@ class _Connection:
         except OSError as exc:
             self.deliver(None, 0.0, exc)
             return
-        self.deliver(data, stamp, None, self.clock() - stamp)
+        # no doubt is worked out here: the loop reads a stamped socket only once the first
+        # tokens are in (`read_on_loop`), and an unstamped one's stamp is the read's own time
+        self.deliver(data, stamp, None)
 
     def deliver(self, data: bytes | None, stamp: float, exc: OSError | None,
-                late: float = 0.0) -> None:
+                doubt: float = 0.0) -> None:
         """On the loop: what one socket read gave (bytes, b"" at EOF, or the read's error), when
-        it arrived and how long after that it was read (`late`: bytes that came meanwhile are in
-        the same read, under the newest one's stamp). Feeds the parser and wakes the consumer."""
+        it arrived (its newest packet) and how much earlier its first bytes may have come
+        (`doubt`, see `doubt`). Feeds the parser and wakes the consumer."""
         if self.closed and data:
             return  # read before the connection was closed: nobody is waiting for it
         if exc is not None:
@@ -531,7 +570,7 @@ class _Connection:
         finally:
             if pieces:  # the body bytes of one read are one chunk: they share its arrival
                 body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                self.chunks.append((body, stamp, late))
+                self.chunks.append((body, stamp, doubt))
                 self.buffered += len(body)
         if self.buffered > _PAUSE_BYTES:
             self._stop_reading()
@@ -721,7 +760,13 @@ class _Reader:
     token would be stamped with the second token's arrival. Parsing stays on the loop: each
     poll round's reads go to it in one `call_soon_threadsafe` per loop. The thread runs at nice
     19 (`_lowest_priority`): it reads when the loop's thread waits or within its own small share
-    of the CPU, instead of preempting the loop's thread on every packet."""
+    of the CPU, instead of preempting the loop's thread on every packet.
+
+    When it did not get the CPU in time, a read holds several packets; each read says how much
+    earlier than its stamp its first bytes may have come (`_Connection.doubt`). A poll round that
+    did not report a watched socket shows it was empty when the round began, so the thread polls
+    at least every `_ROUND_S` while it watches sockets: that bounds the doubt to the time it was
+    kept from running, plus a round."""
 
     def __init__(self) -> None:
         import select
@@ -746,6 +791,7 @@ class _Reader:
                     pass
             self.conns[fd] = conn
             self.epoll.register(fd, _EPOLLIN)
+            conn.watched_at = time.perf_counter()
 
     def remove(self, conn: "_Connection") -> None:
         """Stop reading `conn`; once this returns the thread does not touch its socket."""
@@ -759,9 +805,11 @@ class _Reader:
 
     def _run(self) -> None:
         _lowest_priority()
+        floor = float("-inf")  # when the last round began whose poll reported every ready socket
         while True:
+            began, most = time.perf_counter(), len(self.conns) + 64
             try:
-                events = self.epoll.poll()
+                events = self.epoll.poll(_ROUND_S if self.conns else -1, most)
             except InterruptedError:
                 continue
             batches: dict[Any, list] = {}
@@ -769,14 +817,18 @@ class _Reader:
                 for fd, _ in events:
                     conn = self.conns.get(fd)
                     if conn is not None:
-                        self._read(fd, conn, batches)
+                        self._read(fd, conn, batches, floor)
                 for loop, items in batches.items():
                     try:
                         loop.call_soon_threadsafe(_deliver_all, items)
                     except RuntimeError:  # that event loop is closed: nobody is waiting
                         pass
+            # a full poll may have left ready sockets out: it shows nothing about the others
+            floor = began if len(events) < most else float("-inf")
 
-    def _read(self, fd: int, conn: "_Connection", batches: dict[Any, list]) -> None:
+    def _read(self, fd: int, conn: "_Connection", batches: dict[Any, list], floor: float) -> None:
+        before = _data_segments(conn.sock) if conn.consumed is not None else None
+        start = conn.clock()
         try:
             data, anc, _, _ = conn.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
@@ -790,7 +842,8 @@ class _Reader:
             self._drop(fd, conn)  # EOF stays readable: stop polling it
         conn.thread_reads += 1
         stamp = _arrival(anc, conn.clock)
-        batches.setdefault(conn.loop, []).append((conn, data, stamp, None, conn.clock() - stamp))
+        doubt = conn.doubt(stamp, start, before, len(data), floor) if data else 0.0
+        batches.setdefault(conn.loop, []).append((conn, data, stamp, None, doubt))
 
 
 def _lowest_priority() -> None:
@@ -808,9 +861,9 @@ def _lowest_priority() -> None:
 
 def _deliver_all(items: list) -> None:
     """On the loop: hand each read to its connection, in the order they were read."""
-    for conn, data, stamp, exc, late in items:
+    for conn, data, stamp, exc, doubt in items:
         conn.thread_delivered += 1
-        conn.deliver(data, stamp, exc, late)
+        conn.deliver(data, stamp, exc, doubt)
 
 
 _READER: _Reader | None = None
@@ -838,7 +891,7 @@ class ResponseStream(httpx.AsyncByteStream):
         self._conn, self._pool, self._origin, self._timeout = conn, pool, origin, timeout
         self.clock = conn.clock
         self.arrival: float | None = None
-        self.read_late = 0.0  # how long after its arrival the chunk last yielded was read
+        self.doubt = 0.0  # how much earlier than `arrival` the chunk last yielded may have begun
         self._closed = False
 
     def read_on_loop(self) -> None:
@@ -853,7 +906,7 @@ class ResponseStream(httpx.AsyncByteStream):
         item = await self._conn.next_chunk(self._timeout)
         if item is None:
             raise StopAsyncIteration
-        self.arrival, self.read_late = item[1], item[2]
+        self.arrival, self.doubt = item[1], item[2]
         return item[0]
 
     def at_end(self) -> bool:
