@@ -809,7 +809,10 @@ class _Reader:
         while True:
             began, most = time.perf_counter(), len(self.conns) + 64
             try:
-                events = self.epoll.poll(_ROUND_S if self.conns else -1, most)
+                events = self.epoll.poll(0, most)
+                if not events:  # none was ready at `began`: what the next poll reports came later
+                    floor = began
+                    events = self.epoll.poll(_ROUND_S if self.conns else -1, most)
             except InterruptedError:
                 continue
             batches: dict[Any, list] = {}
