@@ -206,8 +206,8 @@ def footer(results: Any) -> str:
     late, most = results.client.get("ttft_late"), results.client.get("ttft_late_max_ms")
     if late:
         upto = f" up to {most:.1f} ms" if most is not None else ""
-        line += (f" · NOTE: {late} first token(s) read{upto} after they came, with more of the"
-                 " stream behind them: their TTFT may be that much too long (ttft_late_s)")
+        line += (f" · NOTE: {late} first token(s) came in one read with more of the stream:"
+                 f" their TTFT may be{upto} too long (ttft_late_s)")
     return line
 
 
