@@ -167,7 +167,13 @@ def main() -> int:
                     help="one growing conversation a session, T new tokens a round, answers "
                          "replayed (each request made after the answer before it)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server process
+    ap.add_argument("--reader-nice", type=int, default=None,
+                    help="the socket reader thread's nice value (default: the transport's, 19)")
     args = ap.parse_args()
+    if args.reader_nice is not None:
+        from workloadlang.run import transport
+
+        transport.READER_NICE = args.reader_nice
     if args.serve:
         asyncio.run(serve(args.serve, args.sessions, args.tokens, args.stream_gap_ms))
         return 0

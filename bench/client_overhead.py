@@ -322,7 +322,13 @@ def main() -> int:
                          "they print when it stops")
     ap.add_argument("--transport", choices=["wire", "httpcore"], default="wire",
                     help="wire: what wl run uses; httpcore: httpx's default pool, for comparison")
+    ap.add_argument("--reader-nice", type=int, default=None,
+                    help="the socket reader thread's nice value (default: the transport's, 19)")
     args = ap.parse_args()
+    if args.reader_nice is not None:
+        from workloadlang.run import transport
+
+        transport.READER_NICE = args.reader_nice
     global TRANSPORT
     TRANSPORT = args.transport
     if TRANSPORT == "wire":

@@ -59,7 +59,13 @@ def start_agent_sim(port: int, slots: int, decode_us: float | None,
                      "--slots", str(slots), *extra, cpus=cpus)
 
 
-def wl_command() -> list[str]:
+def wl_command(reader_nice: int | None = None) -> list[str]:
+    """Output: the command that runs `wl`; with `reader_nice`, one that first sets the socket
+    reader thread's nice value (`run.transport.READER_NICE`)."""
+    if reader_nice is not None:
+        return [sys.executable, "-c", "import sys; from workloadlang.run import transport; "
+                f"transport.READER_NICE = {int(reader_nice)}; from workloadlang.cli import main; "
+                "sys.exit(main(sys.argv[1:]))"]
     script = os.path.join(os.path.dirname(sys.executable), "wl")
     return [script] if os.path.exists(script) else [sys.executable, "-m", "workloadlang.cli"]
 
@@ -151,6 +157,8 @@ def main() -> int:
     ap.add_argument("--decode-us", type=float, default=None,
                     help="simulator decode cost per token (default: the agent-sim preset's 200 us)")
     ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
+    ap.add_argument("--reader-nice", type=int, default=None,
+                    help="the socket reader thread's nice value (default: the transport's)")
     ap.add_argument("--pin", action="store_true",
                     help="run the simulator on the last CPU and wl run on the others")
     ap.add_argument("--perf", type=int, metavar="HZ", default=0,
@@ -165,7 +173,7 @@ def main() -> int:
     port = free_port()
     wl_cpus, sim_cpus = split_cpus() if args.pin else (None, None)
     sim = start_agent_sim(port, args.slots, args.decode_us, sim_cpus)
-    cmd = [*wl_command(), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
+    cmd = [*wl_command(args.reader_nice), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,
            "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),
            "--step-tokens", str(args.step_tokens), "--sub-tokens", "1k", "--sub-windows", "2",

@@ -578,6 +578,6 @@ def test_the_reader_thread_runs_at_the_lowest_priority() -> None:
     deadline = time.monotonic() + 5
     while os.getpriority(os.PRIO_PROCESS, reader.native_id) != 19 and time.monotonic() < deadline:
         time.sleep(0.01)  # it lowers its own priority as it starts
-    assert os.getpriority(os.PRIO_PROCESS, reader.native_id) == 19
+    assert os.getpriority(os.PRIO_PROCESS, reader.native_id) == transport.READER_NICE == 19
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # this thread's own
 

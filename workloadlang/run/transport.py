@@ -759,7 +759,7 @@ class _Reader:
     the stream is queued too, the kernel merges them and keeps the newer time, and the first
     token would be stamped with the second token's arrival. Parsing stays on the loop: each
     poll round's reads go to it in one `call_soon_threadsafe` per loop. The thread runs at nice
-    19 (`_lowest_priority`): it reads when the loop's thread waits or within its own small share
+    19 (`_reader_priority`): it reads when the loop's thread waits or within its own small share
     of the CPU, instead of preempting the loop's thread on every packet.
 
     When it did not get the CPU in time, a read holds several packets; each read says how much
@@ -804,7 +804,7 @@ class _Reader:
             self.epoll.unregister(fd)
 
     def _run(self) -> None:
-        _lowest_priority()
+        _reader_priority()
         floor = float("-inf")  # when the last round began whose poll reported every ready socket
         while True:
             began, most = time.perf_counter(), len(self.conns) + 64
@@ -849,15 +849,18 @@ class _Reader:
         batches.setdefault(conn.loop, []).append((conn, data, stamp, None, doubt))
 
 
-def _lowest_priority() -> None:
-    """Give the calling thread the lowest scheduling priority (nice 19; on Linux the nice value
-    is per thread). At normal priority the reader thread, woken by every packet, preempted the
+READER_NICE = 19  # the reader thread's nice value (benches set it to compare)
+
+
+def _reader_priority() -> None:
+    """Give the calling thread the nice value `READER_NICE`, the lowest priority (on Linux the
+    nice value is per thread). At normal priority the reader thread, woken by every packet, preempted the
     event loop's thread and then waited for the GIL it held: two context switches and a GIL
     hand-off per packet, which cost a saturated client about a third of its request rate. At
     nice 19 it reads when the loop's thread waits, or within its small share of the CPU; the
     first-token stamps did not get worse (docs/performance.md "Scale")."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), READER_NICE)
     except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
         pass
 
