@@ -39,12 +39,17 @@ def api_key(args) -> SecretStr | None:
 
 
 def start_sim(args, workload: str, stack: ExitStack) -> str:
-    from workloadlang.sim import PRESETS, config_from_args, start_in_thread
+    """Start the simulator `--sim` asks for, stopped when `stack` closes. Output: its base URL.
+    It serves from a child process (POSIX): in this process it would share the interpreter lock
+    with the client measuring it, and the client's socket reader would see its first tokens
+    late (docs/performance.md, "Client overhead")."""
+    from workloadlang.sim import PRESETS, config_from_args, start_in_process, start_in_thread
 
     if args.sim_preset is None:
         args.sim_preset = workload if workload in PRESETS else "default"
     cfg = config_from_args(args)
-    handle = stack.enter_context(start_in_thread(cfg))
+    start = start_in_process if os.name == "posix" else start_in_thread
+    handle = stack.enter_context(start(cfg))
     faults = ", ".join(f.name for f in cfg.faults)
     print(f"simulator: {handle.base_url} (preset {args.sim_preset}"
           + (f", faults {faults}" if faults else "") + ")", file=sys.stderr)

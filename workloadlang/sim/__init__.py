@@ -6,15 +6,16 @@ Public API:
     add_sim_arguments(parser, prefix=""), config_from_args(ns) -> SimConfig
     create_app(config) -> Starlette                  -- the ASGI app
     serve(config, host="127.0.0.1", port=0)          -- blocking
-    start_in_thread(config, host="127.0.0.1", port=0) -> SimHandle  (.base_url, .root_url, .stop())
+    start_in_process(config, host="127.0.0.1", port=0) -> SimProcess  (.base_url, .root_url, .stop())
+    start_in_thread(config, host="127.0.0.1", port=0) -> SimHandle  (.base_url, .root_url, .stop(), .sim)
 
 See docs/simulator.md for the tokenizer, template, cache and time models, faults and presets.
 """
 
 from .config import PRESETS, FaultSpec, SimConfig, add_sim_arguments, config_from_args, parse_fault
 
-_LAZY = {"create_app": "app", "SimHandle": "server", "serve": "server",
-         "start_in_thread": "server"}
+_LAZY = {"create_app": "app", "SimHandle": "server", "SimProcess": "server", "serve": "server",
+         "start_in_process": "server", "start_in_thread": "server"}
 
 
 def __getattr__(name: str):
@@ -31,10 +32,12 @@ __all__ = [
     "FaultSpec",
     "SimConfig",
     "SimHandle",
+    "SimProcess",
     "add_sim_arguments",
     "config_from_args",
     "create_app",
     "parse_fault",
     "serve",
+    "start_in_process",
     "start_in_thread",
 ]

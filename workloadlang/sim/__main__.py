@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .config import add_sim_arguments, config_from_args
-from .server import serve
+from .server import serve, serve_inherited
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     add_sim_arguments(parser)
+    # `start_in_process`: serve on an inherited socket, the configuration on stdin
+    parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
+    if ns.listen_fd is not None and ns.ready_fd is not None:
+        serve_inherited(ns.listen_fd, ns.ready_fd)
+        return 0
     try:
         config = config_from_args(ns)
     except ValueError as exc:

@@ -1,12 +1,17 @@
-"""Serving the simulator with uvicorn: blocking (`serve`) or in a background thread
-(`start_in_thread`, for tests and `wl run --sim`).
+"""Serving the simulator with uvicorn: blocking (`serve`), in a child process
+(`start_in_process`, for `wl run --sim`) or in a background thread (`start_in_thread`, for
+tests that look at the simulator's state).
 
 Input: a `SimConfig`, host and port (0 = pick a free port). Output: a running HTTP server.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Optional
@@ -186,3 +191,111 @@ def start_in_thread(config: SimConfig, host: str = "127.0.0.1", port: int = 0,
         server.should_exit = True
         raise RuntimeError("simulator started but its listening port is unknown")
     return SimHandle(server, thread, host, real_port, config)
+
+
+class SimProcess:
+    """A simulator serving from a child process (`start_in_process`); a context manager that
+    stops it on exit. `base_url` is the OpenAI base (`http://host:port/v1`), `root_url` the
+    server root."""
+
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, config: SimConfig) -> None:
+        self._proc = proc
+        self.host, self.port, self.config = host, port, config
+        netloc = f"[{host}]" if ":" in host else host
+        self.root_url = f"http://{netloc}:{port}"
+        self.base_url = f"{self.root_url}/v1"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the child's stdin (it stops serving at its end) and wait for it; kill it if it
+        has not exited within `timeout` s (idempotent)."""
+        proc = self._proc
+        if proc.stdin is not None and not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> "SimProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in_process(config: SimConfig, host: str = "127.0.0.1", port: int = 0,
+                     timeout: float = 15.0) -> SimProcess:
+    """Start a simulator in a child Python process and wait until it serves. The client in this
+    process then shares no interpreter lock, event loop or socket reader with the server it
+    measures, as with a real engine. This process opens the listening socket (port 0: a free
+    one) and hands it over; the child gets its configuration on stdin and serves until its
+    stdin ends (`SimProcess.stop`, or this process exiting in any way), in its own session (a
+    Ctrl-C at the terminal reaches this process, which stops it once it has written what it
+    measured). Output: a `SimProcess`. Raises RuntimeError when the socket cannot be listened
+    on or the child does not start within `timeout` s."""
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        raise RuntimeError(f"simulator cannot listen on {host}:{port}: {exc}") from None
+    real_port = sock.getsockname()[1]
+    ready_r, ready_w = os.pipe()
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workloadlang.sim", "--listen-fd", str(sock.fileno()),
+             "--ready-fd", str(ready_w)],
+            stdin=subprocess.PIPE, pass_fds=(sock.fileno(), ready_w), start_new_session=True,
+            env=env)
+    except OSError as exc:
+        os.close(ready_r)
+        raise RuntimeError(f"simulator cannot start: {exc}") from None
+    finally:
+        os.close(ready_w)
+        sock.close()  # the child has its own copies
+    handle = SimProcess(proc, host, real_port, config)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(config.model_dump_json().encode() + b"\n")
+        proc.stdin.flush()
+        readable, _, _ = select.select([ready_r], [], [], timeout)
+        ready = bool(readable) and os.read(ready_r, 1) == b"1"
+    except OSError:
+        ready = False
+    finally:
+        os.close(ready_r)
+    if not ready:
+        handle.stop(timeout=1.0)
+        raise RuntimeError(f"simulator did not start on {host}:{real_port} within {timeout} s"
+                           f" (exit status {proc.returncode})")
+    return handle
+
+
+def serve_inherited(listen_fd: int, ready_fd: int) -> None:
+    """The child's half of `start_in_process`: read the `SimConfig` (JSON, one line) from stdin,
+    serve on the inherited listening socket `listen_fd`, write b"1" to `ready_fd` once serving,
+    and stop when stdin reaches its end."""
+    config = SimConfig.model_validate_json(sys.stdin.buffer.readline())
+    sock = StampedSocket(fileno=listen_fd)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(_uvicorn_config(config, host, port))
+    server.config.timeout_graceful_shutdown = 2  # a stop does not wait on a client gone quiet
+
+    def watch() -> None:
+        while not server.started:
+            time.sleep(0.005)
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
+        sys.stdin.buffer.read()  # until the parent closes it, or exits
+        server.should_exit = True
+
+    threading.Thread(target=watch, name="wl-sim-parent", daemon=True).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
