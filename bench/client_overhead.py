@@ -216,7 +216,7 @@ def check_flags(over_ms: float = 1.0) -> str:
     overhead is over `over_ms`, how many are flagged with a bound that covers the overhead
     beyond `over_ms` (every one should be); and how many flagged ones were in fact within it
     (the bound is an upper bound, not the error)."""
-    over, flagged, covered, loose = 0, 0, 0, 0
+    over, flagged, covered, loose, missed = 0, 0, 0, 0, []
     for o in OUTCOMES:
         _, server_ms, _ = pair(o)
         if o.error is not None or o.ttft_s is None or server_ms is None:
@@ -226,11 +226,24 @@ def check_flags(over_ms: float = 1.0) -> str:
         flagged += late is not None
         if extra > over_ms:
             over += 1
-            covered += late is not None and extra - over_ms <= late
+            if late is not None and extra - over_ms <= late:
+                covered += 1
+            else:
+                missed.append(f"{extra:.1f} ms ({way(o, server_ms)}, bound {late})")
         elif late is not None:
             loose += 1
     return (f"overhead > {over_ms:g} ms: {over}, of them flagged with a bound that covers it: "
-            f"{covered}; flagged: {flagged}, of them within {over_ms:g} ms: {loose}")
+            f"{covered}; flagged: {flagged}, of them within {over_ms:g} ms: {loose}"
+            + (f"; not covered: {', '.join(missed[:5])}" if missed else ""))
+
+
+def way(o: Any, server_ms: float) -> str:
+    """Output: an overhead split into the way there and back (see `split_worst`)."""
+    first = (o.timings or {}).get("first_token_unix")
+    if not first:
+        return "no split"
+    back = (o.t_send_unix + o.ttft_s - first) * 1000
+    return f"there {o.ttft_s * 1000 - server_ms - back:.1f} + back {back:.1f}"
 
 
 SEND_PATH: list[float] = []  # s from httpx's send() call to the request's bytes handed to the kernel
