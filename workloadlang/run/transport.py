@@ -854,11 +854,13 @@ READER_NICE = 19  # the reader thread's nice value (benches set it to compare)
 
 def _reader_priority() -> None:
     """Give the calling thread the nice value `READER_NICE`, the lowest priority (on Linux the
-    nice value is per thread). At normal priority the reader thread, woken by every packet, preempted the
-    event loop's thread and then waited for the GIL it held: two context switches and a GIL
-    hand-off per packet, which cost a saturated client about a third of its request rate. At
-    nice 19 it reads when the loop's thread waits, or within its small share of the CPU; the
-    first-token stamps did not get worse (docs/performance.md "Scale")."""
+    nice value is per thread). At normal priority the reader thread, woken by every packet,
+    preempted the event loop's thread and then waited for the GIL it held: two context switches
+    and a GIL hand-off per packet, which cost a saturated client 44% more time a request and
+    the scale run its 10 ms turnaround. At nice 19 it reads when the loop's thread waits, or
+    within its small share of the CPU; at 128-256 busy streams that can be late enough for a
+    first token to share a read with the next one, which the read's `doubt` then says
+    (docs/performance.md, "Client overhead", tenth session)."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), READER_NICE)
     except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
