@@ -112,6 +112,32 @@ def test_a_request_in_more_pieces_than_one_system_call_takes_is_written_whole() 
     assert received == [b"".join(pieces)]
 
 
+def test_a_write_that_fails_other_than_by_the_socket_closes_the_connection_it_took() -> None:
+    """An exception other than OSError from the write (here: a piece that is not bytes) goes to
+    the caller, and the idle connection it took is closed, not left out of the pool open."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    url = "http://127.0.0.1:%d/v1/chat/completions" % listener.getsockname()[1]
+
+    async def go() -> Any:
+        from workloadlang.run.transport import open_connections, wire_transport, write_payload
+
+        async with make_client() as client:
+            assert await open_connections(client, url, 1) == 1
+            pool = wire_transport(client, httpx.URL(url))
+            conn = pool._idle[("127.0.0.1", listener.getsockname()[1])][-1]  # noqa: SLF001
+            with pytest.raises(TypeError):
+                write_payload(client, url, [b"head", "not bytes"])  # type: ignore[list-item]
+            return conn
+
+    conn = asyncio.run(go())
+    listener.close()
+    assert conn.closed
+
+
 def test_the_realiser_encodes_each_final_message_once() -> None:
     plan = plan_of(GROWING, n="1")
     realiser = Realiser(plan, RatioSizer(1.0))

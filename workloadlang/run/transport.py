@@ -286,6 +286,9 @@ class WireTransport(httpx.AsyncBaseTransport):
         except OSError:
             conn.close()
             return None
+        except BaseException:  # none is known to happen; the connection must not leak either way
+            conn.close()
+            raise
         if sent == 0:
             self.release(origin, conn)
             return None
