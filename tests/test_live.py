@@ -269,6 +269,24 @@ def test_the_footer_says_when_first_token_stamps_may_be_late() -> None:
     plan = agent_plan(sessions=2)
     quiet = results_for(plan, [])
     assert "first token" not in footer(quiet)
+    assert "NOTE" not in footer(quiet)
     late = quiet.model_copy(update={"client": {"ttft_late": 3, "ttft_late_max_ms": 2.94}})
     assert "NOTE: 3 first token(s) came in one read with more of the stream: their TTFT may be" \
         " up to 2.9 ms too long" in footer(late)
+
+
+def test_the_footer_says_when_the_client_sent_requests_late() -> None:
+    """A run whose client held some request back more than 10 ms says so, even when its p99 is
+    fine (`client_bottleneck` false) — and with the simulator, now in its own process, too."""
+    from workloadlang.run.view import footer
+
+    plan = agent_plan(sessions=2)
+    quiet = results_for(plan, [])
+    some = quiet.model_copy(update={"client": {"client_delay_over_10ms": 2,
+                                               "client_delay_max_ms": 13.6,
+                                               "client_bottleneck": False},
+                                    "engine": {"sim": True}})
+    assert "NOTE: the client sent 2 request(s) more than 10 ms after they were due, up to" \
+        " 13.6 ms" in footer(some)
+    most = some.model_copy(update={"client": {**some.client, "client_bottleneck": True}})
+    assert "NOTE: the client was a bottleneck" in footer(most) and "sent 2" not in footer(most)

@@ -748,8 +748,8 @@ class Executor:
             **self._worst_delay_evidence(),
             # how many requests the client delayed more than `_DELAY_BOUND_S`
             "client_delay_over_10ms": sum(1 for d in self.delays if d > _DELAY_BOUND_S),
-            # how many first tokens came in a late read with more behind them (`ttft_late_s`),
-            # and the latest such read
+            # how many first-token stamps may be more than 1 ms late (`ttft_late_s`), and the
+            # largest such bound
             "ttft_late": sum(1 for o in self.outcomes.values() if o.ttft_late_s is not None),
             "ttft_late_max_ms": ms(max((o.ttft_late_s for o in self.outcomes.values()
                                         if o.ttft_late_s is not None), default=None)),
