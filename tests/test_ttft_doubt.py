@@ -39,3 +39,32 @@ def test_a_hit_judged_by_ttft_alone_is_unknown_when_the_stamp_may_be_late_across
     assert late["hit"] is None and late["hit_basis"] is None
     assert warm_step(cached_tokens=None, ttft_late_s=0.01)["hit"] is False
     assert warm_step(cached_tokens=None, ttft_s=0.08, ttft_late_s=0.05)["hit"] is True
+
+
+def test_a_calibration_pair_with_a_stamp_that_may_be_late_is_not_used(monkeypatch) -> None:
+    """The hit/miss threshold is drawn only from cold/cached twins whose TTFTs are their own:
+    a pair with `ttft_late_s` is left out, with a note."""
+    import asyncio
+
+    from workloadlang.plan.realise import RatioSizer
+    from workloadlang.run import calibrate
+    from workloadlang.run.client import Endpoint, Outcome
+
+    made = []
+
+    async def send(client, endpoint, req):  # noqa: ANN001
+        k = int(req.id.split("/")[2])
+        hit = req.id.endswith("/hit")
+        made.append(req.id)
+        late = 0.3 if (k == 0 and hit) else None  # pair 0's cached twin may be 0.3 s too long
+        return Outcome(id=req.id, t_send=0.0, t_send_unix=0.0, e2e_s=1.0,
+                       ttft_s=(0.05 + (0.3 if late else 0.0)) if hit else 1.0, ttft_late_s=late)
+
+    monkeypatch.setattr(calibrate, "send", send)
+    cal = calibrate.Calibration()
+    asyncio.run(calibrate.ttft_threshold(None, Endpoint(base_url="http://x/v1", model="m"),
+                                         RatioSizer(1.0), "salt", 2000, 3, cal))
+    assert len(made) == 6
+    assert cal.hit_ttft_s == [0.05, 0.05] and cal.cold_ttft_s == [1.0, 1.0]
+    assert any("probe 0 not used" in n and "300.0 ms" in n for n in cal.notes)
+    assert cal.threshold_s is not None and cal.threshold_s < 1.0

@@ -90,6 +90,11 @@ async def ttft_threshold(client: httpx.AsyncClient, endpoint: Endpoint, sizer: S
         if cold.error or hot.error or cold.ttft_s is None or hot.ttft_s is None:
             cal.notes.append(f"threshold probe {k} failed: {(cold.error or hot.error)}")
             continue
+        late = max(cold.ttft_late_s or 0.0, hot.ttft_late_s or 0.0)
+        if late:  # a threshold is not drawn from a TTFT that may be too long (`ttft_late_s`)
+            cal.notes.append(f"threshold probe {k} not used: a first-token stamp may be up to "
+                             f"{late * 1000:.1f} ms late")
+            continue
         cal.cold_ttft_s.append(cold.ttft_s)
         cal.hit_ttft_s.append(hot.ttft_s)
     decide_threshold(cal, tokens)
