@@ -205,11 +205,11 @@ def footer(results: Any) -> str:
     if client.get("client_bottleneck"):
         line += " · NOTE: the client was a bottleneck (see client in the results)"
     elif client.get("client_delay_over_10ms"):
-        most = client.get("client_delay_max_ms")
-        upto = f", up to {most:.1f} ms" if most is not None else ""
+        longest = client.get("client_delay_max_ms")
+        upto = f", up to {longest:.1f} ms" if longest is not None else ""
         line += (f" · NOTE: the client sent {client['client_delay_over_10ms']} request(s) more"
                  f" than 10 ms after they were due{upto} (see client in the results)")
-    late, most = results.client.get("ttft_late"), results.client.get("ttft_late_max_ms")
+    late, most = client.get("ttft_late"), client.get("ttft_late_max_ms")
     if late:
         upto = f" up to {most:.1f} ms" if most is not None else ""
         line += (f" · NOTE: {late} first token(s) came in one read with more of the stream:"
