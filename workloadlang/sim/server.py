@@ -243,15 +243,16 @@ def start_in_process(config: SimConfig, host: str = "127.0.0.1", port: int = 0,
         raise RuntimeError(f"simulator cannot listen on {host}:{port}: {exc}") from None
     real_port = sock.getsockname()[1]
     ready_r, ready_w = os.pipe()
+    # the child imports what this process would; this package's own directory comes last, for a
+    # run from a checkout that is not installed (never ahead of the standard library)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    child = ("import sys; sys.path.append(sys.argv.pop(1)); "
+             "from workloadlang.sim.__main__ import main; sys.exit(main())")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workloadlang.sim", "--listen-fd", str(sock.fileno()),
+            [sys.executable, "-c", child, package_root, "--listen-fd", str(sock.fileno()),
              "--ready-fd", str(ready_w)],
-            stdin=subprocess.PIPE, pass_fds=(sock.fileno(), ready_w), start_new_session=True,
-            env=env)
+            stdin=subprocess.PIPE, pass_fds=(sock.fileno(), ready_w), start_new_session=True)
     except OSError as exc:
         os.close(ready_r)
         raise RuntimeError(f"simulator cannot start: {exc}") from None
