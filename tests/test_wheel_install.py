@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -101,3 +102,15 @@ def test_installed_wl_reports_errors_without_a_traceback(installed: Path, outsid
     assert r.returncode == 2
     assert f"{bad}:2:3: error[" in r.stderr and "^" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_installed_wl_runs_a_benchmark_on_its_simulator_process(installed: Path, outside: Path):
+    """`wl run --sim` from the wheel: the simulator's child process imports the installed
+    package too (nothing from the checkout), and the run completes and passes."""
+    out = outside / "r.json"
+    r = run([str(installed / "wl"), "run", "agent-sim", "--sim", "--no-viz", "--sessions", "1",
+             "--main-tokens", "2k", "--step-tokens", "500", "--sub-tokens", "500",
+             "--finalize-tokens", "300", "--output", str(out)], cwd=outside)
+    assert r.returncode == 0, r.stderr
+    assert "simulator: http://127.0.0.1:" in r.stderr and "Traceback" not in r.stderr
+    assert json.loads(out.read_text())["records"]
