@@ -496,6 +496,53 @@ def test_a_first_token_read_just_after_the_next_packet_is_flagged() -> None:
     assert out.ttft_late_s is not None and out.ttft_late_s >= 0.05, out.ttft_late_s
 
 
+def test_the_packet_count_starts_from_the_request_on_a_reused_connection() -> None:
+    """Three answers on one keep-alive connection, the first in several packets. The second
+    comes whole in one packet (head, tokens, end), read late (the reader held): the kernel's
+    count for that read is one packet only when counted from the second request's write — not
+    flagged. The third, its tokens in two packets read together, is flagged."""
+    role = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+    tokens = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+              b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n')
+    end = (b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+           b"data: [DONE]\n\n")
+
+    def handler(conn: socket.socket, index: int) -> None:
+        for k in range(3):
+            read_request(conn)
+            start = head(content_type="text/event-stream", transfer_encoding="chunked")
+            if k == 1:  # the whole answer in one packet 50 ms on, read 0.1 s late
+                release = hold_reader()
+                time.sleep(0.05)
+                conn.sendall(start + chunked(role, tokens, end))
+                time.sleep(0.1)
+                release()
+                continue
+            conn.sendall(start + chunked(role)[:-5])
+            time.sleep(0.05)
+            if k == 0:  # read as they come: several packets, several reads
+                for part in (tokens, end):
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+                    time.sleep(0.02)
+                conn.sendall(b"0\r\n\r\n")
+                continue
+            release = hold_reader()  # two packets 30 ms apart, read together
+            conn.sendall(b"%x\r\n%s\r\n" % (len(tokens), tokens))
+            time.sleep(0.03)
+            conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
+            time.sleep(0.1)
+            release()
+
+    server = RawServer(handler)
+    try:
+        first, one, two = chat(server.url, n=3)
+    finally:
+        server.close()
+    assert server.conns == 1 and [o.content for o in (first, one, two)] == ["ab"] * 3
+    assert first.ttft_late_s is None and one.ttft_late_s is None, one.ttft_late_s
+    assert two.ttft_late_s is not None and two.ttft_late_s >= 0.03
+
+
 def test_tokens_that_came_in_one_packet_share_an_exact_stamp() -> None:
     """The server writes the first token, the next and the end at once (one packet); read 0.1
     s late, the stamp is still the packet's own arrival: the first token is not flagged, and

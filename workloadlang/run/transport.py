@@ -277,8 +277,8 @@ class WireTransport(httpx.AsyncBaseTransport):
             return None
         if len(payload) > 1 and (len(payload) > _MAX_PIECES or not _HAS_SENDMSG):
             payload = [b"".join(payload)]
-        conn.mark_sent()
         sent_at, unix = self.clock(), time.time()
+        conn.mark_sent(sent_at)
         try:
             sent = conn.sock.sendmsg(payload) if len(payload) > 1 else conn.sock.send(payload[0])
         except (BlockingIOError, InterruptedError):
@@ -379,6 +379,7 @@ class _Connection:
         self.floor = 0.0
         self.consumed: int | None = None
         self.drained = True  # the last read emptied the socket
+        self.requests = 0  # requests written on this connection
         self.watched_at = float("inf")  # when the reader thread started watching the socket
         self._reset()
 
@@ -459,7 +460,7 @@ class _Connection:
         caller's task (a request usually fits the socket buffer: no loop round trip between the
         send stamp and the bytes leaving). A failure to write on a reused connection is the
         server having closed it: `ConnectionDropped` (the caller may retry)."""
-        self.mark_sent()
+        self.mark_sent(self.clock())
         try:
             try:
                 sent = self.sock.send(payload)
@@ -476,11 +477,13 @@ class _Connection:
             raise httpx.WriteError(f"cannot send the request: {exc}") from exc
         self._start_reading()
 
-    def mark_sent(self) -> None:
-        """Just before a request is written: nothing of its answer can have come yet."""
+    def mark_sent(self, now: float) -> None:
+        """Just before a request is written (at `now`): nothing of its answer can have come yet.
+        A connection's first request needs no system call for the count: nothing came before."""
         if self._stamped:
-            self.floor = self.clock()
-            self.consumed = _data_segments(self.sock)
+            self.floor = now
+            self.consumed = _data_segments(self.sock) if self.requests else 0
+            self.requests += 1
             self.drained = True
 
     def doubt(self, stamp: float, start: float, before: int | None, size: int,
