@@ -121,6 +121,17 @@ def describe_cohorts(cohorts: list[list[tuple[float, float]]]) -> str:
             f"answers that ended before it still waited for their next send")
 
 
+def start_span_ms(recs: list[dict]) -> float | None:
+    """Output: milliseconds from the first to the last of the sessions' first sends (all start
+    together: the client writes them one after another), None without any send."""
+    first: dict[str, float] = {}
+    for r in recs:
+        t = r["t_start_s"]
+        if t is not None and (r["session"] not in first or t < first[r["session"]]):
+            first[r["session"]] = t
+    return (max(first.values()) - min(first.values())) * 1000 if first else None
+
+
 def steal_s() -> float | None:
     """Output: the CPU time the VM's host has taken from this machine's CPUs so far (the `steal`
     column of /proc/stat, in seconds), or None where there is no such counter."""
@@ -218,6 +229,9 @@ def main() -> int:
     print(f"session gap      p50 {pct(gaps, 0.5):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "
           f"max {max(gaps):.1f} ms ({sum(g > 10 for g in gaps)} of {len(gaps)} over 10 ms)")
     print(f"ends together    {describe_cohorts(end_cohorts(recs))}")
+    span = start_span_ms(recs)
+    if span is not None:
+        print(f"start            the sessions' first sends took {span:.2f} ms, first to last")
     if args.perf:
         print_cpu_windows(os.path.join(out_dir, "perf.data"), sent, res["client"], proc.pid,
                           args.perf)

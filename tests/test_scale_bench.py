@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
 
-from scale import describe_cohorts, end_cohorts  # noqa: E402
+from scale import describe_cohorts, end_cohorts, start_span_ms  # noqa: E402
 
 
 def rec(session: str, start: float, e2e: float | None) -> dict:
@@ -45,3 +45,10 @@ def test_the_worst_gap_counts_the_earlier_answers_still_waiting_when_it_ended() 
     assert text.startswith("largest cohort 4 answers")
     assert "when 3 answers that ended before it still waited" in text
     assert describe_cohorts([]) == "no session sent after an answer"
+
+
+def test_the_start_span_runs_from_the_first_to_the_last_sessions_first_send() -> None:
+    recs = [rec("a", 0.0002, 1.0), rec("a", 1.1, 0.1), rec("b", 0.0051, 1.0),
+            rec("c", 0.0013, 1.0), {"session": "d", "t_start_s": None, "e2e_s": None}]
+    assert round(start_span_ms(recs), 3) == 4.9
+    assert start_span_ms([]) is None
