@@ -196,12 +196,11 @@ def split_worst(n: int = 12) -> str:
     way back (first token generated -> its bytes' arrival at the client)."""
     rows = []
     for o in OUTCOMES:
-        first = (o.timings or {}).get("first_token_unix")
         _, server_ms, _ = pair(o)
-        if o.error is None and first and o.ttft_s is not None and server_ms is not None:
-            over = o.ttft_s * 1000 - server_ms
-            back = (o.t_send_unix + o.ttft_s - first) * 1000
-            rows.append((over, over - back, back))
+        if o.error is None and o.ttft_s is not None and server_ms is not None:
+            split = there_back(o, server_ms)
+            if split is not None:
+                rows.append((o.ttft_s * 1000 - server_ms, *split))
     rows.sort(reverse=True)
     worst = rows[:n]
     if not worst:
@@ -237,13 +236,21 @@ def check_flags(over_ms: float = 1.0) -> str:
             + (f"; not covered: {', '.join(missed[:5])}" if missed else ""))
 
 
-def way(o: Any, server_ms: float) -> str:
-    """Output: an overhead split into the way there and back (see `split_worst`)."""
+def there_back(o: Any, server_ms: float) -> tuple[float, float] | None:
+    """Output: a request's overhead (ms) split on the shared wall clock into the way to the
+    simulator's first token and the way back (see `split_worst`), None when the simulator did
+    not report `first_token_unix`."""
     first = (o.timings or {}).get("first_token_unix")
     if not first:
-        return "no split"
+        return None
     back = (o.t_send_unix + o.ttft_s - first) * 1000
-    return f"there {o.ttft_s * 1000 - server_ms - back:.1f} + back {back:.1f}"
+    return o.ttft_s * 1000 - server_ms - back, back
+
+
+def way(o: Any, server_ms: float) -> str:
+    """Output: `there_back` as text."""
+    split = there_back(o, server_ms)
+    return "no split" if split is None else f"there {split[0]:.1f} + back {split[1]:.1f}"
 
 
 SEND_PATH: list[float] = []  # s from httpx's send() call to the request's bytes handed to the kernel
