@@ -39,11 +39,14 @@ def available() -> str | None:
     return None
 
 
-def start(cpus: set[int], path: str, freq: int) -> subprocess.Popen:
-    """Input: the CPUs to sample, the perf.data path, samples a second. Output: the running
-    `perf record` (stop it with `stop`)."""
+def start(cpus: set[int], path: str, freq: int, stacks: bool = False) -> subprocess.Popen:
+    """Input: the CPUs to sample, the perf.data path, samples a second, whether to record each
+    sample's call chain (`perf record -g`: the kernel's frames are complete, the interpreter's
+    are not — CPython is built without frame pointers — but the innermost is exact). Output:
+    the running `perf record` (stop it with `stop`)."""
     cmd = ["perf", "record", "-q", "-o", path, "-k", "CLOCK_REALTIME", "-F", str(freq),
-           "-e", "cpu-clock", "-C", ",".join(map(str, sorted(cpus)))]
+           "-e", "cpu-clock", *(["-g"] if stacks else []),
+           "-C", ",".join(map(str, sorted(cpus)))]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -68,6 +71,62 @@ def samples(path: str, begin: float, end: float) -> list[tuple[int, int, str, fl
         rows.append((int(parts[-2].strip("[]")), int(pid), " ".join(parts[:-3]),
                      float(parts[-1][:-1]), int(tid or pid)))
     return sorted(rows, key=lambda r: r[3])
+
+
+# kernel frames that say why a thread was in the kernel: the outermost of them in a chain names it
+_ENTRIES = (("asm_exc_page_fault", "page fault"), ("asm_sysvec_", "interrupt"),
+            ("asm_common_interrupt", "interrupt"), ("ret_from_fork", "kernel thread"))
+
+
+def chains(path: str, begin: float, end: float, tid: int) -> list[list[str]]:
+    """Input: a perf.data recorded with `stacks`, a window in unix seconds, a thread id.
+    Output: the call chain (innermost first, "symbol (dso)") of each of the thread's samples in
+    the window."""
+    out = subprocess.run(["perf", "script", "-i", path, "-F", "tid,time,ip,sym,dso",
+                          "--tid", str(tid), "--time", f"{begin:.6f},{end:.6f}"],
+                         capture_output=True, text=True, check=True).stdout
+    return parse_chains(out)
+
+
+def parse_chains(text: str) -> list[list[str]]:
+    """Input: `perf script -F tid,time,ip,sym,dso` output of a `-g` recording. Output: one
+    list of frames per sample, innermost first, each "symbol (dso file name)"."""
+    samples: list[list[str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.rstrip().endswith(":"):  # a sample's header: "  tid time:"
+            samples.append([])
+            continue
+        addr, _, rest = line.strip().partition(" ")
+        sym, _, dso = rest.rpartition(" (")
+        if samples:
+            samples[-1].append(f"{sym or addr} ({os.path.basename(dso.rstrip(')'))})")
+    return samples
+
+
+def why(chain: list[str]) -> str:
+    """Input: one sample's chain, innermost first. Output: what the thread was doing: a system
+    call's name ("syscall write"), "page fault", "interrupt", "kernel thread", or "user" (it
+    ran its own code: the interpreter, a library)."""
+    for frame in reversed(chain):  # outermost first: the entry into the kernel
+        name = frame.split(" (")[0]
+        for prefix, label in _ENTRIES:
+            if name.startswith(prefix):
+                return label
+        if name.startswith(("__x64_sys_", "__do_sys_")):
+            return "syscall " + name.split("sys_", 1)[1]
+    return "user"
+
+
+def summarise(samples: list[list[str]], freq: int, top: int = 5) -> str:
+    """Input: `chains` of one window, the sampling rate. Output: one line: milliseconds by what
+    the thread was doing (`why`), then by innermost frame, the largest first."""
+    ms = lambda n: f"{n * 1000 / freq:.1f}"
+    by_why = Counter(why(c) for c in samples if c)
+    by_leaf = Counter(c[0] for c in samples if c)
+    return ("; ".join(f"{k} {ms(v)} ms" for k, v in by_why.most_common(top))
+            + " | innermost: " + "; ".join(f"{k} {ms(v)}" for k, v in by_leaf.most_common(top)))
 
 
 def split(path: str, begin: float, end: float, client_pid: int, freq: int) -> dict:

@@ -29,7 +29,7 @@ lag: the client, other tasks, nothing (idle), or no sample at all (between busy 
 host had the CPU).
 
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
-       [--slots 64] [--decode-us US] [--pin [--perf HZ]] [--keep DIR]
+       [--slots 64] [--decode-us US] [--pin [--perf HZ [--stacks]]] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -142,9 +142,11 @@ def steal_s() -> float | None:
         return None
 
 
-def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq: int) -> None:
+def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq: int,
+                      stacks: bool = False) -> None:
     """Print what ran on the client's CPUs during the worst client delay (from the moment its
-    session could go on to its send) and the worst loop lag (the late 5 ms sleep)."""
+    session could go on to its send) and the worst loop lag (the late 5 ms sleep); with
+    `stacks`, also what the event loop's thread was doing there (`cpuwindow.summarise`)."""
     # the run's clock origin in unix time: each record has its send on both clocks
     origin = statistics.median(r["t_send_unix"] - r["t_start_s"] for r in sent
                                if r["t_send_unix"] is not None and r["t_start_s"] is not None)
@@ -157,6 +159,9 @@ def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq:
         parts = cpuwindow.split(path, end - (ms + base) / 1000, end, pid, freq)
         print(f"{name + ' (perf)':<19}{ms + base:.1f} ms at {at:.3f} s: "
               f"{cpuwindow.describe(parts)}")
+        if stacks:
+            chains = cpuwindow.chains(path, end - (ms + base) / 1000, end, pid)
+            print(f"{'  loop thread':<19}{cpuwindow.summarise(chains, freq)}")
 
 
 def main() -> int:
@@ -175,7 +180,12 @@ def main() -> int:
     ap.add_argument("--perf", type=int, metavar="HZ", default=0,
                     help="with --pin: sample the client's CPUs with perf at HZ and say what ran "
                          "there during the worst client delay and the worst loop lag")
+    ap.add_argument("--stacks", action="store_true",
+                    help="with --perf: record call chains and say what the event loop's thread "
+                         "was doing in those windows (system calls, page faults, its own code)")
     args = ap.parse_args()
+    if args.stacks and not args.perf:
+        ap.error("--stacks needs --perf")
     if args.perf and (not args.pin or cpuwindow.available()):
         ap.error("--perf: " + (cpuwindow.available() or "needs --pin"))
     out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
@@ -190,8 +200,8 @@ def main() -> int:
            "--step-tokens", str(args.step_tokens), "--sub-tokens", "1k", "--sub-windows", "2",
            "--finalize-tokens", "500", "--max-tokens", "16"]
     print("$ wl", " ".join(cmd[cmd.index("run"):]), flush=True)
-    sampler = (cpuwindow.start(wl_cpus, os.path.join(out_dir, "perf.data"), args.perf)
-               if args.perf else None)
+    sampler = (cpuwindow.start(wl_cpus, os.path.join(out_dir, "perf.data"), args.perf,
+                               args.stacks) if args.perf else None)
     try:
         t0, steal0 = time.perf_counter(), steal_s()
         pin = (lambda: os.sched_setaffinity(0, wl_cpus)) if wl_cpus else None
@@ -234,7 +244,7 @@ def main() -> int:
         print(f"start            the sessions' first sends took {span:.2f} ms, first to last")
     if args.perf:
         print_cpu_windows(os.path.join(out_dir, "perf.data"), sent, res["client"], proc.pid,
-                          args.perf)
+                          args.perf, args.stacks)
     gates = ", ".join(f"{g['name']}={g['status']}" for g in res["gates"])
     print(f"gates            {gates}")
     if not args.keep:

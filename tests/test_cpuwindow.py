@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
 
-from cpuwindow import account, describe  # noqa: E402
+from cpuwindow import account, describe, parse_chains, summarise, why  # noqa: E402
 
 CLIENT = 42
 
@@ -57,3 +57,45 @@ def test_the_clients_loop_thread_is_told_from_its_reader_thread() -> None:
     out = account(rows, 0.5 * ms, 10.5 * ms, CLIENT, 1000)
     assert (out["client"], out["client_loop"], out["others"]) == (6.0, 4.0, {"kdamond.0": 4.0})
     assert "client ran 6.0 ms (its loop's thread 4.0)" in describe(out)
+
+
+CHAINS = """\
+   812 1796019014.927600: 
+\tffffffff8124d0c1 clear_page_erms ([kernel.kallsyms])
+\tffffffff81a0e3f2 do_anonymous_page ([kernel.kallsyms])
+\tffffffff81a01234 exc_page_fault ([kernel.kallsyms])
+\tffffffff82200b26 asm_exc_page_fault ([kernel.kallsyms])
+\t55d0c3a2b0f1 _PyObject_Malloc (/usr/bin/python3.11)
+
+   812 1796019014.928100: 
+\tffffffff81cf11aa tcp_sendmsg ([kernel.kallsyms])
+\tffffffff81b00aa1 __x64_sys_sendto ([kernel.kallsyms])
+\tffffffff81b00001 do_syscall_64 ([kernel.kallsyms])
+\tffffffff82200099 entry_SYSCALL_64 ([kernel.kallsyms])
+\t7f3a1b2c3d4e __send (/lib/x86_64-linux-gnu/libc.so.6)
+
+   812 1796019014.928600: 
+\t55d0c3a2c001 _PyEval_EvalFrameDefault (/usr/bin/python3.11)
+
+   812 1796019014.929100: 
+\t7f3a1b2c3d4e [unknown] (/usr/lib/libz.so.1)
+"""
+
+
+def test_chains_say_what_the_thread_was_doing():
+    samples = parse_chains(CHAINS)
+    assert [c[0] for c in samples] == [
+        "clear_page_erms ([kernel.kallsyms])", "tcp_sendmsg ([kernel.kallsyms])",
+        "_PyEval_EvalFrameDefault (python3.11)", "[unknown] (libz.so.1)"]
+    assert len(samples[0]) == 5 and samples[0][-1] == "_PyObject_Malloc (python3.11)"
+    assert [why(c) for c in samples] == ["page fault", "syscall sendto", "user", "user"]
+    line = summarise(samples, 2000)
+    assert line.startswith("user 1.0 ms; ")
+    assert "page fault 0.5 ms" in line and "syscall sendto 0.5 ms" in line
+    assert "innermost: " in line and "_PyEval_EvalFrameDefault" in line
+
+
+def test_a_page_fault_inside_a_system_call_counts_as_the_call():
+    chain = ["clear_page_erms (k)", "asm_exc_page_fault (k)", "_copy_to_user (k)",
+             "__x64_sys_recvfrom (k)", "do_syscall_64 (k)", "entry_SYSCALL_64 (k)", "recv (libc)"]
+    assert why(chain) == "syscall recvfrom"
