@@ -6,13 +6,20 @@ per-session verdicts, and the report's headline numbers.
 
 A gate that reads no data fails ("unknown" counts as not passed, labelled `unverified`); an
 errored or skipped request is neither a hit nor a miss, so it never feeds cache evidence.
+
+A first token whose stamp may be late (`Record.ttft_late_s`: the reader got it together with
+later bytes) makes its TTFT, and what is derived from it, a range rather than a number
+(`Span`). Gates are evaluated over such ranges (interval arithmetic: aggregates and `max` /
+`min` are monotone in every value, `-` and `/` take the opposite ends); a comparison that holds
+at one end of the ranges and not at the other is not judged ("unknown", with both ends in its
+detail) rather than judged on the stamped value.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, NamedTuple
 
 from pydantic import BaseModel
 
@@ -58,6 +65,74 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "ttft_per_uncached": lambda r: r.ttft_per_uncached,
     "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
 }
+
+
+class Span(NamedTuple):
+    """A number known only to lie in [lo, hi], with its value as stamped (`at`, the one
+    reported)."""
+    lo: float
+    hi: float
+    at: float
+
+
+def _scaled(r: Record, value: float | None, power: int) -> Span | None:
+    """Input: a record whose first-token stamp may be late, a value proportional to its TTFT
+    to the `power` (1 or -1). Output: the value's range over TTFTs from the earliest the first
+    token may have come (`ttft_s - ttft_late_s`) to the stamp."""
+    if value is None or not r.ttft_s:
+        return None
+    earliest = max(0.0, r.ttft_s - (r.ttft_late_s or 0.0))
+    if power > 0:
+        return Span(value * earliest / r.ttft_s, value, value)
+    return Span(value, math.inf if earliest == 0 else value * r.ttft_s / earliest, value)
+
+
+def _tg_span(r: Record) -> Span | None:
+    """Decode speed over the time after the first token: an earlier first token leaves more
+    time for the same tokens (a lower speed)."""
+    if r.tg_tps is None or r.e2e_s is None or r.ttft_s is None or r.e2e_s <= r.ttft_s:
+        return None
+    earliest = max(0.0, r.ttft_s - (r.ttft_late_s or 0.0))
+    return Span(r.tg_tps * (r.e2e_s - r.ttft_s) / (r.e2e_s - earliest), r.tg_tps, r.tg_tps)
+
+
+# metrics read from the first token's stamp: their range when that stamp may be late
+SPANS: dict[str, Callable[[Record], Span | None]] = {
+    "ttft": lambda r: _scaled(r, r.ttft_s, 1),
+    "ttft_content": lambda r: _scaled(r, r.ttft_content_s, 1)
+    if r.ttft_content_s == r.ttft_s else None,  # a later content delta: its own read
+    "prefill_time": lambda r: _scaled(r, r.prefill_s, 1)
+    if r.prefill_source == "client_ttft" else None,
+    "pp": lambda r: _scaled(r, r.pp_tps, -1),
+    "tg": _tg_span,
+    "ttft_per_uncached": lambda r: _scaled(r, r.ttft_per_uncached, 1),
+}
+
+
+def metric_value(metric: str, r: Record) -> Any:
+    """Output: `metric` of record `r`: a `Span` when it is read from a first-token stamp
+    that may be late, else the plain value (None when unknown)."""
+    v = METRICS[metric](r)
+    if v is not None and r.ttft_late_s and metric in SPANS:
+        span = SPANS[metric](r)
+        if span is not None and span.lo != span.hi:
+            return span
+    return v
+
+
+def ends(v: Any) -> tuple[Any, Any]:
+    """Output: (lowest, highest) of a `Span`, or the value twice."""
+    return (v.lo, v.hi) if isinstance(v, Span) else (v, v)
+
+
+def stamped(v: Any) -> Any:
+    """Output: a `Span`'s value as stamped, or the value itself."""
+    return v.at if isinstance(v, Span) else v
+
+
+def span_of(lo: Any, hi: Any, at: Any) -> Any:
+    """Output: `Span(lo, hi, at)`, or just `at` when the range is one point."""
+    return at if lo == hi else Span(lo, hi, at)
 
 
 def prefill_work(r: Record) -> float | None:
@@ -128,8 +203,7 @@ class Judge:
         return rs
 
     def values(self, ref: ir.MetricRef) -> list[Any]:
-        get = METRICS[ref.metric]
-        return [get(r) for r in self.picked(ref)]
+        return [metric_value(ref.metric, r) for r in self.picked(ref)]
 
     def scalar(self, e: ir.GExpr) -> Any:
         if isinstance(e, ir.GNum):
@@ -146,7 +220,9 @@ class Judge:
             return known(vals[0])
         if isinstance(e, ir.GCall):
             vals = [self.scalar(a) for a in e.args]
-            return max(vals) if e.func == "max" else min(vals)
+            pick = max if e.func == "max" else min
+            return span_of(pick(ends(v)[0] for v in vals), pick(ends(v)[1] for v in vals),
+                           pick(stamped(v) for v in vals))
         left, right = self.scalar(e.left), self.scalar(e.right)
         return arith(e.op, left, right)
 
@@ -158,13 +234,33 @@ def known(v: Any) -> Any:
 
 
 def arith(op: str, a: Any, b: Any) -> Any:
+    """Output: `a op b`; over `Span`s, the range of every result the operands' ranges allow."""
+    if not isinstance(a, Span) and not isinstance(b, Span):
+        return _arith(op, a, b)
+    (alo, ahi), (blo, bhi) = ends(a), ends(b)
+    if op == "/" and blo <= 0 <= bhi:
+        raise Unknown("division by a value that may be zero")
+    corners = [_arith(op, x, y) for x in (alo, ahi) for y in (blo, bhi)]
+    if any(c != c for c in corners):  # NaN: an unbounded end met another (inf - inf)
+        raise Unknown("a range without bounds (a first token that may have come at once)")
+    return span_of(min(corners), max(corners), _arith(op, stamped(a), stamped(b)))
+
+
+def _arith(op: str, a: Any, b: Any) -> Any:
     if op == "/" and b == 0:
         raise Unknown("division by zero")
     return {"+": a + b, "-": a - b, "*": a * b}.get(op) if op != "/" else a / b
 
 
 def aggregate(func: str, vals: list[Any]) -> Any:
-    """Aggregate the known values; booleans count True; unknown when nothing is known."""
+    """Aggregate the known values; booleans count True; unknown when nothing is known. Numeric
+    aggregates are monotone in every value: over `Span`s, the aggregate of the lowest ends to
+    that of the highest."""
+    if any(isinstance(v, Span) for v in vals):
+        los = [None if v is None else ends(v)[0] for v in vals]
+        his = [None if v is None else ends(v)[1] for v in vals]
+        return span_of(aggregate(func, los), aggregate(func, his),
+                       aggregate(func, [stamped(v) for v in vals]))
     if func == "count":
         return sum(1 for v in vals if v is not None and v is not False)
     xs = [v for v in vals if v is not None]
@@ -193,18 +289,50 @@ CMP = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a >
        ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 
 
+def compare(op: str, a: Any, b: Any) -> bool | None:
+    """Output: `a op b`; over `Span`s, True or False when it holds for every value the ranges
+    allow or for none, None when it holds for some and not others."""
+    if not isinstance(a, Span) and not isinstance(b, Span):
+        return CMP[op](a, b)
+    (alo, ahi), (blo, bhi) = ends(a), ends(b)
+    if op in ("==", "!="):
+        apart = ahi < blo or bhi < alo
+        equal = alo == ahi == blo == bhi
+        same = True if equal else False if apart else None
+        return same if same is None or op == "==" else not same
+    if op in ("<", "<="):
+        always, ever = CMP[op](ahi, blo), CMP[op](alo, bhi)
+    else:
+        always, ever = CMP[op](alo, bhi), CMP[op](ahi, blo)
+    return True if always else False if not ever else None
+
+
+def undecided(value: Any, threshold: Any) -> str:
+    """Output: why a comparison over ranges was not judged: the ranges of both sides."""
+    def show(v: Any) -> str:
+        lo, hi = ends(v)
+        return fmt(v) if lo == hi else f"{fmt(lo)}..{fmt(hi)} (stamped {fmt(stamped(v))})"
+    return (f"first-token stamps that may be late (ttft_late_s) leave the value at "
+            f"{show(value)} against {show(threshold)}: holds at one end, not at the other")
+
+
 def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     try:
         if isinstance(g.left, ir.MetricRef) and g.op is not None:
             return judge_each(j, g, scope)
         value = j.scalar(g.left)
         if g.op is None:
+            value = stamped(value)
             status: Status = "pass" if value else "fail"
             return ScopeResult(scope=scope, status=status, value=value, reads=len(j.reads))
         threshold = j.scalar(g.right)
-        ok = CMP[g.op](value, threshold)
-        return ScopeResult(scope=scope, status="pass" if ok else "fail", value=value,
-                           threshold=threshold, reads=len(j.reads))
+        ok = compare(g.op, value, threshold)
+        if ok is None:
+            return ScopeResult(scope=scope, status="unknown", value=stamped(value),
+                               threshold=stamped(threshold), reads=len(j.reads),
+                               detail=undecided(value, threshold))
+        return ScopeResult(scope=scope, status="pass" if ok else "fail", value=stamped(value),
+                           threshold=stamped(threshold), reads=len(j.reads))
     except Unknown as e:
         return ScopeResult(scope=scope, status="unknown", reads=len(j.reads), detail=str(e))
 
@@ -212,24 +340,28 @@ def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
 def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     """`metric{...} CMP rhs`: every selected value must satisfy the comparison."""
     picked = j.picked(g.left)
-    vals = [METRICS[g.left.metric](r) for r in picked]
+    vals = [metric_value(g.left.metric, r) for r in picked]
     if not picked:
         raise Unknown("no data: the selector matched no completed request")
     threshold = j.scalar(g.right)
-    fails = [(r.id, v) for r, v in zip(picked, vals) if v is not None and not CMP[g.op](v, threshold)]
+    held = [None if v is None else compare(g.op, v, threshold) for v in vals]
+    fails = [(r.id, v) for r, v, ok in zip(picked, vals, held) if ok is False]
     unknown = [r.id for r, v in zip(picked, vals) if v is None]
-    known_vals = [v for v in vals if v is not None]
+    open_ = [(r.id, v) for r, v, ok in zip(picked, vals, held) if v is not None and ok is None]
+    known_vals = [stamped(v) for v in vals if v is not None]
     pick = min if g.op in (">", ">=") else max
-    worst = fails[0][1] if fails else (pick(known_vals) if known_vals else None)
+    worst = stamped(fails[0][1]) if fails else (pick(known_vals) if known_vals else None)
     if fails:
-        detail = ", ".join(f"{rid}={fmt(v)}" for rid, v in fails[:5])
-        return ScopeResult(scope=scope, status="fail", value=worst, threshold=threshold,
+        detail = ", ".join(f"{rid}={fmt(stamped(v))}" for rid, v in fails[:5])
+        return ScopeResult(scope=scope, status="fail", value=worst, threshold=stamped(threshold),
                            reads=len(picked), detail=detail)
-    if unknown:
-        why = errors_or_unreported(j, unknown)
-        return ScopeResult(scope=scope, status="unknown", threshold=threshold, reads=len(picked),
-                           detail=why)
-    return ScopeResult(scope=scope, status="pass", value=worst, threshold=threshold,
+    if unknown or open_:
+        why = "; ".join(
+            ([errors_or_unreported(j, unknown)] if unknown else [])
+            + [f"{rid}: {undecided(v, threshold)}" for rid, v in open_[:3]])
+        return ScopeResult(scope=scope, status="unknown", value=None if unknown else worst,
+                           threshold=stamped(threshold), reads=len(picked), detail=why)
+    return ScopeResult(scope=scope, status="pass", value=worst, threshold=stamped(threshold),
                        reads=len(picked))
 
 
@@ -310,7 +442,8 @@ def evaluate_report(plan: Plan, records: list[Record],
 
 
 def safe_scalar(j: Judge, e: ir.GExpr) -> Any:
+    """Output: the expression's value as stamped, or None when it cannot be computed."""
     try:
-        return j.scalar(e)
+        return stamped(j.scalar(e))
     except Unknown:
         return None

@@ -1,0 +1,108 @@
+"""Gates over TTFT values when a first token's stamp may be late (`ttft_late_s`): each such
+TTFT is a range (`ttft - ttft_late_s` to `ttft`) and so is what is derived from it; a gate
+judges only when every value in the ranges judges the same, else it is "unknown" with both
+ends shown. A stamp without a flag is judged as before."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workloadlang.api import Source, make_plan, parse_checked
+from workloadlang.gates import Span, aggregate, arith, compare, evaluate_gates, metric_value
+from workloadlang.run.record import Record, base_record
+
+WL = """
+workload w {
+  session s repeat 2 { repeat 4 label step { user "hello"; reply 8 } }
+  gates {
+    fast: overall p95(ttft{step}) < 100ms
+    each_fast: each session ttft{step} < 100ms
+    spread: overall p99(ttft{step}) - p50(ttft{step}) < 30ms
+    prefill_speed: overall median(pp{step}) > 1000
+  }
+}
+"""
+
+
+def plan():
+    source = Source(name="w.wl", text=WL)
+    return make_plan(parse_checked(source), source, {}, salt="t")
+
+
+def records(p, ttft: dict[int, float], late: dict[int, float] | None = None) -> list[Record]:
+    """Output: a record per planned request (in plan order, numbered from 0) with TTFT
+    `ttft.get(i, 0.05)`, flagged `late.get(i)`, 100 uncached tokens."""
+    late = late or {}
+    out = []
+    for i, req in enumerate(p.requests):
+        t = ttft.get(i, 0.05)
+        out.append(Record(**base_record(req), prompt_tokens=100, cached_tokens=0,
+                          uncached_tokens=100, ttft_s=t, ttft_late_s=late.get(i), e2e_s=t + 0.05,
+                          pp_tps=100 / t, prefill_s=t, prefill_source="client_ttft"))
+    return out
+
+
+def statuses(p, recs) -> dict[str, str]:
+    return {g.name: g.status for g in evaluate_gates(p, recs, {})}
+
+
+def test_a_stamp_that_may_be_late_across_the_threshold_leaves_the_gate_unjudged() -> None:
+    p = plan()
+    # request 0 stamped 0.2 s: too slow as stamped, and really 0.2 s at least when not flagged
+    assert statuses(p, records(p, {0: 0.2, 1: 0.2})) == {
+        "fast": "fail", "each_fast": "fail", "spread": "fail", "prefill_speed": "pass"}
+    # flagged: it may have come as early as 0.05 s — each gate that then holds is not judged
+    got = evaluate_gates(p, records(p, {0: 0.2, 1: 0.2}, {0: 0.15, 1: 0.15}), {})
+    by = {g.name: g for g in got}
+    assert {k: g.status for k, g in by.items()} == {
+        "fast": "unknown", "each_fast": "unknown", "spread": "unknown", "prefill_speed": "pass"}
+    fast = by["fast"].results[0]
+    assert fast.value == pytest.approx(0.2) and fast.threshold == 0.1  # as stamped
+    assert "0.05..0.2" in fast.detail and "ttft_late_s" in fast.detail
+    each = {r.scope: r for r in by["each_fast"].results}
+    assert each["s#0"].status == "unknown" and each["s#1"].status == "pass"
+    assert each["s#0"].value == pytest.approx(0.2)
+
+
+def test_a_late_stamp_that_cannot_change_the_verdict_does_not_hide_it() -> None:
+    p = plan()
+    # flagged 0.05 s: really 0.15-0.2 s, too slow either way
+    assert statuses(p, records(p, {0: 0.2, 1: 0.2}, {0: 0.05, 1: 0.05}))["fast"] == "fail"
+    assert statuses(p, records(p, {0: 0.2}, {0: 0.05}))["each_fast"] == "fail"
+    # a fast one flagged: faster still, passes
+    assert statuses(p, records(p, {}, {0: 0.04}))["fast"] == "pass"
+
+
+def test_a_derived_speed_is_a_range_the_other_way() -> None:
+    p = plan()
+    recs = records(p, {i: 0.2 for i in range(8)}, {i: 0.15 for i in range(8)})
+    v = metric_value("pp", recs[0])
+    assert isinstance(v, Span) and v.at == pytest.approx(500) and v.lo == pytest.approx(500)
+    assert v.hi == pytest.approx(2000)  # 100 tokens in 0.05 s
+    # as stamped 500 tokens/s (< 1000), at the earliest 2000: not judged
+    assert statuses(p, recs)["prefill_speed"] == "unknown"
+
+
+def test_interval_arithmetic_and_comparisons() -> None:
+    a, b = Span(1.0, 3.0, 3.0), Span(2.0, 2.5, 2.5)
+    assert arith("-", a, b) == Span(-1.5, 1.0, 0.5)
+    assert arith("+", a, 1.0) == Span(2.0, 4.0, 4.0)
+    assert arith("*", a, -1.0) == Span(-3.0, -1.0, -3.0)
+    assert arith("/", 6.0, a) == Span(2.0, 6.0, 2.0)
+    assert compare("<", a, 4.0) is True and compare("<", a, 0.5) is False
+    assert compare("<", a, 2.0) is None and compare(">=", a, 1.0) is True
+    assert compare("==", a, 5.0) is False and compare("==", a, 2.0) is None
+    assert compare("!=", a, 5.0) is True
+    assert aggregate("max", [a, 0.5]) == Span(1.0, 3.0, 3.0)
+    assert aggregate("p50", [a, b, 2.2]) == Span(2.0, 2.5, 2.5)
+    assert aggregate("count", [a, None]) == 1
+    with pytest.raises(Exception, match="may be zero"):
+        arith("/", 1.0, Span(-1.0, 1.0, 1.0))
+
+
+def test_an_unbounded_end_is_not_compared_as_nan() -> None:
+    up = Span(1.0, math.inf, 1.0)
+    with pytest.raises(Exception, match="without bounds"):
+        arith("-", up, up)
