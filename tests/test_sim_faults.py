@@ -56,7 +56,7 @@ def chat(h, messages, session=None, request_id=None, stream=True, max_tokens=1) 
     if r.status_code != 200 or not stream:
         out["body"] = r.json()
         if r.status_code == 200:
-            out.update(usage=out["body"]["usage"], timings=out["body"]["timings"])
+            out.update(usage=out["body"]["usage"], timings=out["body"].get("timings"))
         return out
     for line in r.text.split("\n"):
         if line.startswith("data: {"):
@@ -137,6 +137,18 @@ def test_omit_cached_when_zero(sim):
     first, second = chat(h, prompt), chat(h, prompt)
     assert "prompt_tokens_details" not in first["usage"] and "cache_n" not in first["timings"]
     assert cached(second) == 96 and second["timings"]["cache_n"] == 96
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_no_timings_reports_usage_but_no_server_times(sim, stream):
+    """vLLM / SGLang shape: cached tokens in `usage`, no `timings` at all; scoped by session."""
+    h = sim("no_timings@quiet")
+    prompt = msgs("t", 100)
+    chat(h, prompt, session="quiet", stream=stream)
+    again = chat(h, prompt, session="quiet", stream=stream)
+    assert again["timings"] is None and cached(again) == 96
+    other = chat(h, prompt, session="loud", stream=stream)
+    assert other["timings"]["prompt_ms"] >= 0 and cached(other) == 96
 
 
 def test_duplicate_blocks_halve_effective_capacity(sim):

@@ -72,10 +72,12 @@ class ChunkWriter:
         """Finish chunk, optional usage chunk (timings on the last one), then [DONE]."""
         job = self.job
         finish = [{"index": 0, "delta": {}, "finish_reason": job.finish_reason}]
+        timings = job.timings()
+        extra = {} if timings is None else {"timings": timings}
         if job.include_usage:
-            out = [self._obj(finish), self._obj([], usage=job.usage(), timings=job.timings())]
+            out = [self._obj(finish), self._obj([], usage=job.usage(), **extra)]
         else:
-            out = [self._obj(finish, timings=job.timings())]
+            out = [self._obj(finish, **extra)]
         return out + [b"data: [DONE]\n\n"]
 
 
@@ -114,12 +116,15 @@ def _completion_body(sim: Simulator, job: Job) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": " ".join(job.content)}
     if job.reasoning:
         message["reasoning_content"] = " ".join(job.reasoning)
-    return {
+    body = {
         "id": job.id, "object": "chat.completion", "created": job.created,
         "model": sim.config.model,
         "choices": [{"index": 0, "message": message, "finish_reason": job.finish_reason}],
         "usage": job.usage(), "timings": job.timings(),
     }
+    if body["timings"] is None:
+        del body["timings"]
+    return body
 
 
 async def _wait_disconnect(receive) -> None:

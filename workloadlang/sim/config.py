@@ -18,6 +18,7 @@ FaultName = Literal[
     "degraded",
     "no_cached_report",
     "omit_cached_when_zero",
+    "no_timings",
     "duplicate_blocks",
     "error_rate",
 ]

@@ -80,6 +80,7 @@ class Job:
     degraded: bool = False
     no_report: bool = False
     omit_zero: bool = False
+    no_timings: bool = False
     drop_aborted: bool = False
     state: str = "queued"  # queued | prefill | decode | done | cancelled
     finished: bool = False
@@ -144,8 +145,11 @@ class Job:
         out["completion_tokens_details"] = {"reasoning_tokens": len(self.reasoning)}
         return out
 
-    def timings(self) -> dict:
-        """llama.cpp-like server-side `timings` plus `queue_ms` and `ttft_ms` (milliseconds)."""
+    def timings(self) -> dict | None:
+        """llama.cpp-like server-side `timings` plus `queue_ms` and `ttft_ms` (milliseconds);
+        None under `no_timings` (an engine that reports none, like vLLM and SGLang)."""
+        if self.no_timings:
+            return None
         # prompt_ms is the modelled prefill compute (what an engine's GPU would report); the wall
         # time also holds the simulator's own event-loop lag when its process is saturated,
         # which is an artefact of the simulator, not of the engine it models (prompt_wall_ms)
@@ -276,6 +280,7 @@ class Simulator:
             degraded=cfg.fault("degraded", session) is not None,
             no_report=cfg.fault("no_cached_report", session) is not None,
             omit_zero=cfg.fault("omit_cached_when_zero", session) is not None,
+            no_timings=cfg.fault("no_timings", session) is not None,
             drop_aborted=cfg.fault("drop_aborted", session) is not None,
         )
 
