@@ -31,15 +31,18 @@ def plan():
     return make_plan(parse_checked(source), source, {}, salt="t")
 
 
-def records(p, ttft: dict[int, float], late: dict[int, float] | None = None) -> list[Record]:
+def records(p, ttft: dict[int, float], late: dict[int, float] | None = None,
+            busy: dict[int, float] | None = None) -> list[Record]:
     """Output: a record per planned request (in plan order, numbered from 0) with TTFT
-    `ttft.get(i, 0.05)`, flagged `late.get(i)`, 100 uncached tokens."""
-    late = late or {}
+    `ttft.get(i, 0.05)`, flagged `late.get(i)`, other requests in flight for `busy.get(i)` of
+    it, 100 uncached tokens, the client's TTFT as the prefill time."""
+    late, busy = late or {}, busy or {}
     out = []
     for i, req in enumerate(p.requests):
         t = ttft.get(i, 0.05)
         out.append(Record(**base_record(req), prompt_tokens=100, cached_tokens=0,
-                          uncached_tokens=100, ttft_s=t, ttft_late_s=late.get(i), e2e_s=t + 0.05,
+                          uncached_tokens=100, ttft_s=t, ttft_late_s=late.get(i),
+                          ttft_contended_s=busy.get(i), e2e_s=t + 0.05,
                           pp_tps=100 / t, prefill_s=t, prefill_source="client_ttft"))
     return out
 
@@ -60,7 +63,7 @@ def test_a_stamp_that_may_be_late_across_the_threshold_leaves_the_gate_unjudged(
         "fast": "unknown", "each_fast": "unknown", "spread": "unknown", "prefill_speed": "pass"}
     fast = by["fast"].results[0]
     assert fast.value == pytest.approx(0.2) and fast.threshold == 0.1  # as stamped
-    assert "0.05..0.2" in fast.detail and "ttft_late_s" in fast.detail
+    assert fast.detail.startswith("0.05..0.2 vs 0.1: ") and "ttft_late_s" in fast.detail
     each = {r.scope: r for r in by["each_fast"].results}
     assert each["s#0"].status == "unknown" and each["s#1"].status == "pass"
     assert each["s#0"].value == pytest.approx(0.2)
@@ -106,3 +109,28 @@ def test_an_unbounded_end_is_not_compared_as_nan() -> None:
     up = Span(1.0, math.inf, 1.0)
     with pytest.raises(Exception, match="without bounds"):
         arith("-", up, up)
+
+
+def test_time_shared_with_other_requests_doubts_a_prefill_not_a_ttft() -> None:
+    """`ttft_contended_s` widens what stands for the prefill's own time (`pp`, `prefill_time`
+    from the client), not the TTFT a user waited."""
+    p = plan()
+    recs = records(p, {i: 0.2 for i in range(8)}, busy={i: 0.15 for i in range(8)})
+    assert metric_value("ttft", recs[0]) == pytest.approx(0.2)
+    assert metric_value("prefill_time", recs[0]) == Span(pytest.approx(0.05), 0.2, 0.2)
+    got = statuses(p, recs)
+    assert got["fast"] == "fail" and got["prefill_speed"] == "unknown"
+    server = recs[0].model_copy(update={"prefill_source": "server", "prefill_s": 0.01})
+    assert metric_value("prefill_time", server) == 0.01
+
+
+def test_values_left_out_of_an_aggregate_are_counted() -> None:
+    source = Source(name="w.wl", text=WL.replace(
+        "fast: overall p95(ttft{step}) < 100ms", "fast: overall p95(ttft{step}) < 100ms\n"
+        "    judged: overall count(hit{step}) == 0"))
+    p = make_plan(parse_checked(source), source, {}, salt="t")
+    recs = records(p, {})
+    recs[0] = recs[0].model_copy(update={"ttft_s": None, "pp_tps": None, "prefill_s": None})
+    by = {g.name: g for g in evaluate_gates(p, recs, {})}
+    assert by["judged"].status == "pass" and by["judged"].results[0].unknown == 8  # hit: None
+    assert by["fast"].results[0].unknown == 1

@@ -11,13 +11,13 @@ from workloadlang.run.record import TtftReference, evidence
 REF = TtftReference(threshold_s=0.1, threshold_tokens=2000, cold_prefill_tps=10_000.0)
 
 
-def warm_step(**outcome: object) -> dict:
+def warm_step(contended_s: float | None = None, **outcome: object) -> dict:
     """Output: the evidence of a warm step (2,000-token prompt, 1,900 expected from cache)."""
     req = SimpleNamespace(id="s/1", expected_cached=1900, prompt_tokens=2000)
     o = dict(prompt_tokens=2000, cached_tokens=1900, ttft_s=0.12, ttft_late_s=None,
              server_prefill_ms=None, completion_tokens=4, streamed_tokens=4, e2e_s=0.2)
     o.update(outcome)
-    return evidence(req, SimpleNamespace(**o), None, None, 0.9, REF)
+    return evidence(req, SimpleNamespace(**o), None, None, 0.9, REF, contended_s)
 
 
 def test_a_reported_hit_timed_like_a_recompute_disagrees_unless_the_stamp_may_be_late() -> None:
@@ -26,6 +26,17 @@ def test_a_reported_hit_timed_like_a_recompute_disagrees_unless_the_stamp_may_be
     assert warm_step(ttft_late_s=0.05)["ttft_agrees"] is None  # really 0.07-0.12 s: cannot tell
     assert warm_step(ttft_late_s=0.01)["ttft_agrees"] is False  # really 0.11-0.12 s: too slow
     assert warm_step(ttft_s=0.05, ttft_late_s=0.04)["ttft_agrees"] is True
+
+
+def test_time_other_requests_were_in_flight_may_be_the_engines_on_them() -> None:
+    """Without the engine's own prefill time, a TTFT that other requests of the run shared
+    (`ttft_contended_s`) may be queueing: "recomputed" is not concluded from it."""
+    assert warm_step(contended_s=0.05)["ttft_agrees"] is None  # own prefill 0.07-0.12 s
+    assert warm_step(contended_s=0.01)["ttft_agrees"] is False  # 0.11-0.12 s: still too slow
+    assert warm_step(contended_s=0.03, ttft_late_s=0.03)["ttft_agrees"] is None  # the two add
+    assert warm_step(cached_tokens=None, contended_s=0.05)["hit"] is None  # a miss by TTFT too
+    # the engine's own prefill time excludes its queue: not doubted
+    assert warm_step(contended_s=0.1, server_prefill_ms=120.0)["ttft_agrees"] is False
 
 
 def test_the_engines_own_prefill_time_is_not_doubted() -> None:

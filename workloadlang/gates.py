@@ -9,7 +9,9 @@ errored or skipped request is neither a hit nor a miss, so it never feeds cache 
 
 A first token whose stamp may be late (`Record.ttft_late_s`: the reader got it together with
 later bytes) makes its TTFT, and what is derived from it, a range rather than a number
-(`Span`). Gates are evaluated over such ranges (interval arithmetic: aggregates and `max` /
+(`Span`); a prefill measured by the client's TTFT (`prefill_time` without the engine's own,
+`pp`, `ttft_per_uncached`) also reaches down by the time other requests of the run were in
+flight meanwhile (`Record.ttft_contended_s`: the engine may have spent it on them). Gates are evaluated over such ranges (interval arithmetic: aggregates and `max` /
 `min` are monotone in every value, `-` and `/` take the opposite ends); a comparison that holds
 at one end of the ranges and not at the other is not judged ("unknown", with both ends in its
 detail) rather than judged on the stamped value.
@@ -75,13 +77,17 @@ class Span(NamedTuple):
     at: float
 
 
-def _scaled(r: Record, value: float | None, power: int) -> Span | None:
-    """Input: a record whose first-token stamp may be late, a value proportional to its TTFT
-    to the `power` (1 or -1). Output: the value's range over TTFTs from the earliest the first
-    token may have come (`ttft_s - ttft_late_s`) to the stamp."""
+def _scaled(r: Record, value: float | None, power: int, prefill: bool = False) -> Span | None:
+    """Input: a record, a value proportional to its TTFT to the `power` (1 or -1), whether it
+    stands for the prefill's own time. Output: the value's range over TTFTs from the least
+    the stamp allows (`ttft_s - ttft_late_s`; for a prefill, less the time other requests were
+    in flight, `ttft_contended_s`) to the stamp."""
     if value is None or not r.ttft_s:
         return None
-    earliest = max(0.0, r.ttft_s - (r.ttft_late_s or 0.0))
+    doubt = (r.ttft_late_s or 0.0) + ((r.ttft_contended_s or 0.0) if prefill else 0.0)
+    if doubt <= 0:
+        return None
+    earliest = max(0.0, r.ttft_s - doubt)
     if power > 0:
         return Span(value * earliest / r.ttft_s, value, value)
     return Span(value, math.inf if earliest == 0 else value * r.ttft_s / earliest, value)
@@ -90,30 +96,33 @@ def _scaled(r: Record, value: float | None, power: int) -> Span | None:
 def _tg_span(r: Record) -> Span | None:
     """Decode speed over the time after the first token: an earlier first token leaves more
     time for the same tokens (a lower speed)."""
-    if r.tg_tps is None or r.e2e_s is None or r.ttft_s is None or r.e2e_s <= r.ttft_s:
+    if (r.tg_tps is None or r.e2e_s is None or r.ttft_s is None or r.e2e_s <= r.ttft_s
+            or not r.ttft_late_s):
         return None
     earliest = max(0.0, r.ttft_s - (r.ttft_late_s or 0.0))
     return Span(r.tg_tps * (r.e2e_s - r.ttft_s) / (r.e2e_s - earliest), r.tg_tps, r.tg_tps)
 
 
-# metrics read from the first token's stamp: their range when that stamp may be late
+# metrics read from the first token's stamp: their range when that stamp may be late, and
+# for those that stand for the prefill's own time, when other requests were in flight
 SPANS: dict[str, Callable[[Record], Span | None]] = {
     "ttft": lambda r: _scaled(r, r.ttft_s, 1),
     "ttft_content": lambda r: _scaled(r, r.ttft_content_s, 1)
     if r.ttft_content_s == r.ttft_s else None,  # a later content delta: its own read
-    "prefill_time": lambda r: _scaled(r, r.prefill_s, 1)
+    "prefill_time": lambda r: _scaled(r, r.prefill_s, 1, prefill=True)
     if r.prefill_source == "client_ttft" else None,
-    "pp": lambda r: _scaled(r, r.pp_tps, -1),
+    "pp": lambda r: _scaled(r, r.pp_tps, -1, prefill=True),
     "tg": _tg_span,
-    "ttft_per_uncached": lambda r: _scaled(r, r.ttft_per_uncached, 1),
+    "ttft_per_uncached": lambda r: _scaled(r, r.ttft_per_uncached, 1, prefill=True),
 }
 
 
 def metric_value(metric: str, r: Record) -> Any:
     """Output: `metric` of record `r`: a `Span` when it is read from a first-token stamp
-    that may be late, else the plain value (None when unknown)."""
+    that may be late or stands for a prefill that shared the engine, else the plain value
+    (None when unknown)."""
     v = METRICS[metric](r)
-    if v is not None and r.ttft_late_s and metric in SPANS:
+    if v is not None and (r.ttft_late_s or r.ttft_contended_s) and metric in SPANS:
         span = SPANS[metric](r)
         if span is not None and span.lo != span.hi:
             return span
@@ -163,6 +172,7 @@ class ScopeResult(BaseModel):
     value: Any = None
     threshold: Any = None
     reads: int = 0
+    unknown: int = 0  # values read that were unknown (an aggregate leaves them out)
     detail: str = ""
 
 
@@ -196,6 +206,7 @@ class Judge:
         self.by_id = by_id if by_id is not None else plan.by_id()
         self.records = [r for r in records if not r.skipped]
         self.reads: set[str] = set()
+        self.unknown = 0  # metric values read that were None
 
     def picked(self, ref: ir.MetricRef) -> list[Record]:
         rs = select(self.records, ref.selector, self.env, lambda r: self.by_id[r.id], flag_of)
@@ -203,7 +214,9 @@ class Judge:
         return rs
 
     def values(self, ref: ir.MetricRef) -> list[Any]:
-        return [metric_value(ref.metric, r) for r in self.picked(ref)]
+        vals = [metric_value(ref.metric, r) for r in self.picked(ref)]
+        self.unknown += sum(v is None for v in vals)
+        return vals
 
     def scalar(self, e: ir.GExpr) -> Any:
         if isinstance(e, ir.GNum):
@@ -311,9 +324,9 @@ def undecided(value: Any, threshold: Any) -> str:
     """Output: why a comparison over ranges was not judged: the ranges of both sides."""
     def show(v: Any) -> str:
         lo, hi = ends(v)
-        return fmt(v) if lo == hi else f"{fmt(lo)}..{fmt(hi)} (stamped {fmt(stamped(v))})"
-    return (f"first-token stamps that may be late (ttft_late_s) leave the value at "
-            f"{show(value)} against {show(threshold)}: holds at one end, not at the other")
+        return fmt(v) if lo == hi else f"{fmt(lo)}..{fmt(hi)}"
+    return (f"{show(value)} vs {show(threshold)}: TTFTs that may hold more than the prefill "
+            f"(ttft_late_s, ttft_contended_s)")
 
 
 def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
@@ -324,15 +337,16 @@ def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
         if g.op is None:
             value = stamped(value)
             status: Status = "pass" if value else "fail"
-            return ScopeResult(scope=scope, status=status, value=value, reads=len(j.reads))
+            return ScopeResult(scope=scope, status=status, value=value, reads=len(j.reads),
+                               unknown=j.unknown)
         threshold = j.scalar(g.right)
         ok = compare(g.op, value, threshold)
         if ok is None:
             return ScopeResult(scope=scope, status="unknown", value=stamped(value),
                                threshold=stamped(threshold), reads=len(j.reads),
-                               detail=undecided(value, threshold))
+                               unknown=j.unknown, detail=undecided(value, threshold))
         return ScopeResult(scope=scope, status="pass" if ok else "fail", value=stamped(value),
-                           threshold=stamped(threshold), reads=len(j.reads))
+                           threshold=stamped(threshold), reads=len(j.reads), unknown=j.unknown)
     except Unknown as e:
         return ScopeResult(scope=scope, status="unknown", reads=len(j.reads), detail=str(e))
 

@@ -53,6 +53,7 @@ from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, body_parts, build,
                                      dumps_kept, head_of, send, warm_up)
+from workloadlang.run.contention import Slots
 from workloadlang.run.errors import EndpointError
 from workloadlang.run.transport import (content_length, open_connections, ready_to_write,
                                         responses_ended, send_now, wire_transport,
@@ -191,7 +192,7 @@ class Executor:
         self.sink, self.clock = sink, clock
         self.ref = ref or TtftReference()
         self.concurrency = concurrency or plan.concurrency
-        self.sem = asyncio.Semaphore(self.concurrency)
+        self.sem = Slots(self.concurrency, clock)  # and who was in flight when (`_record`)
         self.time_budget_s = time_budget_s
         self.max_errors = max_consecutive_errors
         self.on_phase = on_phase
@@ -573,7 +574,7 @@ class Executor:
         src_req = self.by_id.get(req.prefix_source) if req.prefix_source else None
         src = self.outcomes.get(req.prefix_source) if req.prefix_source else None
         rec = build_record(req, o, src_req=src_req, src=src, hit_ratio=self.plan.hit_ratio,
-                           ref=self._reference(), t0=self.t0)
+                           ref=self._reference(), t0=self.t0, contended_s=self._contended(o))
         self._learn_cold_speed(rec)
         return rec
 
@@ -716,6 +717,13 @@ class Executor:
             return self.plan.timeout_s
         left = self.time_budget_s - (self.clock() - self.t0 if self.t0 else 0.0)
         return max(0.001, min(self.plan.timeout_s, left))
+
+    def _contended(self, o: Outcome) -> float | None:
+        """Output: how long, between `o`'s send and its first token, another request of the
+        run was in flight (`Slots.overlap`); None without a first token."""
+        if o.ttft_s is None:
+            return None
+        return self.sem.overlap(o.t_send, o.t_send + o.ttft_s)
 
     def _learn_cold_speed(self, rec: Record) -> None:
         cold = rec.cached_tokens is not None and rec.prompt_tokens and \

@@ -36,7 +36,8 @@ class TtftReference(BaseModel):
     def hit_by_ttft(self, prompt: int | None, ttft: float | None,
                     doubt: float = 0.0) -> bool | None:
         """Hit/miss by the calibrated threshold, only for prompts near the calibrated size; None
-        when the TTFT may be up to `doubt` too long (`ttft_late_s`) and that could flip it."""
+        when the TTFT may be up to `doubt` longer than the prefill's own time (`ttft_late_s`,
+        `ttft_contended_s`) and that could flip it."""
         if None in (self.threshold_s, self.threshold_tokens, prompt, ttft):
             return None
         if not 0.75 * self.threshold_tokens <= prompt <= 1.33 * self.threshold_tokens:
@@ -87,6 +88,9 @@ class Record(BaseModel):
     ttft_s: float | None = None
     ttft_content_s: float | None = None
     ttft_late_s: float | None = None  # the first token's stamp may be this late (client.Outcome)
+    # of the TTFT, how long other requests of the run were in flight (run.contention): time the
+    # engine may have spent on them, not on this prefill
+    ttft_contended_s: float | None = None
     e2e_s: float | None = None
     aborted: bool = False
     error: ErrorDetail | None = None
@@ -161,8 +165,10 @@ def speeds(o: Any, uncached: int | None) -> tuple[float | None, float | None]:
 
 
 def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | None,
-                 hit_ratio: float, ref: TtftReference, t0: float) -> Record:
-    """Everything one request showed, with its verdict-bearing numbers derived."""
+                 hit_ratio: float, ref: TtftReference, t0: float,
+                 contended_s: float | None = None) -> Record:
+    """Everything one request showed, with its verdict-bearing numbers derived. `contended_s`:
+    how long other requests of the run were in flight during its TTFT (`run.contention`)."""
     err = None if o.error is None else ErrorDetail(kind=o.error.kind, message=o.error.message,
                                                    status=getattr(o.error, "status", None))
     rec = dict(base_record(req), prompt_tokens=o.prompt_tokens, cached_tokens=o.cached_tokens,
@@ -170,18 +176,23 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                streamed_tokens=o.streamed_tokens, server_ttft_ms=o.server_ttft_ms,
                server_prefill_ms=o.server_prefill_ms, finish_reason=o.finish_reason,
                t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
-               ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s, e2e_s=o.e2e_s,
+               ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s,
+               ttft_contended_s=contended_s, e2e_s=o.e2e_s,
                aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
                suspicious=list(getattr(o, "suspicious", []) or []))
     if err is None:
-        rec.update(evidence(req, o, src_req, src, hit_ratio, ref))
+        rec.update(evidence(req, o, src_req, src, hit_ratio, ref, contended_s))
     rec["expect_ok"] = expectations_met(req, o)
     return Record(**rec)
 
 
 def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
-             ref: TtftReference) -> dict[str, Any]:
+             ref: TtftReference, contended_s: float | None = None) -> dict[str, Any]:
+    """Output: the derived fields of an answered request's record. A verdict drawn from the
+    client's TTFT as a prefill time allows that the prefill's own time may be shorter by the
+    stamp's doubt (`ttft_late_s`) and by the time other requests were in flight
+    (`contended_s`): it is None when that could change it."""
     expected, source = runtime_expected(req, src_req, src, o.prompt_tokens)
     out: dict[str, Any] = {"expected_cached": expected, "expected_source": source}
     cached, prompt = o.cached_tokens, o.prompt_tokens
@@ -196,7 +207,7 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
         # Reuse is a warm request's measure; a cold one is judged by `cold_ok` instead.
         out["reuse"] = min(1.0, cached / expected)
         out["missed"] = max(0, expected - cached)
-    doubt = o.ttft_late_s or 0.0
+    doubt = (o.ttft_late_s or 0.0) + (contended_s or 0.0)
     if cached is not None and warm:
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
         out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref,

@@ -109,6 +109,9 @@ def gate_rows(results: Any) -> list[list[Any]]:
         worst = [r for r in g.results if r.status != "pass"]
         detail = "; ".join(f"{r.scope}: {r.status}" + (f" ({r.detail})" if r.detail else "")
                            for r in worst[:4])
+        unknown = sum(r.unknown for r in g.results if r.status != "unknown")
+        if unknown:  # left out of an aggregate: judged without them
+            detail = "; ".join(filter(None, [detail, f"{unknown} value(s) unknown, left out"]))
         shown = worst[0] if worst else g.results[0]
         status = g.status.upper() if g.severity == "fail" else f"{g.status.upper()} (warn)"
         rows.append([g.name, g.scope, status, fmt_val(shown.value), fmt_val(shown.threshold),
@@ -126,7 +129,7 @@ def fmt_val(v: Any) -> str:
 
 def summary_text(results: Any) -> str:
     parts = ["", "── gates ──", tabulate(gate_rows(results), headers=[
-        "gate", "scope", "result", "value", "threshold", "source", "failing"],
+        "gate", "scope", "result", "value", "threshold", "source", "detail"],
         tablefmt="simple", disable_numparse=True)]
     if results.verdicts:
         bad = {s: v for s, v in results.verdicts.items() if v != "ok"}
