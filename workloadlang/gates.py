@@ -11,10 +11,11 @@ A first token whose stamp may be late (`Record.ttft_late_s`: the reader got it t
 later bytes) makes its TTFT, and what is derived from it, a range rather than a number
 (`Span`); a prefill measured by the client's TTFT (`prefill_time` without the engine's own,
 `pp`, `ttft_per_uncached`) also reaches down by the time other requests of the run were in
-flight meanwhile (`Record.ttft_contended_s`: the engine may have spent it on them). Gates are evaluated over such ranges (interval arithmetic: aggregates and `max` /
-`min` are monotone in every value, `-` and `/` take the opposite ends); a comparison that holds
-at one end of the ranges and not at the other is not judged ("unknown", with both ends in its
-detail) rather than judged on the stamped value.
+flight meanwhile (`Record.ttft_contended_s`: the engine may have spent it on them). Gates are
+evaluated over such ranges (interval arithmetic: aggregates and `max` / `min` are monotone in
+every value, `-` and `/` take the opposite ends); a comparison that holds at one end of the
+ranges and not at the other is not judged ("unknown", with both ends in its detail) rather
+than judged on the stamped value.
 """
 
 from __future__ import annotations
@@ -255,7 +256,8 @@ def arith(op: str, a: Any, b: Any) -> Any:
         raise Unknown("division by a value that may be zero")
     corners = [_arith(op, x, y) for x in (alo, ahi) for y in (blo, bhi)]
     if any(c != c for c in corners):  # NaN: an unbounded end met another (inf - inf)
-        raise Unknown("a range without bounds (a first token that may have come at once)")
+        raise Unknown("a range without bounds (a prefill that may have taken no time of its "
+                      "own: a late stamp, or all of it other requests' time)")
     return span_of(min(corners), max(corners), _arith(op, stamped(a), stamped(b)))
 
 
