@@ -23,6 +23,12 @@ def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
     fins = records(res, "finalize")
     assert all(f["cached_source"] == "usage.prompt_tokens_details.cached_tokens" for f in fins)
     assert all(f["prefill_source"] == "server" for f in fins)
+    # the engine's own counters, read before and after (the last read comes on a pooled
+    # connection the server may have closed: it was lost before a retry was added)
+    m = res["metrics"]
+    assert [s["at"] for s in m["snapshots"]] == ["start", "end"]
+    assert m["engine_queries_tokens"] == m["records_prompt_tokens"]
+    assert m["engine_hits_tokens"] == m["records_cached_tokens"]
     assert code == 0
 
 

@@ -68,3 +68,25 @@ def test_a_chat_request_the_server_keeps_dropping_is_a_connect_error():
     out, calls = chat(fail_times=5)
     assert out.error is not None and out.error.kind == "connect"
     assert len(calls) == 2
+
+
+def test_the_engine_counters_survive_a_stale_connection():
+    """The end-of-run /metrics read came on a pooled connection llama-server had closed: it
+    was lost (no counters at the end, no cross-check). One retry, as for the other calls."""
+    from workloadlang.run.metrics import scrape
+
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, text="llamacpp:prompt_tokens_total 10\n"
+                                         "llamacpp:prompt_tokens_cached_total 30\n")
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await scrape(client, "http://engine/metrics")
+
+    counters = asyncio.run(go())
+    assert counters is not None and counters.queries_tokens == 40 and len(calls) == 2

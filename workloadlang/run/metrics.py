@@ -94,9 +94,15 @@ async def scrape(
     timeout: float = 10.0,
 ) -> PrefixCounters | None:
     """Input: an httpx client, the metrics URL, optional key (sent as bearer auth). Output: the
-    current counters, or None when they cannot be read. Never raises for HTTP problems."""
+    current counters, or None when they cannot be read. Never raises for HTTP problems. A
+    pooled connection the server had closed (keep-alive: llama-server after a run's last
+    answer) gets one retry on a fresh one."""
+    headers = auth_headers(api_key)
     try:
-        response = await client.get(metrics_url, headers=auth_headers(api_key), timeout=timeout)
+        try:
+            response = await client.get(metrics_url, headers=headers, timeout=timeout)
+        except httpx.RemoteProtocolError:
+            response = await client.get(metrics_url, headers=headers, timeout=timeout)
     except httpx.HTTPError:
         return None
     if response.status_code >= 400:
