@@ -290,3 +290,31 @@ def test_the_footer_says_when_the_client_sent_requests_late() -> None:
         " 13.6 ms" in footer(some)
     most = some.model_copy(update={"client": {**some.client, "client_bottleneck": True}})
     assert "NOTE: the client was a bottleneck" in footer(most) and "sent 2" not in footer(most)
+
+
+def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
+    """The engine's own prefix-cache counters over the run (read before and after) next to what
+    the records hold, and a note when the engine looked up prompt tokens the records do not
+    have (aborted or errored requests, another client) or the other way round."""
+    from workloadlang.run.view import counters_line, summary_text
+
+    snaps = [{"at": "start", "queries_tokens": 0, "hits_tokens": 0, "family": "llamacpp"},
+             {"at": "end", "queries_tokens": 30738, "hits_tokens": 21948, "family": "llamacpp"}]
+    same = {"snapshots": snaps, "records_prompt_tokens": 30738, "records_cached_tokens": 21948,
+            "engine_queries_tokens": 30738, "engine_hits_tokens": 21948}
+    assert counters_line(same) == ("engine counters [llamacpp]: 21,948 of 30,738 prompt tokens "
+                                   "from cache; the records: 21,948 of 30,738")
+    more = {**same, "engine_queries_tokens": 40738}
+    assert "NOTE: the engine looked up 10,000 more prompt tokens than the records hold" \
+        in counters_line(more)
+    aborted = {**more, "records_uncounted": 2, "records_uncounted_planned_tokens": 10200}
+    assert counters_line(aborted).endswith(
+        "the engine's 10,000 more are about what the 2 request(s) without a count in the records"
+        " (aborted, errored) were planned to send (10,200)") and "NOTE" not in counters_line(aborted)
+    fewer = {**same, "engine_queries_tokens": 20000}
+    assert "10,738 fewer" in counters_line(fewer)
+    assert counters_line({**same, "engine_queries_tokens": 30800}).endswith("of 30,738")  # < 1 %
+    assert counters_line({"snapshots": snaps[:1], "records_prompt_tokens": 1,
+                          "records_cached_tokens": 0}) is None  # no end read: nothing to say
+    res = results_for(agent_plan(sessions=2), []).model_copy(update={"metrics": more})
+    assert "engine counters [llamacpp]" in summary_text(res)

@@ -203,8 +203,14 @@ def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> dict[
     """Engine counters over the run next to what the records say: a cross-check."""
     cached = sum(r.cached_tokens or 0 for r in records if r.error is None and not r.skipped)
     prompt = sum(r.prompt_tokens or 0 for r in records if r.error is None and not r.skipped)
+    # sent, but without the engine's count in the records (an abort, an error): what was planned
+    uncounted = [r for r in records if not r.skipped and r.t_start_s is not None
+                 and (r.error is not None or r.prompt_tokens is None)]
     out: dict[str, Any] = {"snapshots": snaps, "records_cached_tokens": cached,
-                           "records_prompt_tokens": prompt}
+                           "records_prompt_tokens": prompt,
+                           "records_uncounted": len(uncounted),
+                           "records_uncounted_planned_tokens":
+                               sum(r.planned_prompt_tokens for r in uncounted)}
     if len(snaps) >= 2:
         hits = snaps[-1]["hits_tokens"] - snaps[0]["hits_tokens"]
         queries = snaps[-1]["queries_tokens"] - snaps[0]["queries_tokens"]

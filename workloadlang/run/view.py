@@ -144,8 +144,36 @@ def summary_text(results: Any) -> str:
     if results.report:
         parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
                                                   tablefmt="plain", disable_numparse=True)]
-    parts += ["", footer(results), ""]
+    counters = counters_line(results.metrics)
+    parts += ["", *([counters] if counters else []), footer(results), ""]
     return "\n".join(parts)
+
+
+def counters_line(metrics: dict[str, Any]) -> str | None:
+    """Input: the results' `metrics` (runner.metrics_summary). Output: the engine's own
+    prefix-cache counters over the run next to what the records hold, with a note when the
+    engine looked up more prompt tokens than the records hold or fewer; None without counters
+    read at both ends."""
+    queries, hits = metrics.get("engine_queries_tokens"), metrics.get("engine_hits_tokens")
+    if queries is None or hits is None:
+        return None
+    prompt, cached = metrics["records_prompt_tokens"], metrics["records_cached_tokens"]
+    family = metrics["snapshots"][-1]["family"]
+    line = (f"engine counters [{family}]: {hits:,} of {queries:,} prompt tokens from cache; "
+            f"the records: {cached:,} of {prompt:,}")
+    extra = queries - prompt
+    if abs(extra) <= 0.01 * max(queries, prompt, 1):
+        return line
+    n, planned = metrics.get("records_uncounted", 0), metrics.get("records_uncounted_planned_tokens", 0)
+    if n and extra > 0 and abs(extra - planned) <= 0.05 * planned:
+        return line + (f"; the engine's {extra:,} more are about what the {n} request(s) "
+                       f"without a count in the records (aborted, errored) were planned to send "
+                       f"({planned:,})")
+    more = (f"{extra:,} more prompt tokens than the records hold (requests without a count — "
+            f"aborted, errored: {n}, planned {planned:,} — or another client of the engine)"
+            if extra > 0 else f"{-extra:,} fewer prompt tokens than the records hold (counters "
+            f"reset, or not every request counted)")
+    return line + f" · NOTE: the engine looked up {more}"
 
 
 def gate_cell(g: Any, sid: str) -> str:
