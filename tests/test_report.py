@@ -329,6 +329,26 @@ def test_source_line_is_left_out_when_the_file_is_another_workload(tmp_path):
 # ---------------------------------------------------------------- evidence
 
 
+def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_doubt():
+    res = sample.agent(sessions=2, steps=3)
+    snaps = [{"at": "start", "queries_tokens": 0, "hits_tokens": 0, "family": "vllm"},
+             {"at": "end", "queries_tokens": 5000, "hits_tokens": 4000, "family": "vllm"}]
+    res = res.model_copy(update={"metrics": {
+        "snapshots": snaps, "engine_queries_tokens": 5000, "engine_hits_tokens": 4000,
+        "records_prompt_tokens": 5000, "records_cached_tokens": 4000}})
+    assert view.header(res, "x")["counters"] == (
+        "engine counters [vllm]: 4,000 of 5,000 prompt tokens from cache; the records: 4,000 of "
+        "5,000")
+    assert "engine counters [vllm]: 4,000 of 5,000" in render_html([res])
+    assert view.header(res.model_copy(update={"metrics": {}}), "x")["counters"] == ""
+    r = res.records[1].model_copy(update={"ttft_late_s": 0.003, "ttft_contended_s": 0.2,
+                                          "prefill_source": "client_ttft"})
+    note = view.row_note(r)
+    assert "TTFT may be up to 3 ms late" in note
+    assert "other requests in flight for" in note
+    assert "other requests" not in view.row_note(r.model_copy(update={"prefill_source": "server"}))
+
+
 def test_evidence_rows_carry_sources_and_flag_disagreements():
     res = sample.agent(sessions=2, steps=3)
     recs = list(res.records)

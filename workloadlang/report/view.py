@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from workloadlang.report.source import workload_lines
+from workloadlang.run.view import counters_line
 
 # ---------------------------------------------------------------- formatting
 
@@ -87,6 +88,7 @@ def header(results: Any, label: str) -> dict[str, Any]:
                      f"{sum(1 for r in rs if r.skipped):,} skipped, "
                      f"{sum(1 for r in rs if r.error is not None):,} errored"),
         "threshold": fmt_seconds(cal.get("threshold_s")) if cal.get("threshold_s") else "",
+        "counters": counters_line(results.metrics or {}) or "",
         "headline": [(k, fmt_headline(v, formats.get(k, "number")))
                      for k, v in (results.report or {}).items()],
     }
@@ -174,6 +176,10 @@ def row_note(r: Any) -> str:
     if r.ttft_agrees is False:
         parts.append("engine claims a hit, TTFT looks cold" if r.hit
                      else "engine reports a miss, TTFT looks warm")
+    if r.ttft_late_s:
+        parts.append(f"TTFT may be up to {fmt_seconds(r.ttft_late_s)} late (read with later bytes)")
+    if r.ttft_contended_s and r.prefill_source == "client_ttft":
+        parts.append(f"other requests in flight for {fmt_seconds(r.ttft_contended_s)} of its TTFT")
     parts += list(r.suspicious or [])
     if r.reply_excerpt:
         parts.append("reply: " + r.reply_excerpt[:80])
