@@ -487,3 +487,15 @@ def test_the_learnt_cold_prefill_speed_is_the_median_so_far_and_made_once_per_sa
     assert first.cold_prefill_tps in (1000, 3000) and executor._reference() is first
     seen(2000, 1.0)
     assert executor._reference().cold_prefill_tps == 2000  # the median of 1000, 2000, 3000
+
+
+def test_the_client_is_a_bottleneck_only_when_its_delay_shapes_the_load() -> None:
+    """A p99 over 10 ms is a bottleneck in front of short requests, not in front of requests
+    that take seconds (on a busy real engine sharing the machine: 12.6 ms in front of ~10 s)."""
+    from workloadlang.run.executor import bottleneck
+
+    assert bottleneck(0.0126, 0.4) is True  # the scale run's 400 ms requests: 3 %
+    assert bottleneck(0.016, 0.007) is True  # faster than the client
+    assert bottleneck(0.0126, 10.0) is False  # 0.13 %
+    assert bottleneck(0.009, 0.001) is False  # within the bound
+    assert bottleneck(0.02, None) is True  # nothing completed: judged on the bound alone

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import statistics
 import time
 from collections import ChainMap, deque
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ _DEFER_MAX_S = 0.05  # ...or once the oldest deferred record is this old
 _SLICE_S = 0.0005  # deferred work per loop pass (a long pass delays the answers behind it)
 _HOLD_MAX_S = 0.02  # longest a session waits for answers ending after its own (`_release`)
 _DELAY_BOUND_S = 0.010  # a client that holds requests back longer than this skews the run
+_BOTTLENECK_SHARE = 0.01  # ...when that is also more than this share of a median request
 _SIZING_PARALLEL = 32  # tokenizer calls at once while sizing, before the clock
 
 
@@ -765,8 +767,10 @@ class Executor:
             "gc_pause_max_ms": ms(gcs.longest[0] if gcs.longest else None),
             "gc_pause_max_generation": gcs.longest[1] if gcs.longest else None,
         }
-        worst = max(health["loop_lag_p99_ms"] or 0, health["client_delay_p99_ms"] or 0)
-        health["client_bottleneck"] = worst > _DELAY_BOUND_S * 1000
+        e2e = [o.e2e_s for o in self.outcomes.values() if o.e2e_s]
+        health["client_bottleneck"] = bottleneck(
+            max(percentile(lag.samples, 0.99) or 0.0, percentile(self.delays, 0.99) or 0.0),
+            statistics.median(e2e) if e2e else None)
         return health
 
     def _worst_delay_evidence(self) -> dict[str, Any]:
@@ -780,6 +784,17 @@ class Executor:
         meanwhile = sum(1 for o in self.outcomes.values() if free < o.t_send < sent)
         return {"client_delay_max_at_s": round(sent - self.t0, 3),
                 "client_delay_max_sends_meanwhile": meanwhile}
+
+
+def bottleneck(worst_p99_s: float, e2e_median_s: float | None) -> bool:
+    """Input: the larger of the loop lag's and the client delay's 99th percentiles, the median
+    request's end-to-end time (None when none completed). Output: True when the client held
+    requests back enough to shape the load: a p99 above `_DELAY_BOUND_S` that is also more than
+    `_BOTTLENECK_SHARE` of a median request (12 ms in front of 10-second requests changes the
+    offered load by a tenth of a percent; in front of 10 ms requests it doubles their time)."""
+    if worst_p99_s <= _DELAY_BOUND_S:
+        return False
+    return e2e_median_s is None or worst_p99_s > _BOTTLENECK_SHARE * e2e_median_s
 
 
 def defer_wait(now: float, last_answer: float, since: float) -> float:
