@@ -10,11 +10,11 @@ else; about all of it when the client was busy or the VM's host did not run the 
 `--perf`), client delay p99 / max (for every request, from the moment its session could go
 on — the run's start, a phase barrier opening, the previous answer's last byte — to the send,
 minus the planned wait and the wait for a concurrency slot) and `client_bottleneck` (either
-p99 above 10 ms, and above 1 % of a median request). Targets (issue 3): peak RSS < 500 MB and no request delayed by the client
-more than 10 ms beyond the concurrency limit. "Session gap" is the same seen from the
-records: one request's end to the next one's start in the same session. "Preempted": the
-client's involuntary context switches (rusage) and the VM's steal time over the run
-(/proc/stat). "Ends together": answers whose last bytes arrived less than 2 ms apart (an
+p99 above 10 ms, and above 1 % of a median request). Targets (issue 3): peak RSS < 500 MB and
+no request delayed by the client more than 10 ms beyond the concurrency limit. "Session gap"
+is the same seen from the records: one request's end to the next one's start in the same
+session. "Preempted": the client's involuntary context switches (rusage) and the VM's steal
+time over the run (/proc/stat). "Ends together": answers whose last bytes arrived less than 2 ms apart (an
 engine ending a batch), the largest such cohort, and for the worst session gap how many
 earlier answers were still waiting for their next send when its answer ended — one event loop
 turns them around one after the other.

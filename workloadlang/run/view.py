@@ -164,7 +164,8 @@ def counters_line(metrics: dict[str, Any]) -> str | None:
     extra = queries - prompt
     if abs(extra) <= 0.01 * max(queries, prompt, 1):
         return line
-    n, planned = metrics.get("records_uncounted", 0), metrics.get("records_uncounted_planned_tokens", 0)
+    n = metrics.get("records_uncounted", 0)
+    planned = metrics.get("records_uncounted_planned_tokens", 0)
     if n and extra > 0 and abs(extra - planned) <= 0.05 * planned:
         return line + (f"; the engine's {extra:,} more are about what the {n} request(s) "
                        f"without a count in the records (aborted, errored) were planned to send "
