@@ -14,10 +14,10 @@ p99 above 10 ms, and above 1 % of a median request). Targets (issue 3): peak RSS
 no request delayed by the client more than 10 ms beyond the concurrency limit. "Session gap"
 is the same seen from the records: one request's end to the next one's start in the same
 session. "Preempted": the client's involuntary context switches (rusage) and the VM's steal
-time over the run (/proc/stat). "Ends together": answers whose last bytes arrived less than 2 ms apart (an
-engine ending a batch), the largest such cohort, and for the worst session gap how many
-earlier answers were still waiting for their next send when its answer ended — one event loop
-turns them around one after the other.
+time over the run (/proc/stat). "Ends together": answers whose last bytes arrived less than
+2 ms apart (an engine ending a batch), the largest such cohort, and for the worst session gap
+how many earlier answers were still waiting for their next send when its answer ended — one
+event loop turns them around one after the other.
 
 Step sizes are small so the run takes minutes: 20 main steps of 500 tokens (10k), 2 sub-agents of
 1k, a 500-token finalize and 16-token replies: 23 requests a session, 5,888 in all. The simulator
