@@ -34,7 +34,7 @@ def test_a_run_alone_matches_the_engines_counters(tmp_path, capsys) -> None:
     m = res["metrics"]
     assert code == 0 and m["engine_queries_tokens"] == m["records_prompt_tokens"] > 0
     out = capsys.readouterr().out
-    assert "engine counters [vllm]:" in out and "another client" not in out
+    assert "engine counters over the run [vllm]:" in out and "another client" not in out
 
 
 def test_another_client_of_the_engine_is_noted(tmp_path, capsys) -> None:

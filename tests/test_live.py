@@ -302,8 +302,9 @@ def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
              {"at": "end", "queries_tokens": 30738, "hits_tokens": 21948, "family": "llamacpp"}]
     same = {"snapshots": snaps, "records_prompt_tokens": 30738, "records_cached_tokens": 21948,
             "engine_queries_tokens": 30738, "engine_hits_tokens": 21948}
-    assert counters_line(same) == ("engine counters [llamacpp]: 21,948 of 30,738 prompt tokens "
-                                   "from cache; the records: 21,948 of 30,738")
+    assert counters_line(same) == (
+        "engine counters over the run [llamacpp]: 21,948 of 30,738 prompt tokens from cache; "
+        "the records: 21,948 of 30,738")
     more = {**same, "engine_queries_tokens": 40738}
     assert "NOTE: the engine looked up 10,000 more prompt tokens than the records hold" \
         in counters_line(more)
@@ -317,4 +318,4 @@ def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
     assert counters_line({"snapshots": snaps[:1], "records_prompt_tokens": 1,
                           "records_cached_tokens": 0}) is None  # no end read: nothing to say
     res = results_for(agent_plan(sessions=2), []).model_copy(update={"metrics": more})
-    assert "engine counters [llamacpp]" in summary_text(res)
+    assert "engine counters over the run [llamacpp]" in summary_text(res)

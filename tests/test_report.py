@@ -337,9 +337,9 @@ def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_dou
         "snapshots": snaps, "engine_queries_tokens": 5000, "engine_hits_tokens": 4000,
         "records_prompt_tokens": 5000, "records_cached_tokens": 4000}})
     assert view.header(res, "x")["counters"] == (
-        "engine counters [vllm]: 4,000 of 5,000 prompt tokens from cache; the records: 4,000 of "
-        "5,000")
-    assert "engine counters [vllm]: 4,000 of 5,000" in render_html([res])
+        "engine counters over the run [vllm]: 4,000 of 5,000 prompt tokens from cache; the "
+        "records: 4,000 of 5,000")
+    assert "engine counters over the run [vllm]: 4,000 of 5,000" in render_html([res])
     assert view.header(res.model_copy(update={"metrics": {}}), "x")["counters"] == ""
     r = res.records[1].model_copy(update={"ttft_late_s": 0.003, "ttft_contended_s": 0.2,
                                           "prefill_source": "client_ttft"})

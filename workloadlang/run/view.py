@@ -159,8 +159,8 @@ def counters_line(metrics: dict[str, Any]) -> str | None:
         return None
     prompt, cached = metrics["records_prompt_tokens"], metrics["records_cached_tokens"]
     family = metrics["snapshots"][-1]["family"]
-    line = (f"engine counters [{family}]: {hits:,} of {queries:,} prompt tokens from cache; "
-            f"the records: {cached:,} of {prompt:,}")
+    line = (f"engine counters over the run [{family}]: {hits:,} of {queries:,} prompt tokens "
+            f"from cache; the records: {cached:,} of {prompt:,}")
     extra = queries - prompt
     if abs(extra) <= 0.01 * max(queries, prompt, 1):
         return line
