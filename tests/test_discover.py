@@ -77,7 +77,15 @@ def test_llamacpp_models_list_only_and_props_context() -> None:
     assert info.models == ["a.gguf", "b"] and info.model == "a.gguf"
     assert info.notes[0] == "several models: a.gguf, b; using a.gguf — pass --model"
     assert (info.max_context, info.max_context_source) == (4096, "/props default_generation_settings.n_ctx")
-    assert info.engine == "unknown"
+    assert info.engine == "unknown" and info.slots == 4
+
+
+def test_llamacpp_props_are_read_for_the_slot_count_even_with_the_context_known() -> None:
+    models = {"data": [{"id": "tiny", "owned_by": "llamacpp", "meta": {"n_ctx": 8192}}]}
+    for props, slots in (({"total_slots": 1}, 1), ({"total_slots": 0}, None), ({}, None)):
+        info = run_discover({("GET", "/v1/models"): reply(models), ("GET", "/props"): reply(props),
+                             ("POST", "/tokenize"): llama_tokenize})
+        assert (info.max_context_source, info.slots) == ("meta.n_ctx", slots)
 
 
 def test_bare_list_and_explicit_model_and_max_context() -> None:

@@ -11,13 +11,15 @@ from workloadlang.run.record import TtftReference, evidence
 REF = TtftReference(threshold_s=0.1, threshold_tokens=2000, cold_prefill_tps=10_000.0)
 
 
-def warm_step(contended_s: float | None = None, **outcome: object) -> dict:
+def warm_step(contended_s: float | None = None, prefill_contended_s: float | None = None,
+              **outcome: object) -> dict:
     """Output: the evidence of a warm step (2,000-token prompt, 1,900 expected from cache)."""
     req = SimpleNamespace(id="s/1", expected_cached=1900, prompt_tokens=2000)
     o = dict(prompt_tokens=2000, cached_tokens=1900, ttft_s=0.12, ttft_late_s=None,
              server_prefill_ms=None, completion_tokens=4, streamed_tokens=4, e2e_s=0.2)
     o.update(outcome)
-    return evidence(req, SimpleNamespace(**o), None, None, 0.9, REF, contended_s)
+    return evidence(req, SimpleNamespace(**o), None, None, 0.9, REF, contended_s,
+                    prefill_contended_s)
 
 
 def test_a_reported_hit_timed_like_a_recompute_disagrees_unless_the_stamp_may_be_late() -> None:
@@ -37,6 +39,17 @@ def test_time_other_requests_were_in_flight_may_be_the_engines_on_them() -> None
     assert warm_step(cached_tokens=None, contended_s=0.05)["hit"] is None  # a miss by TTFT too
     # the engine's own prefill time excludes its queue: not doubted
     assert warm_step(contended_s=0.1, server_prefill_ms=120.0)["ttft_agrees"] is False
+
+
+def test_the_engines_own_prefill_time_allows_for_batches_shared_with_other_slots() -> None:
+    """An engine running several requests at once (llama.cpp slots) shares its batches: its own
+    prefill time holds the others' work for as long as they were in flight within it."""
+    assert warm_step(server_prefill_ms=120.0)["ttft_agrees"] is False
+    assert warm_step(server_prefill_ms=120.0, prefill_contended_s=0.05)["ttft_agrees"] is None
+    assert warm_step(server_prefill_ms=120.0, prefill_contended_s=0.0)["ttft_agrees"] is False
+    # the client-side doubts do not apply to the engine's own time, and the other way round
+    assert warm_step(server_prefill_ms=120.0, contended_s=0.1)["ttft_agrees"] is False
+    assert warm_step(prefill_contended_s=0.1)["ttft_agrees"] is False
 
 
 def test_the_engines_own_prefill_time_is_not_doubted() -> None:

@@ -94,6 +94,14 @@ def _scaled(r: Record, value: float | None, power: int, prefill: bool = False) -
     return Span(value, math.inf if earliest == 0 else value * r.ttft_s / earliest, value)
 
 
+def _shared(r: Record) -> Span | None:
+    """The engine's own prefill time, less the time other requests were in flight within it
+    (`prefill_contended_s`: batches it may have shared) at the low end."""
+    if r.prefill_s is None or not r.prefill_contended_s:
+        return None
+    return Span(max(0.0, r.prefill_s - r.prefill_contended_s), r.prefill_s, r.prefill_s)
+
+
 def _tg_span(r: Record) -> Span | None:
     """Decode speed over the time after the first token: an earlier first token leaves more
     time for the same tokens (a lower speed)."""
@@ -111,7 +119,7 @@ SPANS: dict[str, Callable[[Record], Span | None]] = {
     "ttft_content": lambda r: _scaled(r, r.ttft_content_s, 1)
     if r.ttft_content_s == r.ttft_s else None,  # a later content delta: its own read
     "prefill_time": lambda r: _scaled(r, r.prefill_s, 1, prefill=True)
-    if r.prefill_source == "client_ttft" else None,
+    if r.prefill_source == "client_ttft" else _shared(r),
     "pp": lambda r: _scaled(r, r.pp_tps, -1, prefill=True),
     "tg": _tg_span,
     "ttft_per_uncached": lambda r: _scaled(r, r.ttft_per_uncached, 1, prefill=True),
@@ -123,7 +131,8 @@ def metric_value(metric: str, r: Record) -> Any:
     that may be late or stands for a prefill that shared the engine, else the plain value
     (None when unknown)."""
     v = METRICS[metric](r)
-    if v is not None and (r.ttft_late_s or r.ttft_contended_s) and metric in SPANS:
+    if (v is not None and (r.ttft_late_s or r.ttft_contended_s or r.prefill_contended_s)
+            and metric in SPANS):
         span = SPANS[metric](r)
         if span is not None and span.lo != span.hi:
             return span
@@ -328,7 +337,7 @@ def undecided(value: Any, threshold: Any) -> str:
         lo, hi = ends(v)
         return fmt(v) if lo == hi else f"{fmt(lo)}..{fmt(hi)}"
     return (f"{show(value)} vs {show(threshold)}: TTFTs that may hold more than the prefill "
-            f"(ttft_late_s, ttft_contended_s)")
+            f"(ttft_late_s, ttft_contended_s, prefill_contended_s)")
 
 
 def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:

@@ -45,6 +45,8 @@ class EngineInfo(BaseModel):
     tokenize_url: str | None = None
     tokenize_style: TokenizeStyle | None = None
     metrics_url: str
+    # requests the engine runs at once (llama.cpp `/props` `total_slots`); None when unknown
+    slots: int | None = None
 
 
 class Tokenizer:
@@ -222,32 +224,38 @@ async def discover(
     chosen, notes = choose_model(ids, model)
     item = next((i for i in items if (i.get("id") or i.get("model")) == chosen), items[0] if items else None)
     engine = engine_of(item)
-    if max_context is not None:
-        ctx, source = max_context, "--max-context"
-    else:
-        ctx, source = context_of(item)
-        if ctx is None:
-            ctx, source = await _props_context(client, root, headers, timeout)
+    ctx, source = (max_context, "--max-context") if max_context is not None else context_of(item)
+    props = (await _props(client, root, headers, timeout)
+             if ctx is None or engine == "llamacpp" else None)
+    if ctx is None:
+        ctx, source = props_context(props)
         if ctx is None:
             notes.append("could not detect the context length; pass --max-context")
+    slots = props.get("total_slots") if props else None
     url, style = await _probe_tokenize(client, root, api_key, timeout, chosen, engine)
     if url is None:
         notes.append("no working /tokenize route; prompt sizes cannot be checked with the engine's tokenizer")
     return EngineInfo(
         model=chosen, models=ids, notes=notes, max_context=ctx, max_context_source=source,
         engine=engine, tokenize_url=url, tokenize_style=style, metrics_url=root + "/metrics",
+        slots=slots if type(slots) is int and slots > 0 else None,
     )
 
 
-async def _props_context(
+async def _props(
     client: httpx.AsyncClient, root: str, headers: dict[str, str], timeout: float
-) -> tuple[int | None, str | None]:
-    """Output: llama.cpp `/props` `default_generation_settings.n_ctx`, or `(None, None)`."""
+) -> dict[str, Any] | None:
+    """Output: llama.cpp's `/props` document, or None when there is none."""
     try:
         props = await _request_json(client, "GET", root + "/props", headers, timeout)
     except EndpointError:
-        return None, None
-    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        return None
+    return props if isinstance(props, dict) else None
+
+
+def props_context(props: dict[str, Any] | None) -> tuple[int | None, str | None]:
+    """Output: llama.cpp `/props` `default_generation_settings.n_ctx`, or `(None, None)`."""
+    settings = props.get("default_generation_settings") if props else None
     value = settings.get("n_ctx") if isinstance(settings, dict) else None
     if type(value) is int and value > 0:
         return value, "/props default_generation_settings.n_ctx"

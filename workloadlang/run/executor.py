@@ -189,12 +189,13 @@ class Executor:
                  endpoint: Endpoint, sink: Sink, *, ref: TtftReference | None = None,
                  clock: Callable[[], float] = time.perf_counter, concurrency: int | None = None,
                  time_budget_s: float | None = None, max_consecutive_errors: int = 10,
-                 on_phase: Callable[[str], Any] | None = None):
+                 on_phase: Callable[[str], Any] | None = None, engine_slots: int | None = None):
         self.plan, self.realiser, self.client, self.endpoint = plan, realiser, client, endpoint
         self.sink, self.clock = sink, clock
         self.ref = ref or TtftReference()
         self.concurrency = concurrency or plan.concurrency
         self.sem = Slots(self.concurrency, clock)  # and who was in flight when (`_record`)
+        self.engine_slots = engine_slots  # requests the engine runs at once, when it says
         self.time_budget_s = time_budget_s
         self.max_errors = max_consecutive_errors
         self.on_phase = on_phase
@@ -576,7 +577,8 @@ class Executor:
         src_req = self.by_id.get(req.prefix_source) if req.prefix_source else None
         src = self.outcomes.get(req.prefix_source) if req.prefix_source else None
         rec = build_record(req, o, src_req=src_req, src=src, hit_ratio=self.plan.hit_ratio,
-                           ref=self._reference(), t0=self.t0, contended_s=self._contended(o))
+                           ref=self._reference(), t0=self.t0, contended_s=self._contended(o),
+                           prefill_contended_s=self._prefill_contended(o))
         self._learn_cold_speed(rec)
         return rec
 
@@ -726,6 +728,19 @@ class Executor:
         if o.ttft_s is None:
             return None
         return self.sem.overlap(o.t_send, o.t_send + o.ttft_s)
+
+    def _prefill_contended(self, o: Outcome) -> float | None:
+        """Output: how long, within the engine's own prefill time of `o` (ending at its first
+        token), another request of the run was in flight — an engine running several requests
+        at once shares its batches among them, and its prefill time holds that; 0 when the
+        engine runs one request at a time (the others wait, outside its prefill time); None
+        without the engine's prefill time."""
+        if o.server_prefill_ms is None or o.ttft_s is None:
+            return None
+        if self.engine_slots == 1:
+            return 0.0
+        first = o.t_send + o.ttft_s
+        return self.sem.overlap(max(o.t_send, first - o.server_prefill_ms / 1000), first)
 
     def _learn_cold_speed(self, rec: Record) -> None:
         cold = rec.cached_tokens is not None and rec.prompt_tokens and \

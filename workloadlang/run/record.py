@@ -91,6 +91,9 @@ class Record(BaseModel):
     # of the TTFT, how long other requests of the run were in flight (run.contention): time the
     # engine may have spent on them, not on this prefill
     ttft_contended_s: float | None = None
+    # of the engine's own prefill time (`prefill_source: server`), how long other requests of
+    # the run were in flight: time its batches may have shared (0 on a one-slot engine)
+    prefill_contended_s: float | None = None
     e2e_s: float | None = None
     aborted: bool = False
     error: ErrorDetail | None = None
@@ -166,9 +169,11 @@ def speeds(o: Any, uncached: int | None) -> tuple[float | None, float | None]:
 
 def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | None,
                  hit_ratio: float, ref: TtftReference, t0: float,
-                 contended_s: float | None = None) -> Record:
+                 contended_s: float | None = None,
+                 prefill_contended_s: float | None = None) -> Record:
     """Everything one request showed, with its verdict-bearing numbers derived. `contended_s`:
-    how long other requests of the run were in flight during its TTFT (`run.contention`)."""
+    how long other requests of the run were in flight during its TTFT (`run.contention`);
+    `prefill_contended_s`: the same within the engine's own prefill time."""
     err = None if o.error is None else ErrorDetail(kind=o.error.kind, message=o.error.message,
                                                    status=getattr(o.error, "status", None))
     rec = dict(base_record(req), prompt_tokens=o.prompt_tokens, cached_tokens=o.cached_tokens,
@@ -177,22 +182,27 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                server_prefill_ms=o.server_prefill_ms, finish_reason=o.finish_reason,
                t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
                ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s,
-               ttft_contended_s=contended_s, e2e_s=o.e2e_s,
+               ttft_contended_s=contended_s, prefill_contended_s=prefill_contended_s,
+               e2e_s=o.e2e_s,
                aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
                suspicious=list(getattr(o, "suspicious", []) or []))
     if err is None:
-        rec.update(evidence(req, o, src_req, src, hit_ratio, ref, contended_s))
+        rec.update(evidence(req, o, src_req, src, hit_ratio, ref, contended_s,
+                            prefill_contended_s))
     rec["expect_ok"] = expectations_met(req, o)
     return Record(**rec)
 
 
 def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
-             ref: TtftReference, contended_s: float | None = None) -> dict[str, Any]:
-    """Output: the derived fields of an answered request's record. A verdict drawn from the
-    client's TTFT as a prefill time allows that the prefill's own time may be shorter by the
-    stamp's doubt (`ttft_late_s`) and by the time other requests were in flight
-    (`contended_s`): it is None when that could change it."""
+             ref: TtftReference, contended_s: float | None = None,
+             prefill_contended_s: float | None = None) -> dict[str, Any]:
+    """Output: the derived fields of an answered request's record. A verdict drawn from a
+    prefill time allows that the prefill's own work may have taken less: by the stamp's doubt
+    (`ttft_late_s`) and the time other requests were in flight (`contended_s`) when it is the
+    client's TTFT; by the time other requests were in flight within it
+    (`prefill_contended_s`) when it is the engine's own. It is None when that could change
+    it."""
     expected, source = runtime_expected(req, src_req, src, o.prompt_tokens)
     out: dict[str, Any] = {"expected_cached": expected, "expected_source": source}
     cached, prompt = o.cached_tokens, o.prompt_tokens
@@ -210,8 +220,8 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
     doubt = (o.ttft_late_s or 0.0) + (contended_s or 0.0)
     if cached is not None and warm:
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
-        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref,
-                                         doubt if out["prefill_source"] == "client_ttft" else 0.0)
+        own = doubt if out["prefill_source"] == "client_ttft" else (prefill_contended_s or 0.0)
+        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref, own)
     elif cached is None and warm:
         out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s, doubt)
         out["hit_basis"] = None if out["hit"] is None else "ttft"

@@ -132,7 +132,8 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
             await snapshot(client, metrics_url, endpoint, f"after {name}", snaps, sink)
 
         executor = Executor(plan, Realiser(plan, sizer), client, endpoint, sink, ref=ref,
-                            on_phase=on_phase, time_budget_s=time_budget_s)
+                            on_phase=on_phase, time_budget_s=time_budget_s,
+                            engine_slots=engine.get("slots"))
         run = await executor.run()
         await snapshot(client, metrics_url, endpoint, "end", snaps, sink)
     except asyncio.CancelledError:
