@@ -347,6 +347,9 @@ def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_dou
     assert "TTFT may be up to 3 ms late" in note
     assert "other requests in flight for" in note
     assert "other requests" not in view.row_note(r.model_copy(update={"prefill_source": "server"}))
+    shared = r.model_copy(update={"prefill_source": "server", "prefill_contended_s": 0.5})
+    assert "other requests in flight for 500 ms of the engine's own prefill time" in \
+        view.row_note(shared)
 
 
 def test_evidence_rows_carry_sources_and_flag_disagreements():

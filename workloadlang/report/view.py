@@ -180,6 +180,9 @@ def row_note(r: Any) -> str:
         parts.append(f"TTFT may be up to {fmt_seconds(r.ttft_late_s)} late (read with later bytes)")
     if r.ttft_contended_s and r.prefill_source == "client_ttft":
         parts.append(f"other requests in flight for {fmt_seconds(r.ttft_contended_s)} of its TTFT")
+    if r.prefill_contended_s:
+        parts.append(f"other requests in flight for {fmt_seconds(r.prefill_contended_s)} of the "
+                     "engine's own prefill time")
     parts += list(r.suspicious or [])
     if r.reply_excerpt:
         parts.append("reply: " + r.reply_excerpt[:80])
