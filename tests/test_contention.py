@@ -74,3 +74,27 @@ def test_slots_still_limit_concurrency() -> None:
         return order
 
     assert asyncio.run(go()) == ["a+", "a-", "b+", "b-"]
+
+
+def test_one_slot_engines_prefill_time_is_not_shared() -> None:
+    """`Executor._prefill_contended`: 0 on an engine that runs one request at a time (the
+    others wait outside its prefill time); else the time others held a slot within it."""
+    from types import SimpleNamespace
+
+    from workloadlang.run.executor import Executor
+
+    t = [0.0]
+    slots = Slots(4, lambda: t[0])
+
+    async def hold() -> None:
+        for at in (0.0, 0.5):  # two requests in flight from 0.0 and 0.5, to the end
+            t[0] = at
+            await slots.acquire()
+
+    asyncio.run(hold())
+    o = SimpleNamespace(server_prefill_ms=1000.0, ttft_s=2.0, t_send=0.0)  # prefill 1.0-2.0 s
+    shared = SimpleNamespace(sem=slots, engine_slots=4)
+    assert Executor._prefill_contended(shared, o) == pytest.approx(1.0)
+    assert Executor._prefill_contended(SimpleNamespace(sem=slots, engine_slots=1), o) == 0.0
+    assert Executor._prefill_contended(shared, SimpleNamespace(
+        server_prefill_ms=None, ttft_s=2.0, t_send=0.0)) is None
