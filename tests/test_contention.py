@@ -93,8 +93,8 @@ def test_one_slot_engines_prefill_time_is_not_shared() -> None:
 
     asyncio.run(hold())
     o = SimpleNamespace(server_prefill_ms=1000.0, ttft_s=2.0, t_send=0.0)  # prefill 1.0-2.0 s
-    shared = SimpleNamespace(sem=slots, engine_slots=4)
+    shared = SimpleNamespace(sem=slots, prefill_own=False)
     assert Executor._prefill_contended(shared, o) == pytest.approx(1.0)
-    assert Executor._prefill_contended(SimpleNamespace(sem=slots, engine_slots=1), o) == 0.0
+    assert Executor._prefill_contended(SimpleNamespace(sem=slots, prefill_own=True), o) == 0.0
     assert Executor._prefill_contended(shared, SimpleNamespace(
         server_prefill_ms=None, ttft_s=2.0, t_send=0.0)) is None

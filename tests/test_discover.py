@@ -77,7 +77,7 @@ def test_llamacpp_models_list_only_and_props_context() -> None:
     assert info.models == ["a.gguf", "b"] and info.model == "a.gguf"
     assert info.notes[0] == "several models: a.gguf, b; using a.gguf — pass --model"
     assert (info.max_context, info.max_context_source) == (4096, "/props default_generation_settings.n_ctx")
-    assert info.engine == "unknown" and info.slots == 4
+    assert info.engine == "unknown" and info.slots == 4 and not info.prefill_own
 
 
 def test_llamacpp_props_are_read_for_the_slot_count_even_with_the_context_known() -> None:
@@ -86,6 +86,19 @@ def test_llamacpp_props_are_read_for_the_slot_count_even_with_the_context_known(
         info = run_discover({("GET", "/v1/models"): reply(models), ("GET", "/props"): reply(props),
                              ("POST", "/tokenize"): llama_tokenize})
         assert (info.max_context_source, info.slots) == ("meta.n_ctx", slots)
+        assert info.prefill_own is (slots == 1)  # one slot: the others wait outside its time
+
+
+def test_an_engine_that_says_its_prefill_time_is_its_own_work() -> None:
+    """`/props` `prefill_time: "own"` (the embedded simulator's) with several slots: the prefill
+    time is still the request's own work. Any other value, or none, is not taken for it."""
+    models = {"data": [{"id": "sim", "owned_by": "workloadlang-sim", "max_model_len": 8192}]}
+    for extra, own in (({"prefill_time": "own"}, True), ({"prefill_time": "shared"}, False),
+                       ({}, False)):
+        props = {"total_slots": 4, **extra}
+        info = run_discover({("GET", "/v1/models"): reply(models), ("GET", "/props"): reply(props),
+                             ("POST", "/tokenize"): llama_tokenize})
+        assert (info.engine, info.slots, info.prefill_own) == ("workloadlang-sim", 4, own)
 
 
 def test_bare_list_and_explicit_model_and_max_context() -> None:

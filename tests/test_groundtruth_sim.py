@@ -64,9 +64,16 @@ def test_cache_pressure_error_in_verify_is_an_error_not_an_eviction(tmp_path):
 
 
 def test_agent_sim_healthy_simulator_every_session_ok(tmp_path):
+    """Also: the simulator says its prefill time is each request's own (`/props`), so the
+    sessions prefilling side by side leave the speed gate judged (before, it read `unknown`
+    for every session: its prefill times were taken as possibly shared)."""
     code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL)
     assert verdicts(res) == {"main#0": "ok", "main#1": "ok", "main#2": "ok"}
     assert code == 0
+    assert (res["engine"]["slots"], res["engine"]["prefill_own"]) == (4, True)
+    server = [r for r in res["records"] if r["prefill_source"] == "server"]
+    assert server and all(r["prefill_contended_s"] == 0 for r in server)
+    assert {r["status"] for r in gate(res, "speed")["results"]} == {"pass"}
 
 
 def test_agent_sim_degraded_fault_only_in_the_affected_session(tmp_path):

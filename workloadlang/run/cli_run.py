@@ -102,7 +102,7 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         engine = {"base_url": base, "model": info.model, "engine": info.engine,
                   "max_context": info.max_context, "max_context_source": info.max_context_source,
                   "tokenizer": info.tokenize_style, "notes": info.notes, "sim": bool(args.sim),
-                  "slots": info.slots}
+                  "slots": info.slots, "prefill_own": info.prefill_own}
         view = make_view(plan, args.viz, sys.stdout)
         writer = JsonlWriter(args.records)
         view.start()

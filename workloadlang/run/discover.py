@@ -47,6 +47,9 @@ class EngineInfo(BaseModel):
     metrics_url: str
     # requests the engine runs at once (llama.cpp `/props` `total_slots`); None when unknown
     slots: int | None = None
+    # the engine's prefill time (`timings.prompt_ms`) holds only the request's own work, the
+    # others waiting outside it: one slot, or `/props` `prefill_time: "own"` (see `prefill_own`)
+    prefill_own: bool = False
 
 
 class Tokenizer:
@@ -226,19 +229,20 @@ async def discover(
     engine = engine_of(item)
     ctx, source = (max_context, "--max-context") if max_context is not None else context_of(item)
     props = (await _props(client, root, headers, timeout)
-             if ctx is None or engine == "llamacpp" else None)
+             if ctx is None or engine in ("llamacpp", "workloadlang-sim") else None)
     if ctx is None:
         ctx, source = props_context(props)
         if ctx is None:
             notes.append("could not detect the context length; pass --max-context")
     slots = props.get("total_slots") if props else None
+    slots = slots if type(slots) is int and slots > 0 else None
     url, style = await _probe_tokenize(client, root, api_key, timeout, chosen, engine)
     if url is None:
         notes.append("no working /tokenize route; prompt sizes cannot be checked with the engine's tokenizer")
     return EngineInfo(
         model=chosen, models=ids, notes=notes, max_context=ctx, max_context_source=source,
         engine=engine, tokenize_url=url, tokenize_style=style, metrics_url=root + "/metrics",
-        slots=slots if type(slots) is int and slots > 0 else None,
+        slots=slots, prefill_own=prefill_own(props, slots),
     )
 
 
@@ -251,6 +255,15 @@ async def _props(
     except EndpointError:
         return None
     return props if isinstance(props, dict) else None
+
+
+def prefill_own(props: dict[str, Any] | None, slots: int | None) -> bool:
+    """Input: the `/props` document (None when there is none) and its slot count. Output: True
+    when the engine's prefill time holds only the request's own work: it runs one request at a
+    time (the others wait outside that time), or says so (`"prefill_time": "own"`, which the
+    embedded simulator serves: its prefill time is modelled per request). Otherwise False:
+    several requests may share its batches, and each one's prefill time holds the others' work."""
+    return slots == 1 or bool(props and props.get("prefill_time") == "own")
 
 
 def props_context(props: dict[str, Any] | None) -> tuple[int | None, str | None]:

@@ -189,13 +189,13 @@ class Executor:
                  endpoint: Endpoint, sink: Sink, *, ref: TtftReference | None = None,
                  clock: Callable[[], float] = time.perf_counter, concurrency: int | None = None,
                  time_budget_s: float | None = None, max_consecutive_errors: int = 10,
-                 on_phase: Callable[[str], Any] | None = None, engine_slots: int | None = None):
+                 on_phase: Callable[[str], Any] | None = None, prefill_own: bool = False):
         self.plan, self.realiser, self.client, self.endpoint = plan, realiser, client, endpoint
         self.sink, self.clock = sink, clock
         self.ref = ref or TtftReference()
         self.concurrency = concurrency or plan.concurrency
         self.sem = Slots(self.concurrency, clock)  # and who was in flight when (`_record`)
-        self.engine_slots = engine_slots  # requests the engine runs at once, when it says
+        self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
         self.time_budget_s = time_budget_s
         self.max_errors = max_consecutive_errors
         self.on_phase = on_phase
@@ -733,11 +733,11 @@ class Executor:
         """Output: how long, within the engine's own prefill time of `o` (ending at its first
         token), another request of the run was in flight — an engine running several requests
         at once shares its batches among them, and its prefill time holds that; 0 when the
-        engine runs one request at a time (the others wait, outside its prefill time); None
-        without the engine's prefill time."""
+        engine's prefill time is its own work (`EngineInfo.prefill_own`: one request at a time,
+        the others waiting outside it); None without the engine's prefill time."""
         if o.server_prefill_ms is None or o.ttft_s is None:
             return None
-        if self.engine_slots == 1:
+        if self.prefill_own:
             return 0.0
         first = o.t_send + o.ttft_s
         return self.sem.overlap(max(o.t_send, first - o.server_prefill_ms / 1000), first)

@@ -133,7 +133,7 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
 
         executor = Executor(plan, Realiser(plan, sizer), client, endpoint, sink, ref=ref,
                             on_phase=on_phase, time_budget_s=time_budget_s,
-                            engine_slots=engine.get("slots"))
+                            prefill_own=bool(engine.get("prefill_own")))
         run = await executor.run()
         await snapshot(client, metrics_url, endpoint, "end", snaps, sink)
     except asyncio.CancelledError:

@@ -224,6 +224,13 @@ def create_app(config: SimConfig) -> Starlette:
             "owned_by": "workloadlang-sim", "max_model_len": config.max_model_len,
         }]})
 
+    async def props(request: Request) -> Response:
+        # llama.cpp's shape, plus what llama.cpp leaves to the slot count: each request's
+        # prefill time (`timings.prompt_ms`) is modelled for it alone, its slots sharing no
+        # batches, so it holds none of the other requests' work (`discover.prefill_own`)
+        return JSONResponse({"total_slots": config.slots, "prefill_time": "own",
+                             "default_generation_settings": {"n_ctx": config.max_model_len}})
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -261,6 +268,7 @@ def create_app(config: SimConfig) -> Starlette:
     app = Starlette(lifespan=lifespan, routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/props", props, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/v1/health", health, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
