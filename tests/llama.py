@@ -195,8 +195,10 @@ def start_llama_server(
     raise RuntimeError(last_err)
 
 
-def llama_server_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """Generator behind the `llama_server` fixture: skip/fail when missing, start, yield, stop."""
+def llama_server_session(tmp_path_factory: pytest.TempPathFactory,
+                         extra_args: list[str] | tuple[str, ...] = ()) -> Iterator[LlamaServer]:
+    """Generator behind the `llama_server` fixture (and others with `extra_args` for the server,
+    which override `server_args`): skip/fail when missing, start, yield, stop."""
     binary, model, reason = find_llama()
     if binary is None or model is None:
         if llama_required():
@@ -204,7 +206,7 @@ def llama_server_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
         pytest.skip(reason)
     log_path = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
     try:
-        server = start_llama_server(binary, model, log_path)
+        server = start_llama_server(binary, model, log_path, extra_args=extra_args)
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
