@@ -1,4 +1,5 @@
-"""Ground truth on a real engine: llama-server (SmolLM2-135M Q4_1, one slot, prompt cache on).
+"""Ground truth on a real engine: llama-server (SmolLM2-135M Q4_1, one slot, prompt cache on;
+another server without its host-RAM cache for a real eviction).
 
 Small sizes: this machine prefills a few hundred tokens per second. A healthy server must be
 judged healthy; these are the cases where the original tool raised false alarms.
@@ -81,3 +82,32 @@ def test_a_multi_slot_llama_server_shares_its_batches_and_is_not_called_degraded
     assert all(r["prefill_contended_s"] <= r["server_prefill_ms"] / 1000 + 1e-6 for r in shared)
     assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
     assert code == 0
+
+
+# One session whose sub-agents take the only slot: with the host-RAM prompt cache (the
+# default) the main context is saved and comes back; without it (`--cache-ram 0`) it is lost.
+SMALL_AGENT = ["--sessions", "1", "--main-tokens", "1k", "--step-tokens", "500",
+               "--sub-tokens", "500", "--finalize-tokens", "300", "--max-tokens", "8"]
+
+
+def test_a_real_eviction_is_called_evicted_and_its_control_ok(tmp_path, llama_server):
+    """A true positive on a real engine, beside its control on the shared server: the same
+    workload, the same engine, only the host-RAM cache removed."""
+    from llama import find_llama, start_llama_server
+
+    code, res = wl_run(tmp_path, "agent-sim", "--base-url", llama_server.base_url,
+                       *SMALL_AGENT, "--salt", "llama-control")
+    assert verdicts(res) == {"main#0": "ok"} and code == 0, res["gates"]
+    binary, model, _ = find_llama()
+    server = start_llama_server(binary, model, tmp_path / "llama-nocache.log",
+                                extra_args=["--cache-ram", "0"])
+    try:
+        code, res = wl_run(tmp_path, "agent-sim", "--base-url", server.base_url,
+                           *SMALL_AGENT, "--salt", "llama-evict")
+    finally:
+        server.stop()
+    assert verdicts(res) == {"main#0": "evicted"}, res["gates"]
+    fin = records(res, "finalize")[0]
+    assert fin["hit"] is False and fin["cached_tokens"] < 0.1 * fin["expected_cached"]
+    assert fin["cached_source"] == "usage.prompt_tokens_details.cached_tokens"
+    assert gate(res, "survival")["status"] == "fail" and code == 1
