@@ -2,7 +2,8 @@
 another server without its host-RAM cache for a real eviction).
 
 Small sizes: this machine prefills a few hundred tokens per second. A healthy server must be
-judged healthy; these are the cases where the original tool raised false alarms.
+judged healthy (these are the cases where the original tool raised false alarms), and a real
+eviction must be called one.
 """
 
 from __future__ import annotations
