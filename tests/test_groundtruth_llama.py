@@ -112,3 +112,21 @@ def test_a_real_eviction_is_called_evicted_and_its_control_ok(tmp_path, llama_se
     assert fin["hit"] is False and fin["cached_tokens"] < 0.1 * fin["expected_cached"]
     assert fin["cached_source"] == "usage.prompt_tokens_details.cached_tokens"
     assert gate(res, "survival")["status"] == "fail" and code == 1
+
+
+def test_perf_sim_speeds_agree_with_the_engine_s_own_times(tmp_path, llama_server):
+    """pp over the uncached tokens of the client's TTFT; the engine's own prefill time of the
+    same tokens bounds it from above (the TTFT holds it) and, on an idle one-slot engine,
+    closely from below. Each run is a fresh conversation, growing under the context limit."""
+    code, res = wl_run(tmp_path, "perf-sim", "--base-url", llama_server.base_url,
+                       "--step-tokens", "500", "--output-tokens", "32", "--runs", "2",
+                       "--context-limit", "2k", "--salt", "llama-perf")
+    assert code == 0
+    levels = records(res, "level")
+    assert len(levels) == 6 and [r["index"] for r in levels] == [0, 1, 2] * 2
+    assert [r["hit"] for r in levels] == [None, True, True] * 2  # level 0 is cold
+    for r in levels:
+        engine_pp = r["uncached_tokens"] / (r["server_prefill_ms"] / 1000)
+        assert 0.8 * engine_pp <= r["pp_tps"] <= engine_pp * 1.001, r
+        assert r["tg_tps"] and r["completion_tokens"] == 32
+    assert res["report"]["context"]["2"] > res["report"]["context"]["1"] > 1000
