@@ -317,5 +317,12 @@ def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
     assert counters_line({**same, "engine_queries_tokens": 30800}).endswith("of 30,738")  # < 1 %
     assert counters_line({"snapshots": snaps[:1], "records_prompt_tokens": 1,
                           "records_cached_tokens": 0}) is None  # no end read: nothing to say
+    unread = {"snapshots": [], "records_prompt_tokens": 647, "records_cached_tokens": 607,
+              "unavailable": "start: GET http://h/metrics: HTTP 501"}
+    assert counters_line(unread, "llamacpp") == (
+        "engine counters: not read (start: GET http://h/metrics: HTTP 501), so the records "
+        "(607 of 647 prompt tokens from cache) are not cross-checked; llama-server serves "
+        "them with --metrics")
+    assert counters_line(unread, "vllm").endswith("are not cross-checked")
     res = results_for(agent_plan(sessions=2), []).model_copy(update={"metrics": more})
     assert "engine counters over the run [llamacpp]" in summary_text(res)

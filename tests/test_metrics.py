@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
-from workloadlang.run.metrics import PrefixCounters, delta, metrics_url_for, parse_counters, scrape
+from workloadlang.run.metrics import (
+    PrefixCounters, delta, metrics_url_for, parse_counters, read, scrape)
 
 VLLM = """\
 # HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
@@ -116,3 +117,38 @@ def test_scrape_failures_return_none() -> None:
             return await scrape(client, "http://down/metrics"), await scrape(client, "http://h/metrics")
 
     assert asyncio.run(go()) == (None, None)
+
+
+def test_read_says_why_the_counters_are_missing() -> None:
+    """`read` gives the reason a run without counters reports (instead of saying nothing)."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "down":
+            raise httpx.ConnectError("refused")
+        if request.url.host == "plain":
+            return httpx.Response(200, text="# HELP up fine\nup 1\n")
+        return httpx.Response(501, text="This server does not support metrics endpoint.")
+
+    async def go() -> list[tuple[object, object]]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return [await read(client, f"http://{h}/metrics") for h in ("down", "h", "plain")]
+
+    assert asyncio.run(go()) == [
+        (None, "GET http://down/metrics: ConnectError"),
+        (None, "GET http://h/metrics: HTTP 501"),
+        (None, "GET http://plain/metrics: no prefix-cache counters this tool knows")]
+
+
+def test_a_run_says_when_the_engine_s_counters_were_not_read(
+        tmp_path, fault_server: FaultServer, capsys) -> None:  # noqa: F811
+    """End to end on a real loopback server serving no counters this tool knows: the results
+    say why (`metrics.unavailable`) and the summary says the records are not cross-checked."""
+    from runhelp import wl_run_text
+
+    fault_server.reset()
+    code, res = wl_run_text(tmp_path, 'workload w { session s { user filler 300; reply 4 } }',
+                            "--base-url", fault_server.base_url)
+    assert code == 0
+    assert res["metrics"]["unavailable"] == (
+        f"start: GET {fault_server.base_url.removesuffix('/v1')}/metrics: no prefix-cache "
+        "counters this tool knows")
+    assert "engine counters: not read (start: GET " in capsys.readouterr().out

@@ -88,7 +88,8 @@ def header(results: Any, label: str) -> dict[str, Any]:
                      f"{sum(1 for r in rs if r.skipped):,} skipped, "
                      f"{sum(1 for r in rs if r.error is not None):,} errored"),
         "threshold": fmt_seconds(cal.get("threshold_s")) if cal.get("threshold_s") else "",
-        "counters": counters_line(results.metrics or {}) or "",
+        "counters": counters_line(results.metrics or {},
+                                  (results.engine or {}).get("engine")) or "",
         "headline": [(k, fmt_headline(v, formats.get(k, "number")))
                      for k, v in (results.report or {}).items()],
     }

@@ -1,7 +1,7 @@
 """Prefix-cache counters from an engine's Prometheus `/metrics`, for a run-level cross-check.
 
 `scrape(client, metrics_url, api_key)` -> `PrefixCounters | None` (None when the endpoint is
-unreachable, errors, does not parse, or exposes no known counter pair). Counters are summed over
+unreachable, errors, does not parse, or exposes no known counter pair; `read` also says which). Counters are summed over
 all label sets. Families, in the order tried:
 
 * `vllm`: `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`;
@@ -94,20 +94,32 @@ async def scrape(
     timeout: float = 10.0,
 ) -> PrefixCounters | None:
     """Input: an httpx client, the metrics URL, optional key (sent as bearer auth). Output: the
-    current counters, or None when they cannot be read. Never raises for HTTP problems. A
-    pooled connection the server had closed (keep-alive: llama-server after a run's last
-    answer) gets one retry on a fresh one."""
+    current counters, or None when they cannot be read (`read` says why). Never raises for HTTP
+    problems."""
+    return (await read(client, metrics_url, api_key, timeout))[0]
+
+
+async def read(
+    client: httpx.AsyncClient, metrics_url: str, api_key: SecretStr | str | None = None,
+    timeout: float = 10.0,
+) -> tuple[PrefixCounters | None, str | None]:
+    """See `scrape`. Output: `(counters, None)`, or `(None, why not)` — unreachable, an HTTP
+    error status, or no known counter pair in the text. A pooled connection the server had
+    closed (keep-alive: llama-server after a run's last answer) gets one retry on a fresh one."""
     headers = auth_headers(api_key)
     try:
         try:
             response = await client.get(metrics_url, headers=headers, timeout=timeout)
         except httpx.RemoteProtocolError:
             response = await client.get(metrics_url, headers=headers, timeout=timeout)
-    except httpx.HTTPError:
-        return None
+    except httpx.HTTPError as exc:
+        return None, f"GET {metrics_url}: {type(exc).__name__}"
     if response.status_code >= 400:
-        return None
-    return parse_counters(response.text)
+        return None, f"GET {metrics_url}: HTTP {response.status_code}"
+    counters = parse_counters(response.text)
+    if counters is None:
+        return None, f"GET {metrics_url}: no prefix-cache counters this tool knows"
+    return counters, None
 
 
 def delta(before: PrefixCounters, after: PrefixCounters) -> tuple[int, int, float | None]:

@@ -192,8 +192,9 @@ async def snapshot(client, url: str | None, endpoint: Endpoint, at: str,
                    snaps: list[dict[str, Any]], sink: Tee) -> None:
     if not url:
         return
-    counters = await metrics.scrape(client, url, endpoint.api_key)
+    counters, why = await metrics.read(client, url, endpoint.api_key)
     if counters is None:
+        snaps.append({"at": at, "unavailable": why})
         return
     snap = {"at": at, **counters.model_dump()}
     snaps.append(snap)
@@ -201,7 +202,12 @@ async def snapshot(client, url: str | None, endpoint: Endpoint, at: str,
 
 
 def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> dict[str, Any]:
-    """Engine counters over the run next to what the records say: a cross-check."""
+    """Engine counters over the run next to what the records say: a cross-check. Input: the
+    reads of the counters (`snapshot`: the counters, or `unavailable` with why not) and the
+    records. Output: the results' `metrics`; `unavailable` holds why the first read that
+    failed did (a run without counters at both ends has no cross-check)."""
+    failed = [s for s in snaps if "unavailable" in s]
+    snaps = [s for s in snaps if "unavailable" not in s]
     cached = sum(r.cached_tokens or 0 for r in records if r.error is None and not r.skipped)
     prompt = sum(r.prompt_tokens or 0 for r in records if r.error is None and not r.skipped)
     # sent, but without the engine's count in the records (an abort, an error): what was planned
@@ -212,6 +218,8 @@ def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> dict[
                            "records_uncounted": len(uncounted),
                            "records_uncounted_planned_tokens":
                                sum(r.planned_prompt_tokens for r in uncounted)}
+    if failed:
+        out["unavailable"] = f"{failed[0]['at']}: {failed[0]['unavailable']}"
     if len(snaps) >= 2:
         hits = snaps[-1]["hits_tokens"] - snaps[0]["hits_tokens"]
         queries = snaps[-1]["queries_tokens"] - snaps[0]["queries_tokens"]

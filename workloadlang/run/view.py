@@ -144,19 +144,19 @@ def summary_text(results: Any) -> str:
     if results.report:
         parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
                                                   tablefmt="plain", disable_numparse=True)]
-    counters = counters_line(results.metrics)
+    counters = counters_line(results.metrics, (results.engine or {}).get("engine"))
     parts += ["", *([counters] if counters else []), footer(results), ""]
     return "\n".join(parts)
 
 
-def counters_line(metrics: dict[str, Any]) -> str | None:
+def counters_line(metrics: dict[str, Any], engine: str | None = None) -> str | None:
     """Input: the results' `metrics` (runner.metrics_summary). Output: the engine's own
     prefix-cache counters over the run next to what the records hold, with a note when the
-    engine looked up more prompt tokens than the records hold or fewer; None without counters
-    read at both ends."""
+    engine looked up more prompt tokens than the records hold or fewer; without counters at
+    both ends, why not when a read failed, else None."""
     queries, hits = metrics.get("engine_queries_tokens"), metrics.get("engine_hits_tokens")
     if queries is None or hits is None:
-        return None
+        return unread_counters(metrics, engine)
     prompt, cached = metrics["records_prompt_tokens"], metrics["records_cached_tokens"]
     family = metrics["snapshots"][-1]["family"]
     line = (f"engine counters over the run [{family}]: {hits:,} of {queries:,} prompt tokens "
@@ -175,6 +175,19 @@ def counters_line(metrics: dict[str, Any]) -> str | None:
             if extra > 0 else f"{-extra:,} fewer prompt tokens than the records hold (counters "
             f"reset, or not every request counted)")
     return line + f" · NOTE: the engine looked up {more}"
+
+
+def unread_counters(metrics: dict[str, Any], engine: str | None) -> str | None:
+    """Output: the line for a run whose engine counters could not be read at both ends, saying
+    why (`metrics.unavailable`), or None when no read failed (no metrics URL, or none read)."""
+    why = metrics.get("unavailable")
+    if why is None:
+        return None
+    hint = "; llama-server serves them with --metrics" if engine == "llamacpp" else ""
+    return (f"engine counters: not read ({why}), so the records "
+            f"({metrics.get('records_cached_tokens', 0):,} of "
+            f"{metrics.get('records_prompt_tokens', 0):,} prompt tokens from cache) are not "
+            f"cross-checked{hint}")
 
 
 def gate_cell(g: Any, sid: str) -> str:
