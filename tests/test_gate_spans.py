@@ -142,3 +142,8 @@ def test_the_engines_own_prefill_time_reaches_down_by_the_time_it_was_shared() -
                                                "prefill_contended_s": 0.2})
     assert metric_value("prefill_time", rec) == Span(pytest.approx(0.1), 0.3, 0.3)
     assert metric_value("prefill_time", rec.model_copy(update={"prefill_contended_s": 0.0})) == 0.3
+    # a doubt equal to the whole time but for rounding residue (sums of clock differences):
+    # the low end is 0, not 5e-12 (shown as such in a gate's detail)
+    almost = rec.model_copy(update={"prefill_contended_s": 0.3 - 5e-12})
+    assert metric_value("prefill_time", almost) == Span(0.0, 0.3, 0.3)
+    assert metric_value("pp", records(p, {0: 0.3}, busy={0: 0.3 - 5e-12})[0]).hi == math.inf

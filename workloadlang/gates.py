@@ -88,7 +88,7 @@ def _scaled(r: Record, value: float | None, power: int, prefill: bool = False) -
     doubt = (r.ttft_late_s or 0.0) + ((r.ttft_contended_s or 0.0) if prefill else 0.0)
     if doubt <= 0:
         return None
-    earliest = max(0.0, r.ttft_s - doubt)
+    earliest = _at_least_zero(r.ttft_s - doubt)
     if power > 0:
         return Span(value * earliest / r.ttft_s, value, value)
     return Span(value, math.inf if earliest == 0 else value * r.ttft_s / earliest, value)
@@ -99,7 +99,13 @@ def _shared(r: Record) -> Span | None:
     (`prefill_contended_s`: batches it may have shared) at the low end."""
     if r.prefill_s is None or not r.prefill_contended_s:
         return None
-    return Span(max(0.0, r.prefill_s - r.prefill_contended_s), r.prefill_s, r.prefill_s)
+    return Span(_at_least_zero(r.prefill_s - r.prefill_contended_s), r.prefill_s, r.prefill_s)
+
+
+def _at_least_zero(seconds: float) -> float:
+    """Output: a time left after taking away a doubt, 0 when under a microsecond (the sums of
+    clock differences that make a doubt leave rounding residue like 5e-12 s otherwise)."""
+    return seconds if seconds >= 1e-6 else 0.0
 
 
 def _tg_span(r: Record) -> Span | None:
