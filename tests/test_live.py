@@ -324,5 +324,7 @@ def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
         "(607 of 647 prompt tokens from cache) are not cross-checked; llama-server serves "
         "them with --metrics")
     assert counters_line(unread, "vllm").endswith("are not cross-checked")
+    down = {**unread, "unavailable": "end: GET http://h/metrics: ConnectError"}
+    assert counters_line(down, "llamacpp").endswith("are not cross-checked")  # no false hint
     res = results_for(agent_plan(sessions=2), []).model_copy(update={"metrics": more})
     assert "engine counters over the run [llamacpp]" in summary_text(res)

@@ -1,8 +1,8 @@
 """Prefix-cache counters from an engine's Prometheus `/metrics`, for a run-level cross-check.
 
 `scrape(client, metrics_url, api_key)` -> `PrefixCounters | None` (None when the endpoint is
-unreachable, errors, does not parse, or exposes no known counter pair; `read` also says which). Counters are summed over
-all label sets. Families, in the order tried:
+unreachable, errors, does not parse, or exposes no known counter pair; `read` also says which).
+Counters are summed over all label sets. Families, in the order tried:
 
 * `vllm`: `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`;
 * `vllm-gpu`: the older `vllm:gpu_prefix_cache_queries_total` / `..._hits_total`;

@@ -183,7 +183,9 @@ def unread_counters(metrics: dict[str, Any], engine: str | None) -> str | None:
     why = metrics.get("unavailable")
     if why is None:
         return None
-    hint = "; llama-server serves them with --metrics" if engine == "llamacpp" else ""
+    # llama-server answers 501 when started without --metrics
+    hint = ("; llama-server serves them with --metrics"
+            if engine == "llamacpp" and why.endswith("HTTP 501") else "")
     return (f"engine counters: not read ({why}), so the records "
             f"({metrics.get('records_cached_tokens', 0):,} of "
             f"{metrics.get('records_prompt_tokens', 0):,} prompt tokens from cache) are not "
