@@ -107,13 +107,14 @@ def test_abort_sim_reference_setup_reuses_after_the_settle_wait(tmp_path,
 
 
 def test_abort_sim_without_the_settle_wait_agrees_with_the_server_s_account(
-        tmp_path, reference_server) -> None:
+        tmp_path, reference_server, capsys) -> None:
     """The reference's 1.2 %: with no wait the re-prompt may reach the server before it has
     processed the disconnect; the aborted request still holds its slot and the re-prompt is
     prefilled cold in another. Whether that happens is a race (here 0 to 2 runs of 3), so the
     test holds each run's verdict to the server's own log: a re-prompt that went to its prime's
     slot is a hit, one that went to another a miss. That miss is true (the engine recomputed);
-    the settle wait (default 500 ms) is what makes abort-sim measure the reuse it means to."""
+    the settle wait (default 500 ms) is what makes abort-sim measure the reuse it means to, and
+    the summary's footer says so for each such miss."""
     before = len(reference_server.log_text())
     code, res = wl_run(tmp_path, "abort-sim", "--base-url", reference_server.base_url, *ABORT,
                        "--settle", "0s", "--runs", "3", "--salt", "reference-abort-race")
@@ -124,3 +125,7 @@ def test_abort_sim_without_the_settle_wait_agrees_with_the_server_s_account(
         assert (r["reuse"] >= 0.95 and how == "LCP similarity") if same else r["reuse"] < 0.1, \
             (seen, r)
     assert code == (0 if all(same for same, _ in seen) else 1)
+    # each miss came at once after its abort, on a 4-slot engine: the footer says what to try
+    misses = sum(not same for same, _ in seen)
+    out = capsys.readouterr().out
+    assert (f"NOTE: {misses} miss(es) came " in out) if misses else "miss(es) came" not in out

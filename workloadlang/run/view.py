@@ -261,7 +261,47 @@ def footer(results: Any) -> str:
         upto = f" up to {most:.1f} ms" if most is not None else ""
         line += (f" · NOTE: {late} first token(s) came in one read with more of the stream:"
                  f" their TTFT may be{upto} too long (ttft_late_s)")
+    raced = after_abort_misses(results.records, (results.engine or {}).get("slots"))
+    if raced:
+        least, most_gap = fmt_gap(min(g for _, g in raced)), fmt_gap(max(g for _, g in raced))
+        span = least if least == most_gap else f"{least} to {most_gap}"
+        line += (f" · NOTE: {len(raced)} miss(es) came {span} after the aborted "
+                 f"request they extend was closed: an engine that runs several requests at "
+                 f"once may not have processed the disconnect yet and put the request in "
+                 f"another slot (a longer settle wait tells; docs/engines-llama.md)")
     return line
+
+
+# a request sent sooner than this after the close of the aborted request it extends may reach
+# the engine before the disconnect does (llama-server noticed within one token here, 10-60 ms)
+RACE_WINDOW_S = 0.1
+
+
+def after_abort_misses(records: list[Any], slots: int | None) -> list[tuple[str, float]]:
+    """Input: the records, the engine's slot count (None: unknown). Output: `(id, seconds)`
+    for each miss whose prompt extends an aborted request and was sent within `RACE_WINDOW_S`
+    of that request's close, with the time between — on an engine that may run several
+    requests at once (not one slot), where a request that comes before the engine has
+    processed the disconnect can land in another slot (the original tool's abort-sim false
+    alarm: it sent the re-prompt at once)."""
+    if slots == 1:
+        return []
+    by_id = {r.id: r for r in records}
+    out = []
+    for r in records:
+        src = by_id.get(r.prefix_source) if r.prefix_source else None
+        if r.hit is False and src is not None and src.aborted and src.e2e_s is not None \
+                and r.t_start_s is not None and src.t_start_s is not None:
+            gap = max(0.0, r.t_start_s - src.t_start_s - src.e2e_s)
+            if gap < RACE_WINDOW_S:
+                out.append((r.id, gap))
+    return out
+
+
+def fmt_gap(seconds: float) -> str:
+    """Output: a short time as `0.3 ms`, `12 ms` or `3.5 s`."""
+    ms = seconds * 1000
+    return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms" if ms < 1000 else f"{seconds:.1f} s"
 
 
 def make_view(plan: Plan, viz: bool | None, out: IO[str] = sys.stdout):
