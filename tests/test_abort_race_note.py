@@ -44,3 +44,13 @@ def test_no_note_where_the_race_cannot_explain_the_miss() -> None:
     assert "miss(es)" not in footer(abort_results(0.0003, hit=False, slots=1))  # one at a time
     assert "miss(es)" not in footer(abort_results(0.5, hit=False, slots=4))  # after a settle
     assert "miss(es)" not in footer(abort_results(0.0003, hit=True, slots=4))  # not a miss
+
+
+def test_the_report_s_evidence_row_says_it_too() -> None:
+    from workloadlang.report.view import evidence
+
+    rows = {row[1]: row for row in evidence(abort_results(0.0003, False, 4), "run")["rows"]}
+    assert "sent 0.3 ms after the aborted request it extends was closed" \
+        in rows["main#0/reprompt/0"][-1]
+    rows = {row[1]: row for row in evidence(abort_results(0.5, False, 4), "run")["rows"]}
+    assert "aborted request it extends" not in rows["main#0/reprompt/0"][-1]

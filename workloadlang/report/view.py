@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from workloadlang.report.source import workload_lines
-from workloadlang.run.view import counters_line
+from workloadlang.run.view import after_abort_misses, counters_line, fmt_gap
 
 # ---------------------------------------------------------------- formatting
 
@@ -165,8 +165,10 @@ def row_class(r: Any) -> str:
     return "miss" if r.hit is False else ""
 
 
-def row_note(r: Any) -> str:
-    """Why a row stands out, then what the model said (the template escapes it)."""
+def row_note(r: Any, after_abort_s: float | None = None) -> str:
+    """Why a row stands out, then what the model said (the template escapes it).
+    `after_abort_s`: for a miss sent right after the aborted request it extends, on an engine
+    that may run several at once (`run.view.after_abort_misses`), how soon."""
     parts = []
     if r.skipped:
         parts.append(f"skipped: {r.skipped}")
@@ -184,13 +186,16 @@ def row_note(r: Any) -> str:
     if r.prefill_contended_s:
         parts.append(f"other requests in flight for {fmt_seconds(r.prefill_contended_s)} of the "
                      "engine's own prefill time")
+    if after_abort_s is not None:
+        parts.append(f"sent {fmt_gap(after_abort_s)} after the aborted request it extends was "
+                     "closed: the engine may not have processed the disconnect yet")
     parts += list(r.suspicious or [])
     if r.reply_excerpt:
         parts.append("reply: " + r.reply_excerpt[:80])
     return "; ".join(parts)
 
 
-def evidence_row(r: Any) -> tuple[str, ...]:
+def evidence_row(r: Any, after_abort_s: float | None = None) -> tuple[str, ...]:
     """Input: a `Record`. Output: the evidence table's cells as text, class first:
     (class, id, label, planned prompt, prompt, cached, cached source, expected, expected source,
     reuse, hit, hit basis, TTFT, TTFT agrees, note)."""
@@ -198,7 +203,7 @@ def evidence_row(r: Any) -> tuple[str, ...]:
             fmt_num(r.prompt_tokens), fmt_num(r.cached_tokens), r.cached_source,
             fmt_num(r.expected_cached), r.expected_source or "", fmt_pct(r.reuse),
             fmt_num(r.hit), r.hit_basis or "", fmt_seconds(r.ttft_s),
-            fmt_num(r.ttft_agrees), row_note(r))
+            fmt_num(r.ttft_agrees), row_note(r, after_abort_s))
 
 
 def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
@@ -208,7 +213,8 @@ def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
     recs = sorted(results.records, key=lambda r: r.seq)
     common = Counter(r.cached_source for r in recs if r.cached_tokens is not None).most_common(1)
     common_source = common[0][0] if common else ""
-    rows = [evidence_row(r) for r in recs]
+    raced = dict(after_abort_misses(recs, (results.engine or {}).get("slots")))
+    rows = [evidence_row(r, raced.get(r.id)) for r in recs]
     rows = [row[:6] + ("" if row[6] == common_source else row[6],) + row[7:] for row in rows]
     disagree = [row for row in rows if row[0] == "disagree"]
     return {"label": label, "rows": rows, "disagree": disagree, "common_source": common_source,
