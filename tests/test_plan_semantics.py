@@ -345,6 +345,15 @@ def test_context_larger_than_the_limit_is_wl406_once_per_statement():
     assert len(plan_of(text, env={"max_context": 20_000}).requests) == 11
 
 
+def test_wl406_names_the_flag_of_the_generation_budget():
+    text = """workload w { params { budget: int = 4000 }
+    session s { user filler 1k; reply $budget; user "x"; reply 64 } }"""
+    diags = plan_errors(text, env={"max_context": 3000})
+    assert [d.hint for d in diags] == [  # the second reply's prompt holds the first's reply
+        "lower the generation budget (--budget) or the prompt, or raise --max-context if the "
+        "engine allows", "lower the sizes, or raise --max-context if the engine allows"]
+
+
 def test_a_workload_setting_max_context_limits_too():
     diags = plan_errors("workload w { max_context = 100\n session s { user filler 200; reply 4 } }")
     assert [d.code for d in diags] == ["WL406"]

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from workloadlang import ir
 from workloadlang.diagnostics import Diagnostic, WorkloadError
-from workloadlang.evaluate import EvalError, evaluate
+from workloadlang.evaluate import EvalError, evaluate, refs_in
 from workloadlang.plan import synth
 from workloadlang.plan.model import (
     Expectation,
@@ -78,6 +78,8 @@ class Builder:
         self.pending_wait: dict[str, float] = {}
         self.prefix = PrefixIndex()
         self.diags: list[Diagnostic] = []
+        # request id -> the params its generation budget (`max_tokens`) was written with
+        self.budget_params: dict[str, tuple[str, ...]] = {}
 
     def error(self, code: str, message: str, span: ir.Span, hint: str | None = None) -> None:
         self.diags.append(Diagnostic(code=code, message=message, span=span, hint=hint))
@@ -290,6 +292,10 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
                 options, expect) -> PRequest:
     label = getattr(s, "label", None) or ctx.label or kind
     rid = request_id(b, ctx, label)
+    budget = getattr(s, "max_tokens", None)
+    if budget is not None:
+        names = {p.name for p in b.wl.params}
+        b.budget_params[rid] = tuple(sorted(refs_in(budget) & names))
     msgs = [b.messages[i] for i in conv.msgs]
     atoms = atoms_of(msgs)
     prompt = sum(w for _, w in atoms)
@@ -387,7 +393,15 @@ def check_limits(b: Builder, limit: int | None) -> None:
             seen.add((r.span.line, r.span.col))
             b.error("WL406", f"request {r.id} needs {need:,} tokens (prompt {r.prompt_tokens:,} + "
                     f"max_tokens {r.max_tokens:,}), more than the context limit {limit:,}",
-                    r.span, hint="lower the sizes, or raise --max-context if the engine allows")
+                    r.span, hint=too_big_hint(b.budget_params.get(r.id, ())))
+
+
+def too_big_hint(budget_params: tuple[str, ...]) -> str:
+    """Output: WL406's hint, naming the flags of the params the request's `max_tokens` was
+    written with (`max_tokens` -> `--max-tokens`)."""
+    flags = " or ".join(f"--{n.replace('_', '-')}" for n in budget_params)
+    lower = f"lower the generation budget ({flags}) or the prompt" if flags else "lower the sizes"
+    return f"{lower}, or raise --max-context if the engine allows"
 
 
 def plan_gates(b: Builder, wl: ir.Workload, env: Mapping[str, Any],
