@@ -341,6 +341,16 @@ def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_dou
         "records: 4,000 of 5,000")
     assert "engine counters over the run [vllm]: 4,000 of 5,000" in render_html([res])
     assert view.header(res.model_copy(update={"metrics": {}}), "x")["counters"] == ""
+    shared = res.model_copy(update={"engine": {"engine": "llamacpp", "slots": 4,
+                                               "prefill_own": False}})
+    assert view.header(shared, "x")["engine"] == \
+        "llamacpp · 4 slots, prefill times may hold other requests' work"
+    sim = res.model_copy(update={"engine": {"engine": "workloadlang-sim", "sim": True,
+                                            "slots": 4, "prefill_own": True}})
+    assert view.header(sim, "x")["engine"] == \
+        "workloadlang-sim (simulator) · 4 slots, prefill times each request's own"
+    assert view.header(res.model_copy(update={"engine": {"engine": "vllm"}}),
+                       "x")["engine"] == "vllm"
     r = res.records[1].model_copy(update={"ttft_late_s": 0.003, "ttft_contended_s": 0.2,
                                           "prefill_source": "client_ttft"})
     note = view.row_note(r)

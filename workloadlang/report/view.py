@@ -64,6 +64,19 @@ def fmt_headline(v: Any, fmt: str) -> str:
 # ---------------------------------------------------------------- header
 
 
+def engine_text(eng: dict[str, Any]) -> str:
+    """Input: the results' `engine`. Output: its family, whether it is the simulator, and,
+    when it says, how many requests it runs at once and whether its prefill times are each
+    request's own work (what the verdicts allowed for: docs/verdicts.md)."""
+    text = str(eng.get("engine") or "unknown") + (" (simulator)" if eng.get("sim") else "")
+    slots = eng.get("slots")
+    if slots:
+        own = eng.get("prefill_own")
+        text += (f" · {slots} slot{'s' if slots != 1 else ''}, prefill times "
+                 + ("each request's own" if own else "may hold other requests' work"))
+    return text
+
+
 def header(results: Any, label: str) -> dict[str, Any]:
     """Input: one `Results` and its label. Output: the header fields as text."""
     rs = results.records
@@ -77,7 +90,7 @@ def header(results: Any, label: str) -> dict[str, Any]:
         "plan_hash": results.plan_hash,
         "salt": results.salt,
         "params": [(k, fmt_num(v)) for k, v in sorted(results.params.items())],
-        "engine": str(eng.get("engine") or "unknown") + (" (simulator)" if eng.get("sim") else ""),
+        "engine": engine_text(eng),
         "model": str(eng.get("model") or "unknown"),
         "base_url": str(eng.get("base_url") or ""),
         "when": results.started_at,
