@@ -80,6 +80,7 @@ class Builder:
         self.diags: list[Diagnostic] = []
         # request id -> the params its generation budget (`max_tokens`) was written with
         self.budget_params: dict[str, tuple[str, ...]] = {}
+        self.param_names = frozenset(p.name for p in wl.params)
 
     def error(self, code: str, message: str, span: ir.Span, hint: str | None = None) -> None:
         self.diags.append(Diagnostic(code=code, message=message, span=span, hint=hint))
@@ -294,8 +295,7 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
     rid = request_id(b, ctx, label)
     budget = getattr(s, "max_tokens", None)
     if budget is not None:
-        names = {p.name for p in b.wl.params}
-        b.budget_params[rid] = tuple(sorted(refs_in(budget) & names))
+        b.budget_params[rid] = tuple(sorted(refs_in(budget) & b.param_names))
     msgs = [b.messages[i] for i in conv.msgs]
     atoms = atoms_of(msgs)
     prompt = sum(w for _, w in atoms)
