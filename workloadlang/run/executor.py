@@ -56,9 +56,9 @@ from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, bod
                                      dumps_kept, head_of, send, warm_up)
 from workloadlang.run.contention import Slots
 from workloadlang.run.errors import EndpointError
-from workloadlang.run.transport import (content_length, open_connections, ready_to_write,
-                                        responses_ended, send_now, wire_transport,
-                                        write_payload)
+from workloadlang.run.transport import (StartWrites, content_length, open_connections,
+                                        ready_to_write, responses_ended, send_now,
+                                        wire_transport, write_payload)
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
 
 _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
@@ -256,8 +256,9 @@ class Executor:
         # the run itself made (a 70 ms pause stalled every stream at 64 sessions otherwise)
         gc.collect()
         gc.freeze()
+        writes = StartWrites.claim(self.client, self.endpoint.chat_url, len(startable))
         self.t0 = self.clock()
-        await self._write_firsts(startable)
+        await self._write_firsts(startable, writes)
         barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened,
                                self.clock)
         lag = Lag(self.clock)
@@ -295,16 +296,23 @@ class Executor:
                 out.append(req)
         return out
 
-    async def _write_firsts(self, reqs: list[PRequest]) -> None:
-        """At the start: write every startable first request, one after the other with nothing
-        in between, each taking a concurrency slot (never waits: only while one is free). The
-        sessions then read the answers; one the transport could not write goes the usual way."""
-        for req in reqs:
-            if self.sem.locked() or self._skip_reason(req):
-                return
-            if send_now(self.client, self.built[req.id][1]):
-                await self.sem.acquire()  # free: does not suspend
-                self.written.add(req.id)
+    async def _write_firsts(self, reqs: list[PRequest], writes: StartWrites | None) -> None:
+        """At the start: write every startable first request on the connections claimed for
+        them (`writes`), one after the other with nothing in between, each taking a concurrency
+        slot (never waits: only while one is free); then start reading their answers. The
+        sessions then read the answers; one that was not written goes the usual way."""
+        if writes is None:
+            return
+        try:
+            for req in reqs:
+                if self.sem.locked() or self._skip_reason(req):
+                    return
+                if writes.write(self.built[req.id][1]):
+                    await self.sem.acquire()  # free: does not suspend
+                    self.written.add(req.id)
+        finally:
+            writes.begin_reading()
+            writes.close()
 
     async def _phase_opened(self, k: int) -> None:
         self._flush()  # the phase's records before its end

@@ -194,6 +194,62 @@ def write_payload(client: httpx.AsyncClient, url: httpx.URL | str,
     return transport.write_now((url.host, url.port or 80), payload)
 
 
+class StartWrites:
+    """The run's start: every session's first request written one after the other, the last of
+    them delayed by all the writes before it, so each write does only what must happen then.
+    `claim` (before the clock) takes idle connections from the pool, their liveness checked
+    then; `write` writes one request prepared by `ready_to_write` on the next of them, without
+    starting to read its answer; `begin_reading` (after the last write) starts reading every
+    answer. Reading later changes no first-token stamp: a read's stamp is its newest packet's
+    arrival as the kernel saw it, and a read of several packets says how much earlier its bytes
+    may have come (`_Connection.doubt`). `close` gives back the connections not used."""
+
+    def __init__(self, transport: "WireTransport", origin: tuple[str, int],
+                 conns: list["_Connection"]) -> None:
+        self.transport, self.origin, self.conns = transport, origin, conns
+        self.written: list[_Connection] = []
+
+    @classmethod
+    def claim(cls, client: httpx.AsyncClient, url: str, n: int) -> "StartWrites | None":
+        """Output: up to `n` idle live connections to `url`'s origin, taken from the pool (None
+        when its transport is not a `WireTransport`: nothing is written ahead then)."""
+        parsed = _parsed(url)
+        transport = wire_transport(client, parsed)
+        if transport is None:
+            return None
+        origin = (parsed.host, parsed.port or 80)
+        conns = []
+        while len(conns) < n and (conn := transport._idle_connection(origin)) is not None:
+            conns.append(conn)
+        conns.reverse()  # the most recently released first, as the pool hands them out
+        return cls(transport, origin, conns)
+
+    def write(self, request: httpx.Request) -> bool:
+        """Output: True when `request` (see `send_now`) was written on a claimed connection."""
+        payload = request.extensions.get("wl_payload")
+        if payload is None or not self.conns or "wl_conn" in request.extensions:
+            return False
+        conn = self.conns.pop()
+        written = self.transport.write_on(self.origin, conn, [payload], read=False)
+        if written is None:
+            return False
+        self.written.append(conn)
+        request.extensions.update(written)
+        return True
+
+    def begin_reading(self) -> None:
+        """Start reading the answer of every request written (of the live connections)."""
+        for conn in self.written:
+            conn._start_reading()  # noqa: SLF001
+        self.written = []
+
+    def close(self) -> None:
+        """Give the connections not used back to the pool."""
+        for conn in self.conns:
+            self.transport.release(self.origin, conn)
+        self.conns = []
+
+
 def _rest(parts: list[bytes], sent: int) -> bytes:
     """Output: what is left of `parts`, joined, after their first `sent` bytes."""
     for i, part in enumerate(parts):
@@ -275,6 +331,13 @@ class WireTransport(httpx.AsyncBaseTransport):
         conn = self._idle_connection(origin)
         if conn is None:
             return None
+        return self.write_on(origin, conn, payload)
+
+    def write_on(self, origin: tuple[str, int], conn: "_Connection", payload: list[bytes],
+                 read: bool = True) -> dict[str, Any] | None:
+        """`write_now` on `conn`, an idle connection to `origin` taken from the pool. `read`:
+        start reading its answer now; else the caller does (`StartWrites.begin_reading`).
+        Output: as `write_now`'s (None: `conn` went back to the pool, or was closed)."""
         if len(payload) > 1 and (len(payload) > _MAX_PIECES or not _HAS_SENDMSG):
             payload = [b"".join(payload)]
         sent_at, unix = self.clock(), time.time()
@@ -292,7 +355,8 @@ class WireTransport(httpx.AsyncBaseTransport):
         if sent == 0:
             self.release(origin, conn)
             return None
-        conn._start_reading()  # noqa: SLF001
+        if read:
+            conn._start_reading()  # noqa: SLF001
         rest = payload[0][sent:] if len(payload) == 1 else _rest(payload, sent)
         return {"wl_conn": (conn, rest), "wl_sent": (self.clock, sent_at, unix)}
 
