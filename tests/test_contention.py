@@ -98,3 +98,27 @@ def test_one_slot_engines_prefill_time_is_not_shared() -> None:
     assert Executor._prefill_contended(SimpleNamespace(sem=slots, prefill_own=True), o) == 0.0
     assert Executor._prefill_contended(shared, SimpleNamespace(
         server_prefill_ms=None, ttft_s=2.0, t_send=0.0)) is None
+
+
+def test_reserved_slots_are_held_from_their_take_and_the_rest_given_back() -> None:
+    """The run's start reserves its slots before its clock: the timeline shows each from the
+    moment its request is written (`take_reserved`), and the ones not taken are free again."""
+    clock = Clock()
+
+    async def go() -> tuple[int, bool, list[float], list[int], bool]:
+        slots = Slots(3, clock)
+        n = await slots.reserve(5)  # only 3 exist
+        locked = slots.locked()
+        clock.t = 1.0
+        slots.take_reserved()
+        clock.t = 2.0
+        slots.take_reserved()
+        slots.unreserve()  # the third was not taken
+        free = not slots.locked()
+        await slots.acquire()  # the given-back slot
+        return n, locked, slots.times, slots.counts, free and slots.locked()
+
+    n, locked, times, counts, refilled = asyncio.run(go())
+    assert (n, locked) == (3, True)
+    assert (times[:2], counts) == ([1.0, 2.0], [1, 2, 3])
+    assert refilled

@@ -28,11 +28,32 @@ class Slots(asyncio.Semaphore):
         self.held = 0
         self.times: list[float] = []
         self.counts: list[int] = []
+        self.reserved = 0
 
     async def acquire(self) -> bool:
         await super().acquire()
         self._changed(1)
         return True
+
+    async def reserve(self, n: int) -> int:
+        """Take up to `n` free slots now, without waiting, for requests about to be written
+        (the run's start, before its clock): they are held from `take_reserved` on, one at a
+        time; `unreserve` gives back the ones not taken. Output: how many were reserved."""
+        while self.reserved < n and not self.locked():
+            await super().acquire()  # free: does not suspend
+            self.reserved += 1
+        return self.reserved
+
+    def take_reserved(self) -> None:
+        """A request is written on a reserved slot: it holds the slot from now on."""
+        self.reserved -= 1
+        self._changed(1)
+
+    def unreserve(self) -> None:
+        """Give back the reserved slots no request took."""
+        while self.reserved:
+            self.reserved -= 1
+            super().release()
 
     def release(self) -> None:
         super().release()

@@ -257,8 +257,9 @@ class Executor:
         gc.collect()
         gc.freeze()
         writes = StartWrites.claim(self.client, self.endpoint.chat_url, len(startable))
+        await self.sem.reserve(len(startable))
         self.t0 = self.clock()
-        await self._write_firsts(startable, writes)
+        self._write_firsts(startable, writes)
         barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened,
                                self.clock)
         lag = Lag(self.clock)
@@ -296,23 +297,25 @@ class Executor:
                 out.append(req)
         return out
 
-    async def _write_firsts(self, reqs: list[PRequest], writes: StartWrites | None) -> None:
-        """At the start: write every startable first request on the connections claimed for
-        them (`writes`), one after the other with nothing in between, each taking a concurrency
-        slot (never waits: only while one is free); then start reading their answers. The
-        sessions then read the answers; one that was not written goes the usual way."""
-        if writes is None:
-            return
+    def _write_firsts(self, reqs: list[PRequest], writes: StartWrites | None) -> None:
+        """At the start: write the startable first requests on the connections claimed for
+        them (`writes`), one after the other with nothing in between, as many as concurrency
+        slots were reserved (each holds one from its write on); then start reading their
+        answers. The sessions then read the answers; one that was not written goes the usual
+        way, and the slots no request took are given back."""
         try:
-            for req in reqs:
-                if self.sem.locked() or self._skip_reason(req):
-                    return
-                if writes.write(self.built[req.id][1]):
-                    await self.sem.acquire()  # free: does not suspend
-                    self.written.add(req.id)
+            if writes is not None:
+                for req in reqs[:self.sem.reserved]:
+                    if self._skip_reason(req):
+                        break
+                    if writes.write(self.built[req.id][1]):
+                        self.sem.take_reserved()
+                        self.written.add(req.id)
         finally:
-            writes.begin_reading()
-            writes.close()
+            self.sem.unreserve()
+            if writes is not None:
+                writes.begin_reading()
+                writes.close()
 
     async def _phase_opened(self, k: int) -> None:
         self._flush()  # the phase's records before its end
