@@ -111,6 +111,26 @@ def test_ten_errors_in_a_row_stop_the_run(tmp_path: Path, server: FaultServer) -
     assert len(server.chat_requests()) == 10  # the skipped ones were never sent
 
 
+def test_a_spent_time_budget_stops_the_run_and_exits_4(tmp_path: Path, server: FaultServer) -> None:
+    """`--time-budget`: what was measured is kept, what was not sent yet is recorded as skipped
+    (never sent), and the run exits 4. Each answer here takes ~0.3 s, the budget 1 s."""
+    server.defaults = {"x-fault": "slow", "x-tokens": "4", "x-interval-ms": "100"}
+    proc, results, lines = run(tmp_path, server.base_url, SERIAL, "--time-budget", "1")
+    assert proc.returncode == 4, proc.stdout
+    assert results["incomplete"] == "time budget exhausted"
+    reqs = requests_of(lines)
+    done = [r for r in reqs if not r["skipped"]]
+    skipped = [r for r in reqs if r["skipped"]]
+    assert len(reqs) == 12 and 2 <= len(done) <= 5, [r["skipped"] for r in reqs]
+    assert all(r["ttft_s"] for r in done)
+    # the one in flight when the budget ran out is cut there, and says it was the budget
+    cut = [r["error"] for r in done if r["error"]]
+    assert len(cut) <= 1 and all(e["kind"] == "timeout" and "--time-budget" in e["message"]
+                                 for e in cut), cut
+    assert {r["skipped"] for r in skipped} == {"time budget exhausted"}
+    assert len(server.chat_requests()) == len(done)
+
+
 def test_some_errors_with_a_failing_gate_exit_1(tmp_path: Path, server: FaultServer) -> None:
     server.fault_for = lambda rid, body: "http429" if rid.startswith("s#1/") else None
     proc, results, lines = run(tmp_path, server.base_url, GATED)

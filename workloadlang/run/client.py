@@ -116,7 +116,9 @@ class WireRequest(BaseModel):
     """One chat request as sent. `messages` are chat messages, each a dict or its JSON encoding
     already made (bytes, used as they are). `options` are merged into the body as-is (None
     values left out); `abort_after` closes the stream after that many streamed token events;
-    `deadline_s` is the TOTAL time allowed for the whole exchange."""
+    `deadline_s` is the TOTAL time allowed for the whole exchange; `budget_cut`: it is what was
+    left of the run's time budget, less than the workload's timeout (a request cut there was
+    stopped by the run, not by a slow engine, and its error says so)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -127,6 +129,7 @@ class WireRequest(BaseModel):
     abort_after: int | None = Field(default=None, ge=1)
     headers: dict[str, str] = Field(default_factory=dict)
     deadline_s: float = Field(default=600.0, gt=0)
+    budget_cut: bool = False
 
 
 class Outcome(BaseModel):
@@ -534,7 +537,9 @@ async def send(
     cut = await within(max(0.0, req.deadline_s - elapsed),
                        _exchange(client, request, state, wallclock))
     if cut and not state.done:  # after [DONE] only the body's end was left
-        state.fail("timeout", f"total deadline of {req.deadline_s:g}s exceeded", state.status)
+        state.fail("timeout", f"the run's time budget ran out {req.deadline_s:g}s after the send "
+                   "(--time-budget)" if req.budget_cut else
+                   f"total deadline of {req.deadline_s:g}s exceeded", state.status)
     elif then is not None and state.done and state.error is None and not state.aborted:
         content = _join(state.content)
         state.content = [content]  # joined once

@@ -509,7 +509,9 @@ class Executor:
             return self._make_wire(req, self._deadline()), None
         wire, request = ahead
         if self.time_budget_s:  # what is left of the budget now (built with all of it)
-            wire = wire.model_copy(update={"deadline_s": self._deadline()})
+            deadline = self._deadline()
+            wire = wire.model_copy(update={"deadline_s": deadline,
+                                           "budget_cut": deadline < self.plan.timeout_s})
         chained = self.chained.pop(req.id, None)
         if chained is not None:  # `_chain` wrote its bytes: now the httpx request of them
             request = build(self.endpoint, wire, b"".join(chained[0]))
@@ -527,7 +529,7 @@ class Executor:
                 req, self.outcomes if replies is None else replies, dumps_kept),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
             headers=self._headers(req),
-            deadline_s=deadline_s)
+            deadline_s=deadline_s, budget_cut=deadline_s < self.plan.timeout_s)
 
     @staticmethod
     def _headers(req: PRequest) -> dict[str, str]:
