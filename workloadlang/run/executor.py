@@ -257,7 +257,8 @@ class Executor:
         gc.collect()
         gc.freeze()
         writes = StartWrites.claim(self.client, self.endpoint.chat_url, len(startable))
-        await self.sem.reserve(len(startable))
+        if writes is not None:  # else nothing is written at the start: no slot to reserve
+            await self.sem.reserve(len(startable))
         self.t0 = self.clock()
         self._write_firsts(startable, writes)
         barrier = PhaseBarrier(len(sessions), len(self.plan.phases), self._phase_opened,
