@@ -142,17 +142,25 @@ async def open_connections(client: httpx.AsyncClient, url: str, n: int,
     URL's origin were opened (0 unless its transport is a `WireTransport`). Called before the
     clock starts, so that the requests sent at the start reuse them: connection set-up is then
     neither in their TTFT nor in the client's start burst. Failures are left to the requests."""
-    parsed = _parsed(url)
-    transport = wire_transport(client, parsed)
-    if transport is None or n <= 0:
+    found = _wire_origin(client, url)
+    if found is None or n <= 0:
         return 0
-    return await transport.preconnect((parsed.host, parsed.port or 80), n, timeout)
+    return await found[0].preconnect(found[1], n, timeout)
 
 
 def wire_transport(client: httpx.AsyncClient, url: httpx.URL) -> "WireTransport | None":
     """Output: the client's transport for `url` when it is a `WireTransport`, else None."""
     transport = client._transport_for_url(url)  # noqa: SLF001
     return transport if isinstance(transport, WireTransport) else None
+
+
+def _wire_origin(client: httpx.AsyncClient, url: httpx.URL | str
+                 ) -> "tuple[WireTransport, tuple[str, int]] | None":
+    """Output: the client's `WireTransport` for `url` and `url`'s origin (host, port), or None
+    when its transport is another."""
+    url = _parsed(url) if isinstance(url, str) else url
+    transport = wire_transport(client, url)
+    return None if transport is None else (transport, (url.host, url.port or 80))
 
 
 def ready_to_write(client: httpx.AsyncClient, request: httpx.Request) -> bool:
@@ -187,11 +195,8 @@ def write_payload(client: httpx.AsyncClient, url: httpx.URL | str,
     the extensions that make the httpx request of those bytes, made later, written (`wl_conn`,
     `wl_sent`: see `send_now`), or None when nothing was written (not a `WireTransport`, no
     idle live connection, the socket took no byte)."""
-    url = _parsed(url) if isinstance(url, str) else url
-    transport = wire_transport(client, url)
-    if transport is None:
-        return None
-    return transport.write_now((url.host, url.port or 80), payload)
+    found = _wire_origin(client, url)
+    return None if found is None else found[0].write_now(found[1], payload)
 
 
 class StartWrites:
@@ -213,11 +218,10 @@ class StartWrites:
     def claim(cls, client: httpx.AsyncClient, url: str, n: int) -> "StartWrites | None":
         """Output: up to `n` idle live connections to `url`'s origin, taken from the pool (None
         when its transport is not a `WireTransport`: nothing is written ahead then)."""
-        parsed = _parsed(url)
-        transport = wire_transport(client, parsed)
-        if transport is None:
+        found = _wire_origin(client, url)
+        if found is None:
             return None
-        origin = (parsed.host, parsed.port or 80)
+        transport, origin = found
         conns = []
         while len(conns) < n and (conn := transport._idle_connection(origin)) is not None:
             conns.append(conn)
