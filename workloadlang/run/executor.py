@@ -442,8 +442,7 @@ class Executor:
                         and send_now(self.client, ahead[1])):
                     return False
             else:
-                wire = self._make_wire(after, self._deadline(),
-                                       ChainMap({req.id: answer}, self.outcomes))
+                wire = self._make_wire(after, ChainMap({req.id: answer}, self.outcomes))
                 if not all(type(m) is bytes for m in wire.messages):
                     return False  # it carries another reply, not in yet
                 if not self._write_bytes(wire):
@@ -507,30 +506,27 @@ class Executor:
         self.heads.pop(req.id, None)
         ahead = self.built.pop(req.id, None)
         if ahead is None:
-            return self._make_wire(req, self._deadline()), None
+            return self._make_wire(req), None
         wire, request = ahead
         if self.time_budget_s:  # what is left of the budget now (built with all of it)
-            deadline = self._deadline()
-            wire = wire.model_copy(update={"deadline_s": deadline,
-                                           "budget_cut": deadline < self.plan.timeout_s})
+            wire = wire.model_copy(update=self._deadline_fields())
         chained = self.chained.pop(req.id, None)
         if chained is not None:  # `_chain` wrote its bytes: now the httpx request of them
             request = build(self.endpoint, wire, b"".join(chained[0]))
             request.extensions.update(chained[1])
         return wire, request
 
-    def _make_wire(self, req: PRequest, deadline_s: float,
+    def _make_wire(self, req: PRequest,
                    replies: Mapping[str, Any] | None = None) -> WireRequest:
         """Output: the request as sent, its messages carrying `replies` (by default the
-        outcomes so far). Not re-validated: every field comes from the checked plan and the
-        realiser (validating the messages copied each of them, on the path from an answer to
-        the next send)."""
+        outcomes so far), its deadline what is left now (`_deadline_fields`). Not re-validated:
+        every field comes from the checked plan and the realiser (validating the messages
+        copied each of them, on the path from an answer to the next send)."""
         return WireRequest.model_construct(
             id=req.id, messages=self.realiser.encoded(
                 req, self.outcomes if replies is None else replies, dumps_kept),
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
-            headers=self._headers(req),
-            deadline_s=deadline_s, budget_cut=deadline_s < self.plan.timeout_s)
+            headers=self._headers(req), **self._deadline_fields())
 
     @staticmethod
     def _headers(req: PRequest) -> dict[str, str]:
@@ -550,12 +546,12 @@ class Executor:
                 self.heads[req.id] = head_of(self.endpoint, WireRequest.model_construct(
                     id=req.id, messages=[], max_tokens=req.max_tokens, options=req.options,
                     abort_after=req.abort_after, headers=self._headers(req),
-                    deadline_s=self._deadline()))
+                    **self._deadline_fields()))
             except Exception:  # noqa: BLE001 (see above)
                 pass
             return
         try:
-            wire = self._make_wire(req, self._deadline())
+            wire = self._make_wire(req)
             self.built[req.id] = (wire, build(self.endpoint, wire))
         except Exception:  # noqa: BLE001 (see above)
             return
@@ -730,11 +726,14 @@ class Executor:
 
     # ------------------------------------------------------------ timing references
 
-    def _deadline(self) -> float:
+    def _deadline_fields(self) -> dict[str, Any]:
+        """Output: a request's `deadline_s` made now — the workload's timeout, or what is left
+        of the run's time budget when that is less (then `budget_cut`)."""
         if not self.time_budget_s:
-            return self.plan.timeout_s
+            return {"deadline_s": self.plan.timeout_s, "budget_cut": False}
         left = self.time_budget_s - (self.clock() - self.t0 if self.t0 else 0.0)
-        return max(0.001, min(self.plan.timeout_s, left))
+        deadline = max(0.001, min(self.plan.timeout_s, left))
+        return {"deadline_s": deadline, "budget_cut": deadline < self.plan.timeout_s}
 
     def _contended(self, o: Outcome) -> float | None:
         """Output: how long, between `o`'s send and its first token, another request of the
