@@ -28,13 +28,20 @@ needs root) and the report says what ran there during the worst client delay and
 lag: the client, other tasks, nothing (idle), or no sample at all (between busy samples: the VM's
 host had the CPU).
 
+With `--pin --steer-lo` loopback's receive processing runs on the simulator's CPU during the run
+(`simproc.steer_loopback`: on loopback each write of the client otherwise also runs the
+simulator's TCP receive work on the client's CPU). With `--perf` the report also says, for
+every send later than 10 ms after its session could go on, how long the client itself ran in
+that window (`late sends`): the rest of it other tasks had the CPU, or the VM's host.
+
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
-       [--slots 64] [--decode-us US] [--pin [--perf HZ [--stacks]]] [--keep DIR]
+       [--slots 64] [--decode-us US] [--pin [--steer-lo] [--perf HZ [--stacks]]] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -46,7 +53,7 @@ import time
 
 
 import cpuwindow
-from simproc import free_port, split_cpus, start_sim
+from simproc import free_port, split_cpus, start_sim, steer_loopback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -142,6 +149,51 @@ def steal_s() -> float | None:
         return None
 
 
+def late_sends(recs: list[dict], bound_ms: float = 10.0) -> list[tuple[float, float]]:
+    """Output: (from, to) in seconds from the run's start for every send more than `bound_ms`
+    after its session could go on: a first request later than that after the start, a
+    session's next request later than that after its previous answer's end (`turns`)."""
+    firsts: dict[str, float] = {}
+    for r in recs:
+        t = r["t_start_s"]
+        if t is not None and (r["session"] not in firsts or t < firsts[r["session"]]):
+            firsts[r["session"]] = t
+    out = [(0.0, t) for t in firsts.values() if t * 1000 > bound_ms]
+    out += [(end, end + gap / 1000) for end, gap in turns(recs) if gap > bound_ms]
+    return sorted(out)
+
+
+def own_shares(path: str, windows: list[tuple[float, float]], pid: int,
+               freq: int) -> list[tuple[float, float, dict]]:
+    """Input: a perf.data of `cpuwindow.start`, windows in unix seconds, the client's pid, the
+    sampling rate. Output: (begin, end, `cpuwindow.account` of the window) for each window;
+    perf's file is read once for windows less than 2 s apart."""
+    out: list[tuple[float, float, dict]] = []
+    group: list[tuple[float, float]] = []
+    for w in sorted(windows) + [(float("inf"), float("inf"))]:
+        if group and w[0] - max(e for _, e in group) > 2.0:
+            rows = cpuwindow.samples(path, group[0][0] - 1.0, max(e for _, e in group) + 1.0)
+            out += [(b, e, cpuwindow.account(rows, b, e, pid, freq)) for b, e in group]
+            group = []
+        group.append(w)
+    return out
+
+
+def describe_own(shares: list[tuple[float, float, dict]], bound_ms: float = 10.0) -> str:
+    """Output: one line on the sends later than the bound: how many, the latest, and the most
+    the client itself ran in any one's window — its own delay of that send (the rest of the
+    window other tasks ran on its CPU, or the VM's host had the CPU)."""
+    if not shares:
+        return f"no send more than {bound_ms:g} ms after its session could go on"
+    late = max(shares, key=lambda x: x[1] - x[0])
+    own = max(shares, key=lambda x: x[2]["client"])
+    verdict = "within" if own[2]["client"] <= bound_ms else "OVER"
+    return (f"{len(shares)} sends more than {bound_ms:g} ms after their session could go on "
+            f"(latest {(late[1] - late[0]) * 1000:.1f} ms); in any one's window the client "
+            f"ran at most {own[2]['client']} ms ({verdict} {bound_ms:g} ms), in a "
+            f"{(own[1] - own[0]) * 1000:.1f} ms window: {cpuwindow.describe(own[2])}")
+
+
 def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq: int,
                       stacks: bool = False) -> None:
     """Print what ran on the client's CPUs during the worst client delay (from the moment its
@@ -152,6 +204,9 @@ def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq:
                                if r["t_send_unix"] is not None and r["t_start_s"] is not None)
     windows = [("worst delay", health["client_delay_max_ms"], health["client_delay_max_at_s"], 0),
                ("worst lag", health["loop_lag_max_ms"], health["loop_lag_max_at_s"], 5.0)]
+    late = [(origin + b, origin + e) for b, e in late_sends(sent)]
+    print(f"{'late sends (perf)':<19}"
+          f"{describe_own(own_shares(path, late, pid, freq))}")
     for name, ms, at, base in windows:
         if at is None:
             continue
@@ -164,35 +219,12 @@ def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq:
             print(f"{'  loop thread':<19}{cpuwindow.summarise(chains, freq)}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sessions", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=20, help="main-context steps per session")
-    ap.add_argument("--step-tokens", type=int, default=500)
-    ap.add_argument("--slots", type=int, default=64, help="simulator slots")
-    ap.add_argument("--decode-us", type=float, default=None,
-                    help="simulator decode cost per token (default: the agent-sim preset's 200 us)")
-    ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
-    ap.add_argument("--reader-nice", type=int, default=None,
-                    help="the socket reader thread's nice value (default: the transport's)")
-    ap.add_argument("--pin", action="store_true",
-                    help="run the simulator on the last CPU and wl run on the others")
-    ap.add_argument("--perf", type=int, metavar="HZ", default=0,
-                    help="with --pin: sample the client's CPUs with perf at HZ and say what ran "
-                         "there during the worst client delay and the worst loop lag")
-    ap.add_argument("--stacks", action="store_true",
-                    help="with --perf: record call chains and say what the event loop's thread "
-                         "was doing in those windows (system calls, page faults, its own code)")
-    args = ap.parse_args()
-    if args.stacks and not args.perf:
-        ap.error("--stacks needs --perf")
-    if args.perf and (not args.pin or cpuwindow.available()):
-        ap.error("--perf: " + (cpuwindow.available() or "needs --pin"))
-    out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
-    os.makedirs(out_dir, exist_ok=True)
+def run_client(args: argparse.Namespace, port: int, out_dir: str,
+               wl_cpus: set[int] | None, sim_cpus: set[int] | None) -> tuple:
+    """Start the simulator, run `wl run` against it (results in `out_dir`, sampled by perf with
+    `--perf`), stop the simulator. Output: the `wl` process, its wait status and rusage, wall
+    seconds, the VM's steal time meanwhile (None where unknown) and the client's stderr."""
     out, rec = os.path.join(out_dir, "results.json"), os.path.join(out_dir, "records.jsonl")
-    port = free_port()
-    wl_cpus, sim_cpus = split_cpus() if args.pin else (None, None)
     sim = start_agent_sim(port, args.slots, args.decode_us, sim_cpus)
     cmd = [*wl_command(args.reader_nice), "run", "agent-sim", "--base-url", f"http://127.0.0.1:{port}/v1",
            "--no-viz", "--output", out, "--records", rec,
@@ -215,6 +247,48 @@ def main() -> int:
             cpuwindow.stop(sampler)
         sim.terminate()
         sim.wait(10)
+    steal = None if steal0 is None or steal1 is None else steal1 - steal0
+    return proc, status, usage, wall, steal, stderr
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=20, help="main-context steps per session")
+    ap.add_argument("--step-tokens", type=int, default=500)
+    ap.add_argument("--slots", type=int, default=64, help="simulator slots")
+    ap.add_argument("--decode-us", type=float, default=None,
+                    help="simulator decode cost per token (default: the agent-sim preset's 200 us)")
+    ap.add_argument("--keep", help="keep results.json / records.jsonl in this directory")
+    ap.add_argument("--reader-nice", type=int, default=None,
+                    help="the socket reader thread's nice value (default: the transport's)")
+    ap.add_argument("--pin", action="store_true",
+                    help="run the simulator on the last CPU and wl run on the others")
+    ap.add_argument("--steer-lo", action="store_true",
+                    help="with --pin: run loopback's receive processing on the simulator's CPU "
+                         "(needs root; put back afterwards), see simproc.steer_loopback")
+    ap.add_argument("--perf", type=int, metavar="HZ", default=0,
+                    help="with --pin: sample the client's CPUs with perf at HZ and say what ran "
+                         "there during the worst client delay and the worst loop lag")
+    ap.add_argument("--stacks", action="store_true",
+                    help="with --perf: record call chains and say what the event loop's thread "
+                         "was doing in those windows (system calls, page faults, its own code)")
+    args = ap.parse_args()
+    if args.stacks and not args.perf:
+        ap.error("--stacks needs --perf")
+    if args.steer_lo and not args.pin:
+        ap.error("--steer-lo needs --pin")
+    if args.perf and (not args.pin or cpuwindow.available()):
+        ap.error("--perf: " + (cpuwindow.available() or "needs --pin"))
+    out_dir = args.keep or tempfile.mkdtemp(prefix="wl-scale-")
+    os.makedirs(out_dir, exist_ok=True)
+    out = os.path.join(out_dir, "results.json")
+    port = free_port()
+    wl_cpus, sim_cpus = split_cpus() if args.pin else (None, None)
+    steer = steer_loopback(sim_cpus) if args.steer_lo else contextlib.nullcontext()
+    with steer as before:
+        proc, status, usage, wall, steal, stderr = run_client(args, port, out_dir, wl_cpus,
+                                                              sim_cpus)
     code = os.waitstatus_to_exitcode(status)
     if not os.path.exists(out):
         print(f"wl run exited {code} without results:\n{stderr}")
@@ -231,9 +305,12 @@ def main() -> int:
           f"({(usage.ru_utime + usage.ru_stime) * 1000 / max(1, len(sent)):.2f} ms/request; "
           f"user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s)")
     print(f"peak client RSS  {usage.ru_maxrss / 1024:.0f} MB (target < 500 MB)")
-    steal = "unknown" if steal0 is None or steal1 is None else f"{steal1 - steal0:.2f} s"
+    steal = "unknown" if steal is None else f"{steal:.2f} s"
     print(f"preempted        client {usage.ru_nivcsw} times (involuntary context switches); "
           f"VM steal time during the run {steal}")
+    if args.steer_lo:
+        print(f"loopback         receive processing on CPU {min(sim_cpus)}, the simulator's "
+              f"(rps_cpus {before!r} before and after)")
     print(f"client health    {json.dumps(res['client'])}")
     gaps = session_gaps(recs)
     print(f"session gap      p50 {pct(gaps, 0.5):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "

@@ -11,7 +11,9 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -31,6 +33,46 @@ def split_cpus() -> tuple[set[int], set[int]]:
     if len(cpus) < 2:
         raise SystemExit("--pin needs at least two CPUs")
     return set(cpus[:-1]), {cpus[-1]}
+
+
+LOOPBACK_RPS = "/sys/class/net/lo/queues/rx-0/rps_cpus"
+
+
+def cpu_mask(cpus: set[int]) -> str:
+    """Output: `cpus` as the kernel writes a CPU mask: hexadecimal, in groups of 32 CPUs
+    separated by commas, the highest first (`{0, 33}` -> "2,00000001")."""
+    bits = sum(1 << c for c in cpus)
+    groups = []
+    while True:
+        groups.append(bits & 0xFFFFFFFF)
+        bits >>= 32
+        if not bits:
+            break
+    return ",".join([f"{groups[-1]:x}", *(f"{g:08x}" for g in reversed(groups[:-1]))])
+
+
+@contextmanager
+def steer_loopback(cpus: set[int], path: str = LOOPBACK_RPS) -> Iterator[str]:
+    """Run loopback's receive processing on `cpus` while the block runs (Receive Packet
+    Steering: `path` holds the mask), then put back what was there. Yields the mask before.
+
+    Why: on loopback the kernel runs the receiving socket's TCP processing inside the
+    sender's system call, on the sender's CPU. Each request the client writes then also costs
+    the client's CPU the simulator's receive work (bench/start_writes.py: 18 of a 25 us start
+    write); across a network that work is the server machine's. Steered to the simulator's CPU,
+    the client's CPU does the client's work. Needs root (SystemExit with a message otherwise)."""
+    try:
+        with open(path) as f:
+            before = f.read().strip()
+        with open(path, "w") as f:
+            f.write(cpu_mask(cpus))
+    except OSError as exc:
+        raise SystemExit(f"--steer-lo: cannot set {path} ({exc.strerror}; needs root)") from None
+    try:
+        yield before
+    finally:
+        with open(path, "w") as f:
+            f.write(before)
 
 
 def start_sim(port: int, *options: str, script: str | None = None,

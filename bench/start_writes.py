@@ -12,15 +12,18 @@ chat request on each, the way the runner's start does, and reports microseconds 
   the last write, off the start's critical path);
 - `liveness check`: the `MSG_PEEK` read `claim` makes per connection before the clock.
 
-Medians over `--rounds` rounds (fresh connections each round).
+Medians over `--rounds` rounds (fresh connections each round). With `--steer-lo` loopback's
+receive processing runs on the sink's CPU meanwhile (`simproc.steer_loopback`, root): what is
+left of `raw send` is the sender's own share.
 
-Usage: /work/venv/bin/python bench/start_writes.py [--connections 256] [--rounds 8]
+Usage: /work/venv/bin/python bench/start_writes.py [--connections 256] [--rounds 8] [--steer-lo]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import select
@@ -30,7 +33,7 @@ import time
 
 import httpx
 
-from simproc import split_cpus
+from simproc import split_cpus, steer_loopback
 from workloadlang.run import transport as tr
 
 
@@ -121,8 +124,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--connections", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steer-lo", action="store_true",
+                    help="run loopback's receive processing on the sink's CPU (needs root)")
     args = ap.parse_args()
     mine, theirs = split_cpus()
+    with steer_loopback(theirs) if args.steer_lo else contextlib.nullcontext():
+        results = run(args, mine, theirs)
+    print(f"{args.connections} connections, {args.rounds} rounds: microseconds a request, "
+          "median (min-max over rounds)" + (", loopback steered" if args.steer_lo else ""))
+    for name, us in results.items():
+        print(f"  {name:18s} {statistics.median(us):6.1f}  ({min(us):.1f}-{max(us):.1f})")
+
+
+def run(args: argparse.Namespace, mine: set[int], theirs: set[int]) -> dict[str, list[float]]:
+    """Output: `measure` against a sink process on `theirs`, this process on `mine`."""
     port_q, stop = mp.Queue(), mp.Event()
     proc = mp.Process(target=sink, args=(port_q, stop, theirs))
     proc.start()
@@ -133,10 +148,7 @@ def main() -> None:
     finally:
         stop.set()
         proc.join()
-    print(f"{args.connections} connections, {args.rounds} rounds: microseconds a request, "
-          "median (min-max over rounds)")
-    for name, us in results.items():
-        print(f"  {name:18s} {statistics.median(us):6.1f}  ({min(us):.1f}-{max(us):.1f})")
+    return results
 
 
 if __name__ == "__main__":

@@ -52,3 +52,67 @@ def test_the_start_span_runs_from_the_first_to_the_last_sessions_first_send() ->
             rec("c", 0.0013, 1.0), {"session": "d", "t_start_s": None, "e2e_s": None}]
     assert round(start_span_ms(recs), 3) == 4.9
     assert start_span_ms([]) is None
+
+
+def test_cpu_masks_are_written_the_way_the_kernel_reads_them() -> None:
+    from simproc import cpu_mask
+    assert cpu_mask({1}) == "2"
+    assert cpu_mask({0, 1, 3}) == "b"
+    assert cpu_mask({31}) == "80000000"
+    assert cpu_mask({0, 33}) == "2,00000001"
+    assert cpu_mask({64}) == "1,00000000,00000000"
+
+
+def test_steering_loopback_puts_the_mask_back_even_when_the_run_fails(tmp_path) -> None:
+    import pytest
+    from simproc import steer_loopback
+    path = tmp_path / "rps_cpus"
+    path.write_text("0\n")
+    with steer_loopback({1}, str(path)) as before:
+        assert before == "0" and path.read_text() == "2"
+    assert path.read_text() == "0"
+    with pytest.raises(RuntimeError), steer_loopback({0, 1}, str(path)):
+        assert path.read_text() == "3"
+        raise RuntimeError("the run failed")
+    assert path.read_text() == "0"
+    with pytest.raises(SystemExit, match="--steer-lo: cannot set .*needs root"):
+        with steer_loopback({1}, str(tmp_path / "missing" / "rps_cpus")):
+            pass
+
+
+def test_late_sends_are_first_sends_after_the_bound_and_next_sends_after_an_answer() -> None:
+    """a's first send is 12 ms after the start (late), b's 2 ms (not); a's next send comes
+    15 ms after its answer ended (late), b's 4 ms after (not)."""
+    from scale import late_sends
+    recs = [rec("a", 0.012, 1.0), rec("a", 1.027, 0.1),
+            rec("b", 0.002, 1.0), rec("b", 1.006, 0.1)]
+    assert [(round(b, 3), round(e, 3)) for b, e in late_sends(recs)] == \
+        [(0.0, 0.012), (1.012, 1.027)]
+
+
+def test_the_clients_own_share_of_each_late_send_is_read_from_perf_samples(monkeypatch) -> None:
+    """Two late sends 0.5 s apart share one read of perf's file, a third 5 s later has its
+    own. In the first window (10 ms at 1000 Hz) the client's samples cover 4 ms and a 6 ms
+    gap between two busy samples is the host's; in the second the client ran all 12 ms."""
+    import scale
+    calls = []
+
+    def samples(path, begin, end):
+        calls.append((round(begin, 3), round(end, 3)))
+        rows = [(0, 7, "wl", 0.99 + k / 1000, 7) for k in range(10)]
+        rows += [(0, 7, "wl", 1.000 + k / 1000, 7) for k in range(1, 5)]  # 1.001-1.004
+        rows += [(0, 7, "wl", 1.011 + k / 1000, 7) for k in range(0, 600)]  # gap, then busy
+        return rows
+
+    monkeypatch.setattr(scale.cpuwindow, "samples", samples)
+    shares = scale.own_shares("perf.data", [(1.000, 1.010), (1.5005, 1.5125), (6.5, 6.51)],
+                              7, 1000)
+    assert calls == [(0.0, 2.513), (5.5, 7.51)]
+    first, second = shares[0][2], shares[1][2]
+    assert first["client"] == 4.0 and first["unsampled_busy"] == 6.0
+    assert second["client"] == 12.0
+    line = scale.describe_own(shares)
+    assert line.startswith("3 sends more than 10 ms after their session could go on")
+    assert "the client ran at most 12.0 ms (OVER 10 ms), in a 12.0 ms window" in line
+    assert scale.describe_own(shares[:1]).count("(within 10 ms)") == 1
+    assert scale.describe_own([]) == "no send more than 10 ms after its session could go on"
