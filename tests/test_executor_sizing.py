@@ -461,6 +461,66 @@ def test_the_worst_delay_says_when_and_how_many_sends_went_first() -> None:
     assert health["client_delay_max_ms"] == pytest.approx(40)
     assert health["client_delay_max_sends_meanwhile"] == 2
     assert health["client_delay_max_at_s"] == pytest.approx(0.04)
+    assert health["client_delay_max_gc_ms"] == 0.0  # the clock did not move in a collection
+
+
+def test_the_collectors_pauses_within_a_window_are_summed_from_the_latest_kept() -> None:
+    """A fake clock that advances 1 s per reading: three collections by hand last [0, 1],
+    [2, 3] and [4, 5]; with two kept, the first is forgotten."""
+    import gc
+    import itertools
+
+    from workloadlang.run.executor import GcPauses
+
+    ticks = itertools.count()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with GcPauses(clock=lambda: float(next(ticks)), keep=2) as gcs:
+            for _ in range(3):
+                gc.collect(0)
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert list(gcs.recent) == [(2.0, 3.0), (4.0, 5.0)]
+    assert gcs.within(0.0, 10.0) == 2.0  # the first pause is no longer kept
+    assert gcs.within(2.5, 4.25) == 0.75  # half of one, a quarter of the other
+    assert gcs.within(3.0, 4.0) == 0.0
+
+
+def test_the_worst_delay_says_how_much_of_it_the_collector_ran() -> None:
+    """As above, and making a session's second request also runs a collection that lasts
+    5 ms of the injected clock. The last session's first request waits 50 ms from the run's
+    start, 10 of them in the two collections before it."""
+    import gc
+
+    now = [100.0]
+    collecting = [False]
+    plan = plan_of("""workload w { session s repeat 3 {
+        user filler 10; reply 4 replay; user filler 10; reply 4 } }""")
+
+    class CollectingRealiser(Realiser):
+        def encoded(self, req: Any, replies: Any, encode: Any) -> list[Any]:
+            if len(req.messages) > 1:
+                now[0] += 0.02
+                collecting[0] = True
+                try:
+                    gc.collect(0)
+                finally:
+                    collecting[0] = False
+            return super().encoded(req, replies, encode)
+
+    def slow_collection(phase: str, info: dict) -> None:  # before the run's own callback
+        if phase == "stop" and collecting[0]:
+            now[0] += 0.005
+
+    gc.callbacks.append(slow_collection)
+    try:
+        run, _ = execute(plan, realiser=CollectingRealiser, clock=lambda: now[0])
+    finally:
+        gc.callbacks.remove(slow_collection)
+    assert run.client["client_delay_max_ms"] == pytest.approx(50)
+    assert run.client["client_delay_max_gc_ms"] == pytest.approx(10)
 
 
 def test_the_learnt_cold_prefill_speed_is_the_median_so_far_and_made_once_per_sample() -> None:

@@ -150,13 +150,16 @@ class Lag:
 class GcPauses:
     """The garbage collector's pauses during the run (`gc.callbacks`): the longest one and its
     generation, so that a loop stall the client's thread spent running can be told apart from
-    a collection. `clock` is a monotonic clock (tests inject one)."""
+    a collection. `clock` is a monotonic clock (tests inject one). The latest `keep` pauses
+    are kept, so that a request's wait can be asked how much of it was the collector's
+    (`within`)."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, keep: int = 256):
         self.clock = clock
         self.started: float | None = None
         self.longest: tuple[float, int] | None = None  # (seconds, generation)
         self.count = 0
+        self.recent: deque[tuple[float, float]] = deque(maxlen=keep)  # (start, end) on clock
 
     def __enter__(self) -> "GcPauses":
         gc.callbacks.append(self._on_gc)
@@ -169,10 +172,18 @@ class GcPauses:
         if phase == "start":
             self.started = self.clock()
         elif self.started is not None:
-            pause, self.started = self.clock() - self.started, None
+            end = self.clock()
+            self.recent.append((self.started, end))
+            pause, self.started = end - self.started, None
             self.count += 1
             if self.longest is None or pause > self.longest[0]:
                 self.longest = (pause, info.get("generation", -1))
+
+
+    def within(self, begin: float, end: float) -> float:
+        """Output: seconds of [begin, end] (on `clock`) in which the collector ran, from the
+        pauses kept."""
+        return sum(min(e, end) - max(s, begin) for s, e in self.recent if e > begin and s < end)
 
 
 def percentile(xs: list[float], q: float) -> float | None:
@@ -206,7 +217,9 @@ class Executor:
         self.stop_all: str | None = None
         self.errors_in_row = 0
         self.delays: list[float] = []
-        self.worst_delay: tuple[float, float, float] | None = None  # (delay, could go on, sent)
+        # (delay, could go on, sent, of it the collector's pauses)
+        self.worst_delay: tuple[float, float, float, float] | None = None
+        self.gcs = GcPauses(clock)
         self.cold_pp: list[float] = []
         self.learnt_ref: tuple[int, TtftReference | None] = (0, None)  # (samples, reference)
         self.sizing_failed = False
@@ -268,7 +281,7 @@ class Executor:
         start = asyncio.Event()
         tasks = [asyncio.ensure_future(self._session(s, barrier, start)) for s in sessions]
         start.set()
-        gcs = GcPauses()
+        gcs = self.gcs
         try:
             with gcs:
                 await asyncio.gather(*tasks)
@@ -371,7 +384,7 @@ class Executor:
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
         if self.worst_delay is None or own > self.worst_delay[0]:
-            self.worst_delay = (own, free, outcome.t_send)
+            self.worst_delay = (own, free, outcome.t_send, self.gcs.within(free, outcome.t_send))
         self.outcomes[req.id] = outcome
         if self._needed_now(req, outcome):
             self._flush()  # the records of earlier answers first: stops and sink in order
@@ -803,15 +816,18 @@ class Executor:
 
     def _worst_delay_evidence(self) -> dict[str, Any]:
         """Output: of the request the client delayed most, when it was sent (seconds since the
-        run's start) and how many other requests the client sent while it waited: about none
-        when the loop stalled (its own work, the collector, or no CPU); N - 1 when it came last
-        of N answers that ended together and were turned around one by one."""
+        run's start), how many other requests the client sent while it waited (about none when
+        the loop stalled: its own work, the collector, or no CPU; N - 1 when it came last of N
+        answers that ended together and were turned around one by one) and how long of the
+        wait the garbage collector ran (ms)."""
         if self.worst_delay is None:
-            return {"client_delay_max_at_s": None, "client_delay_max_sends_meanwhile": None}
-        _, free, sent = self.worst_delay
+            return {"client_delay_max_at_s": None, "client_delay_max_sends_meanwhile": None,
+                    "client_delay_max_gc_ms": None}
+        _, free, sent, collector = self.worst_delay
         meanwhile = sum(1 for o in self.outcomes.values() if free < o.t_send < sent)
         return {"client_delay_max_at_s": round(sent - self.t0, 3),
-                "client_delay_max_sends_meanwhile": meanwhile}
+                "client_delay_max_sends_meanwhile": meanwhile,
+                "client_delay_max_gc_ms": round(collector * 1000, 3)}
 
 
 def bottleneck(worst_p99_s: float, e2e_median_s: float | None) -> bool:
