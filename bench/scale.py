@@ -128,14 +128,20 @@ def describe_cohorts(cohorts: list[list[tuple[float, float]]]) -> str:
             f"answers that ended before it still waited for their next send")
 
 
-def start_span_ms(recs: list[dict]) -> float | None:
-    """Output: milliseconds from the first to the last of the sessions' first sends (all start
-    together: the client writes them one after another), None without any send."""
+def first_sends(recs: list[dict]) -> dict[str, float]:
+    """Output: each session's first send, in seconds from the run's start."""
     first: dict[str, float] = {}
     for r in recs:
         t = r["t_start_s"]
         if t is not None and (r["session"] not in first or t < first[r["session"]]):
             first[r["session"]] = t
+    return first
+
+
+def start_span_ms(recs: list[dict]) -> float | None:
+    """Output: milliseconds from the first to the last of the sessions' first sends (all start
+    together: the client writes them one after another), None without any send."""
+    first = first_sends(recs)
     return (max(first.values()) - min(first.values())) * 1000 if first else None
 
 
@@ -153,12 +159,7 @@ def late_sends(recs: list[dict], bound_ms: float = 10.0) -> list[tuple[float, fl
     """Output: (from, to) in seconds from the run's start for every send more than `bound_ms`
     after its session could go on: a first request later than that after the start, a
     session's next request later than that after its previous answer's end (`turns`)."""
-    firsts: dict[str, float] = {}
-    for r in recs:
-        t = r["t_start_s"]
-        if t is not None and (r["session"] not in firsts or t < firsts[r["session"]]):
-            firsts[r["session"]] = t
-    out = [(0.0, t) for t in firsts.values() if t * 1000 > bound_ms]
+    out = [(0.0, t) for t in first_sends(recs).values() if t * 1000 > bound_ms]
     out += [(end, end + gap / 1000) for end, gap in turns(recs) if gap > bound_ms]
     return sorted(out)
 

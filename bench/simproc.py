@@ -58,8 +58,8 @@ def steer_loopback(cpus: set[int], path: str = LOOPBACK_RPS) -> Iterator[str]:
 
     Why: on loopback the kernel runs the receiving socket's TCP processing inside the
     sender's system call, on the sender's CPU. Each request the client writes then also costs
-    the client's CPU the simulator's receive work (bench/start_writes.py: 18 of a 25 us start
-    write); across a network that work is the server machine's. Steered to the simulator's CPU,
+    the client's CPU the simulator's receive work (bench/start_writes.py: about 19 of a 25 us
+    start write); across a network that work is the server machine's. Steered to the simulator's CPU,
     the client's CPU does the client's work. Needs root (SystemExit with a message otherwise)."""
     try:
         with open(path) as f:

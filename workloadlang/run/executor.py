@@ -179,7 +179,6 @@ class GcPauses:
             if self.longest is None or pause > self.longest[0]:
                 self.longest = (pause, info.get("generation", -1))
 
-
     def within(self, begin: float, end: float) -> float:
         """Output: seconds of [begin, end] (on `clock`) in which the collector ran, from the
         pauses kept."""
@@ -281,9 +280,8 @@ class Executor:
         start = asyncio.Event()
         tasks = [asyncio.ensure_future(self._session(s, barrier, start)) for s in sessions]
         start.set()
-        gcs = self.gcs
         try:
-            with gcs:
+            with self.gcs:
                 await asyncio.gather(*tasks)
         finally:
             for t in tasks:
@@ -297,7 +295,7 @@ class Executor:
             raise self.sink_error
         return RunResult(records=[self.records[r.id] for r in self.plan.requests],
                          elapsed_s=self.clock() - self.t0, incomplete=self._incomplete(),
-                         client=self._client_health(lag, gcs))
+                         client=self._client_health(lag))
 
     def _startable(self, firsts: list[PRequest]) -> list[PRequest]:
         """Before the clock: the first requests the start can write at once (built, due at the
@@ -785,7 +783,8 @@ class Executor:
                 update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)}))
         return self.learnt_ref[1]
 
-    def _client_health(self, lag: Lag, gcs: GcPauses) -> dict[str, Any]:
+    def _client_health(self, lag: Lag) -> dict[str, Any]:
+        gcs = self.gcs
         ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
         health = {
             "loop_lag_p99_ms": ms(percentile(lag.samples, 0.99)),
