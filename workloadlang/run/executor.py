@@ -784,7 +784,6 @@ class Executor:
         return self.learnt_ref[1]
 
     def _client_health(self, lag: Lag) -> dict[str, Any]:
-        gcs = self.gcs
         ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
         health = {
             "loop_lag_p99_ms": ms(percentile(lag.samples, 0.99)),
@@ -804,8 +803,8 @@ class Executor:
             "ttft_late_max_ms": ms(max((o.ttft_late_s for o in self.outcomes.values()
                                         if o.ttft_late_s is not None), default=None)),
             # the collector's longest pause during the run, and its generation
-            "gc_pause_max_ms": ms(gcs.longest[0] if gcs.longest else None),
-            "gc_pause_max_generation": gcs.longest[1] if gcs.longest else None,
+            "gc_pause_max_ms": ms(self.gcs.longest[0] if self.gcs.longest else None),
+            "gc_pause_max_generation": self.gcs.longest[1] if self.gcs.longest else None,
         }
         e2e = [o.e2e_s for o in self.outcomes.values() if o.e2e_s]
         health["client_bottleneck"] = bottleneck(
