@@ -628,3 +628,188 @@ def test_the_reader_thread_runs_at_the_lowest_priority() -> None:
     assert os.getpriority(os.PRIO_PROCESS, reader.native_id) == transport.READER_NICE == 19
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # this thread's own
 
+
+
+# ------------------------------------------------- an answer finished as its last byte is parsed
+
+
+def send_with_then(url: str, then: Callable[..., Any], n: int = 1) -> tuple[list, Any]:
+    """Send `n` chat requests one after another with `then` (see `client.send`), over one
+    `WireTransport`. Output: their outcomes and the transport."""
+    transport = WireTransport()
+
+    async def go() -> list:
+        async with httpx.AsyncClient(transport=transport) as client:
+            endpoint = Endpoint(base_url=url + "/v1", model="m")
+            return [await send(client, endpoint, WireRequest(
+                id=f"r{i}", messages=[{"role": "user", "content": "x"}], max_tokens=1),
+                then=lambda a: then(a, transport)) for i in range(n)]
+
+    return asyncio.run(go()), transport
+
+
+def keepalive_sse_later(conn: socket.socket, index: int) -> None:
+    """`keepalive_sse`, the body 20 ms after the head: the client reads it after the head."""
+    while read_request(conn) is not None:
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked"))
+        time.sleep(0.02)
+        conn.sendall(chunked(SSE))
+
+
+def called_from(name: str) -> bool:
+    import traceback
+
+    return any(frame.name == name for frame in traceback.extract_stack())
+
+
+def test_then_runs_as_the_answers_last_byte_is_parsed_with_its_connection_idle() -> None:
+    """`then` (the runner writes the session's next request there) is called from the
+    transport's read of the answer's end (`_take_reads`), not once the session's task gets
+    its turn on the loop; the connection is already back in the pool, and the outcome is the
+    one the task would have made."""
+    server = RawServer(keepalive_sse_later)
+    seen: list[tuple[Any, bool, int]] = []
+    outs, _ = send_with_then(server.url, lambda a, t: seen.append(
+        (a, called_from("_take_reads"), sum(map(len, t._idle.values())))), n=3)
+    assert server.conns == 1  # each request reused the connection handed back
+    plain = chat(server.url)[0]
+    assert [(a.content, early, idle) for a, early, idle in seen] == [("hi", True, 1)] * 3
+    for out in outs:
+        assert out.error is None and out.content == plain.content == "hi"
+        assert (out.prompt_tokens, out.completion_tokens, out.streamed_tokens) == (5, 1, 1)
+        assert out.ttft_s is not None and out.e2e_s >= out.ttft_s
+
+
+def test_an_answer_whose_connection_cannot_be_reused_is_finished_by_its_task() -> None:
+    """A server that closes the connection after each answer: nothing to hand back, so the
+    session's task calls `then`, as before, once the response is closed."""
+
+    def closing(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked",
+                          connection="close"))
+        time.sleep(0.02)
+        conn.sendall(chunked(SSE))
+
+    server = RawServer(closing)
+    seen: list[tuple[str, bool]] = []
+    outs, _ = send_with_then(server.url, lambda a, t: seen.append(
+        (a.content, called_from("_take_reads"))), n=2)
+    assert seen == [("hi", False)] * 2
+    assert [(o.error, o.content) for o in outs] == [(None, "hi")] * 2 and server.conns == 2
+
+
+def test_a_reader_woken_after_its_connection_was_handed_back_reads_nothing_of_the_next() -> None:
+    """`then` writes the next request on the connection just handed back, and the loop is kept
+    busy until its answer is in the socket: the first request's reader, woken afterwards,
+    ends there (the connection's turn moved on) instead of taking the next answer's bytes."""
+    from workloadlang.run.client import build
+    from workloadlang.run.transport import ready_to_write, send_now
+
+    server = RawServer(keepalive_sse_later)
+    endpoint = Endpoint(base_url=server.url + "/v1", model="m")
+    second = WireRequest(id="r1", messages=[{"role": "user", "content": "y"}], max_tokens=1)
+
+    async def go() -> list:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            request = build(endpoint, second)
+            written: list[bool] = []
+
+            def then(answer: Any) -> None:
+                assert called_from("_take_reads")
+                written.append(ready_to_write(client, request) and send_now(client, request))
+                time.sleep(0.2)  # the answer to it arrives, and the reader thread reads it
+
+            first = await send(client, endpoint, WireRequest(
+                id="r0", messages=[{"role": "user", "content": "x"}], max_tokens=1), then=then)
+            assert written == [True]
+            return [first, await send(client, endpoint, second, request=request)]
+
+    outs = asyncio.run(go())
+    assert [(o.error, o.content, o.streamed_tokens) for o in outs] == [(None, "hi", 1)] * 2
+    assert server.conns == 1
+
+
+def tokens_spaced(n: int, gap: float, end: bytes = b"0\r\n\r\n") -> Callable[[socket.socket, int], None]:
+    """A handler: the head, then `n` token events `gap` s apart, usage and [DONE], then `end`
+    (the chunked terminator; b"": the connection is left open with the body unfinished)."""
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked"))
+        for i in range(n):
+            time.sleep(gap)
+            event = b'data: {"choices":[{"delta":{"content":"t%d "}}]}\n\n' % i
+            conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+        tail = (b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\n'
+                b"data: [DONE]\n\n" % n)
+        conn.sendall(b"%x\r\n%s\r\n" % (len(tail), tail) + end)
+        time.sleep(3 if not end else 0.2)
+
+    return serve
+
+
+def test_a_stream_is_parsed_as_it_is_read_without_waking_its_task_for_each_chunk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SSE body read by `WireTransport` is parsed in the transport's read callback
+    (`_take_reads`): its task takes only what was queued before that began, and wakes at the
+    end; the outcome is the one chunk-by-chunk reading makes."""
+    from workloadlang.run import transport
+
+    taken: list[bytes] = []
+    original = transport.ResponseStream.__anext__
+
+    async def counting(self: Any) -> bytes:
+        chunk = await original(self)
+        taken.append(chunk)
+        return chunk
+
+    server = RawServer(tokens_spaced(8, 0.01))
+    monkeypatch.setattr(transport.ResponseStream, "__anext__", counting)
+    pushed = chat(server.url, )[0]
+    monkeypatch.undo()
+    pulled = chat(server.url, abort_after=99)[0]  # read chunk by chunk
+    assert len(taken) <= 1  # at most the first token, if it came with the head
+    assert pushed.error is None and pushed.content == "t0 t1 t2 t3 t4 t5 t6 t7 "
+    assert pulled.error is not None and pulled.error.kind == "early_stop"  # the abort never came
+    assert (pushed.content, pushed.streamed_tokens, pushed.completion_tokens) == (
+        pulled.content, pulled.streamed_tokens, pulled.completion_tokens)
+    assert 0 < pushed.ttft_s < pushed.e2e_s and pushed.e2e_s >= 0.07
+
+
+def test_a_body_left_unfinished_after_done_ends_the_request_soon() -> None:
+    """[DONE], then the server keeps the connection without ending the body: the answer is
+    complete; the client waits for the body's end only briefly (`_FINISH_BODY_S`), not for
+    the request's deadline."""
+    server = RawServer(tokens_spaced(2, 0.01, end=b""))
+    t0 = time.perf_counter()
+    out = chat(server.url, deadline_s=30)[0]
+    assert out.error is None and out.content == "t0 t1 " and out.completion_tokens == 2
+    assert time.perf_counter() - t0 < 2.5
+
+
+def test_a_read_hook_keeps_the_read_timeout_from_firing_while_data_comes() -> None:
+    """With an `on_read` hook taking every chunk, the reader waits once for the whole body: the
+    read timeout counts from the last read, not from that wait's start."""
+    server = RawServer(tokens_spaced(6, 0.1))
+
+    async def go() -> tuple[list[bytes], float]:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            request = httpx.Request("POST", server.url + "/v1/chat/completions", content=b"{}",
+                                    extensions={"timeout": httpx.Timeout(0.3).as_dict()})
+            response = await client.send(request, stream=True)
+            stream = response.extensions["wl_stream"]
+            got: list[bytes] = []
+
+            def hook() -> bool:
+                got.extend(stream.queued())
+                return stream.ended()
+
+            stream.on_read(hook)
+            t0 = time.perf_counter()
+            got.extend([c async for c in stream])  # wakes at the end only
+            await response.aclose()
+            return got, time.perf_counter() - t0
+
+    got, took = asyncio.run(go())
+    assert b"".join(got).count(b"data:") == 8 and took > 0.5  # longer than the read timeout

@@ -200,7 +200,8 @@ class _Stream:
         "clock", "t0", "abort_after", "content", "reasoning", "n_tokens", "n_content",
         "n_reasoning", "ttft", "ttft_content", "finish_reason", "done", "aborted", "event",
         "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
-        "n_malformed", "status", "t_end", "arrival", "t0_unix", "ttft_late",
+        "n_malformed", "status", "t_end", "arrival", "t0_unix", "ttft_late", "buf", "stopped",
+        "answered", "hold", "looped",
     )
 
     def __init__(self, clock: Callable[[], float], abort_after: int | None) -> None:
@@ -226,6 +227,11 @@ class _Stream:
         self.t_end: float | None = None
         self.arrival: float | None = None  # when the chunk being parsed reached the socket
         self.ttft_late: float | None = None  # see `_check_first_read`
+        self.buf = b""  # the SSE line begun and not ended yet
+        self.stopped = False  # a line said to stop reading (`feed_line`)
+        self.answered = False  # `then` was called, at the answer's end (`_take_reads`)
+        self.hold: Awaitable[None] | None = None  # what `then` returned then
+        self.looped = False  # the rest of the body is read on the loop (`read_on_loop`)
 
     def now(self) -> float:
         """Output: the time of the data being parsed: its arrival stamp from the transport when
@@ -535,18 +541,52 @@ async def send(
     sent = request.extensions.get("wl_sent")  # written already (the transport's `send_now`)
     elapsed = clock() - sent[1] if sent is not None and sent[0] is clock else 0.0
     cut = await within(max(0.0, req.deadline_s - elapsed),
-                       _exchange(client, request, state, wallclock))
+                       _exchange(client, request, state, wallclock, then))
     if cut and not state.done:  # after [DONE] only the body's end was left
         state.fail("timeout", f"the run's time budget ran out {req.deadline_s:g}s after the send "
                    "(--time-budget)" if req.budget_cut else
                    f"total deadline of {req.deadline_s:g}s exceeded", state.status)
-    elif then is not None and state.done and state.error is None and not state.aborted:
-        content = _join(state.content)
-        state.content = [content]  # joined once
-        hold = then(Answer(content, _join(state.reasoning), state.completion))
+    elif then is not None and (state.answered or _answered(state)):
+        hold = state.hold if state.answered else then(_answer(state))
         if hold is not None:
             await hold
     return state.outcome(endpoint, req.id, state.t0_unix, state.t_end or clock())
+
+
+def _answered(state: _Stream) -> bool:
+    """Output: True when the answer was read to its end without error or abort."""
+    return state.done and state.error is None and not state.aborted
+
+
+def _answer(state: _Stream) -> Answer:
+    """Output: the `Answer` of a stream read to its end (its content joined once)."""
+    content = _join(state.content)
+    state.content = [content]
+    return Answer(content, _join(state.reasoning), state.completion)
+
+
+def _take_reads(state: _Stream, stamps: Any, then: Callable[[Answer], Any] | None) -> bool:
+    """Transport callback (`ResponseStream.on_read`), on the loop, after each read of an SSE
+    body: parse what is queued, so the session's task is not woken for every chunk. At the
+    body's end, when that is a clean answer and `then` is given: hand its connection back to
+    the pool and call `then` now — the task would do this only once it gets its turn on the
+    loop, behind every other task woken meanwhile; when an engine ends many answers together,
+    that queue is the client's delay. Output: True when the task must be woken: the body
+    ended, or a line said to stop (the task goes on from there)."""
+    if not state.stopped:  # else the task parsed up to [DONE] and waits for the body's end
+        for chunk in stamps.queued():
+            if _feed_chunk(chunk, state, stamps):
+                break
+    if not stamps.ended():
+        return state.stopped
+    if then is not None and _answered(state):
+        for _ in stamps.queued():  # after [DONE] only the body's end was left: drop the rest
+            pass
+        state.t_end = state.now()
+        if stamps.hand_back():
+            state.answered = True
+            state.hold = then(_answer(state))
+    return True
 
 
 async def _open(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
@@ -568,10 +608,12 @@ def dropped_before_answer(exc: httpx.RemoteProtocolError) -> bool:
 
 
 async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _Stream,
-                    wallclock: Callable[[], float]) -> None:
-    """Send the request and read the answer into `state`; the response is always closed. The
-    send time is stamped here, just before the request is handed to httpx (or it is the time
-    the transport wrote it, for a request written by `send_now`)."""
+                    wallclock: Callable[[], float],
+                    then: Callable[[Answer], Any] | None = None) -> None:
+    """Send the request and read the answer into `state` (with `then`, see `send`: called as
+    the answer ends when the transport can tell, `_take_reads`); the response is always
+    closed. The send time is stamped here, just before the request is handed to httpx (or it
+    is the time the transport wrote it, for a request written by `send_now`)."""
     sent = request.extensions.get("wl_sent")  # written already by the transport's `send_now`
     if sent is not None and sent[0] is state.clock:
         state.t0, state.t0_unix = sent[1], sent[2]
@@ -586,7 +628,7 @@ async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _S
         state.fail("connect", f"cannot reach {request.url}: {_describe(exc)}")
         return
     try:
-        await _read_response(response, state)
+        await _read_response(response, state, then)
     except httpx.TimeoutException as exc:
         state.fail("timeout", f"read timed out: {_describe(exc)}", state.status)
     except httpx.TransportError as exc:
@@ -595,8 +637,12 @@ async def _exchange(client: httpx.AsyncClient, request: httpx.Request, state: _S
         await response.aclose()
 
 
-async def _read_response(response: httpx.Response, state: _Stream) -> None:
-    """Dispatch on the response: HTTP error, plain JSON body (server ignored `stream`) or SSE."""
+async def _read_response(response: httpx.Response, state: _Stream,
+                         then: Callable[[Answer], Any] | None = None) -> None:
+    """Dispatch on the response: HTTP error, plain JSON body (server ignored `stream`) or SSE.
+    An SSE body read by our transport is parsed as it is read (`_take_reads`), and with `then`
+    finished as its last byte is parsed; not one to be aborted: that one is read chunk by
+    chunk by this task, which closes the connection at the planned token."""
     state.status = response.status_code
     if response.status_code >= 400:
         body = await _read_limited(response)
@@ -622,8 +668,10 @@ async def _read_response(response: httpx.Response, state: _Stream) -> None:
             _read_json_body(head, state)
             state.check_abort_target()
             return
+    if stamps is not None and state.abort_after is None:
+        stamps.on_read(lambda: _take_reads(state, stamps, then))
     await _read_sse(chunks, state, head, stamps)
-    if state.done:
+    if state.done and state.t_end is None:
         state.t_end = state.now()
         if stamps is None or not stamps.at_end():
             await _finish_body(chunks)
@@ -670,28 +718,44 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
         buf = b"" if buf[-1] in (10, 13) else lines.pop()
         for line in lines:
             if state.feed_line(line):
+                state.stopped = True
                 return
+    state.buf = buf
     async for chunk in chunks:
-        if stamps is not None:
-            state.arrival = stamps.arrival
-        buf = buf + chunk if buf else chunk
-        if b"\n" not in chunk and b"\r" not in chunk:
-            continue
-        lines = buf.splitlines()
-        buf = b"" if buf[-1] in (10, 13) else lines.pop()
-        first = stamps is not None and state.ttft is None
-        for i, line in enumerate(lines):
-            stop = state.feed_line(line)
-            if first and state.ttft is not None:
-                first = False
-                _check_first_read(state, stamps.doubt, bool(buf) or any(
-                    later.startswith(b"data:") for later in lines[i + 1:]))
-            if stop:
-                return
-        if stamps is not None and state.ttft_content is not None:
-            stamps.read_on_loop()  # both first-token times are in: the end needs no more
-    if buf:
-        state.feed_line(buf)
+        if state.stopped or _feed_chunk(chunk, state, stamps):
+            return
+    if state.stopped:  # `_take_reads` parsed up to a stop (the answer's end)
+        return
+    if state.buf:
+        state.feed_line(state.buf)
+
+
+def _feed_chunk(chunk: bytes, state: _Stream, stamps: Any) -> bool:
+    """Input: the body's next chunk (after `state.buf`, the line begun before it) and the
+    transport's stream it came from (None: no stamps). Feeds its complete lines. Output: True
+    when reading must stop (then `state.stopped`)."""
+    if stamps is not None:
+        state.arrival = stamps.arrival
+    buf = state.buf + chunk if state.buf else chunk
+    if b"\n" not in chunk and b"\r" not in chunk:
+        state.buf = buf
+        return False
+    lines = buf.splitlines()
+    buf = state.buf = b"" if buf[-1] in (10, 13) else lines.pop()
+    first = stamps is not None and state.ttft is None
+    for i, line in enumerate(lines):
+        stop = state.feed_line(line)
+        if first and state.ttft is not None:
+            first = False
+            _check_first_read(state, stamps.doubt, bool(buf) or any(
+                later.startswith(b"data:") for later in lines[i + 1:]))
+        if stop:
+            state.stopped = True
+            return True
+    if stamps is not None and state.ttft_content is not None and not state.looped:
+        state.looped = True
+        stamps.read_on_loop()  # both first-token times are in: the end needs no more
+    return False
 
 
 def _check_first_read(state: _Stream, doubt: float, more: bool) -> None:

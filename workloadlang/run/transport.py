@@ -41,7 +41,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import httptools
 import httpx
@@ -439,6 +439,7 @@ class _Connection:
         self.released_at = 0.0
         self.timer: asyncio.TimerHandle | None = None  # the read timeout (see `_wait`)
         self.wait_deadline = 0.0
+        self.wait_timeout: float | None = None  # the wait in progress's (`_wait`)
         self._stamped = _SO_TIMESTAMPNS is not None and clock is time.perf_counter
         # reads the reader thread queued on the loop / of those, delivered (one writer each)
         self.thread_reads = self.thread_delivered = 0
@@ -449,6 +450,7 @@ class _Connection:
         self.drained = True  # the last read emptied the socket
         self.requests = 0  # requests written on this connection
         self.watched_at = float("inf")  # when the reader thread started watching the socket
+        self.turn = -1
         self._reset()
 
     @classmethod
@@ -510,6 +512,9 @@ class _Connection:
         self.reading = False
         self.by_thread = False  # being read by the reader thread (else: on the loop)
         self.on_loop = False  # `read_on_loop` was called for this response
+        self.on_read: Callable[[], bool] | None = None  # see `ResponseStream.on_read`
+        self.interrupted = False  # it woke the reader before the body's end (`next_chunk`)
+        self.turn += 1  # a response's reader stops when the turn moves on (`next_chunk`)
 
     # ---------------------------------------------------------------- socket side
     def alive(self) -> bool:
@@ -648,7 +653,16 @@ class _Connection:
                 self.buffered += len(body)
         if self.buffered > _PAUSE_BYTES:
             self._stop_reading()
-        self._wake()
+        if self.on_read is None or self.error is not None:
+            self._wake()
+            return
+        waiter = self.waiter  # the reader's wait (the hook may hand the connection on)
+        if self.on_read():
+            self.interrupted = not self.complete  # the hook stopped before the body's end
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        elif self.waiter is not None and self.wait_timeout is not None:
+            self.wait_deadline = self.loop.time() + self.wait_timeout  # data came: still alive
 
     def _fail_read(self, exc: OSError) -> None:
         if not self.received_any and self.reused:
@@ -719,6 +733,7 @@ class _Connection:
         event loop per wait, i.e. per streamed chunk), and not a timer per wait either: one
         timer per connection, moved on lazily (`_on_timer`), so a wait only notes its start."""
         waiter = self.waiter = self.loop.create_future()
+        self.wait_timeout = timeout
         if timeout is None:
             self._disarm()
         else:
@@ -763,9 +778,12 @@ class _Connection:
 
     async def next_chunk(self, timeout: float | None) -> tuple[bytes, float, float] | None:
         """Output: the next body chunk with its arrival stamp and how long after it the chunk
-        was read (see `deliver`), or None at the body's end."""
-        tried = False
-        while not self.chunks:
+        was read (see `deliver`), or None at the body's end — or, with an `on_read` hook, when
+        the hook took every chunk and woke the reader (a stop, the body's end)."""
+        tried, turn = False, self.turn
+        while not self.chunks or self.turn != turn:
+            if self.turn != turn:  # handed back meanwhile (`ResponseStream.hand_back`): what
+                return None  # the connection holds now is the next response's
             if self.error is not None:
                 raise self.error
             if self.complete:
@@ -779,6 +797,10 @@ class _Connection:
                 self._on_readable()
                 continue
             await self._wait(timeout)
+            if self.interrupted and self.turn == turn:  # the `on_read` hook woke it for a stop
+                self.interrupted = False
+                if not self.chunks:
+                    return None
         item = self.chunks.popleft()
         self.buffered -= len(item[0])
         return item
@@ -975,17 +997,55 @@ class ResponseStream(httpx.AsyncByteStream):
         self.arrival: float | None = None
         self.doubt = 0.0  # how much earlier than `arrival` the chunk last yielded may have begun
         self._closed = False
+        self._handed_back = False
+
+    def on_read(self, hook: Callable[[], bool]) -> None:
+        """From now on, call `hook` on the loop after each read of the body is parsed (in the
+        transport's read callback) instead of waking the body's reader: the hook takes what
+        is queued (`queued`), may `hand_back` the connection at the body's end (`ended`), and
+        returns True when the reader must be woken (it has something to do). It must not
+        raise. A read that fails wakes the reader as usual."""
+        if not self._handed_back:
+            self._conn.on_read = hook
+
+    def ended(self) -> bool:
+        """Output: True when the body's last byte has been parsed."""
+        return self._handed_back or self._conn.complete
+
+    def queued(self) -> Iterator[bytes]:
+        """Yield the body chunks read and not yet taken, as iterating would (`arrival` and
+        `doubt` set for each), without waiting."""
+        chunks = self._conn.chunks
+        while chunks and not self._handed_back:
+            item = chunks.popleft()
+            self._conn.buffered -= len(item[0])
+            self.arrival, self.doubt = item[1], item[2]
+            yield item[0]
+
+    def hand_back(self) -> bool:
+        """When the body was read to its end and all of it taken, and the connection may be
+        reused: give it back to the pool now, as closing would. The body then ends for its
+        reader (iterating stops; the connection's next response is not this one's).
+        Output: True when handed back."""
+        conn = self._conn
+        if self._handed_back or self._closed or not conn.reusable():
+            return False
+        self._handed_back = self._closed = True
+        conn._reset()
+        self._pool.release(self._origin, conn)
+        return True
 
     def read_on_loop(self) -> None:
         """What needed each packet's own arrival (the first tokens) has been read: read the rest
         on the event loop (`_Connection.read_on_loop`)."""
-        self._conn.read_on_loop()
+        if not self._handed_back:
+            self._conn.read_on_loop()
 
     def __aiter__(self) -> "ResponseStream":
         return self  # an iterator object, not an async generator: one left unfinished costs nothing
 
     async def __anext__(self) -> bytes:
-        item = await self._conn.next_chunk(self._timeout)
+        item = None if self._handed_back else await self._conn.next_chunk(self._timeout)
         if item is None:
             raise StopAsyncIteration
         self.arrival, self.doubt = item[1], item[2]
@@ -994,7 +1054,7 @@ class ResponseStream(httpx.AsyncByteStream):
     def at_end(self) -> bool:
         """Output: True when the body has been read to its end (nothing is left to read)."""
         conn = self._conn
-        return conn.complete and not conn.chunks and conn.error is None
+        return self._handed_back or (conn.complete and not conn.chunks and conn.error is None)
 
     async def aclose(self) -> None:
         if self._closed:
