@@ -116,3 +116,13 @@ def test_the_clients_own_share_of_each_late_send_is_read_from_perf_samples(monke
     assert "the client ran at most 12.0 ms (OVER 10 ms), in a 12.0 ms window" in line
     assert scale.describe_own(shares[:1]).count("(within 10 ms)") == 1
     assert scale.describe_own([]) == "no send more than 10 ms after its session could go on"
+
+
+def test_cpu_steady_reports_the_spread_of_equal_work() -> None:
+    import cpu_steady  # noqa: E402 (bench/)
+
+    assert cpu_steady.describe([0.05, 0.04, 0.08]) == (
+        "min  40.0  median  50.0  max  80.0 ms  max/min 2.00")
+    times = cpu_steady.rounds(2)
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert len(cpu_steady.work()) == 1024  # the same work every round

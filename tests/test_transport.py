@@ -730,7 +730,8 @@ def test_a_reader_woken_after_its_connection_was_handed_back_reads_nothing_of_th
     assert server.conns == 1
 
 
-def tokens_spaced(n: int, gap: float, end: bytes = b"0\r\n\r\n") -> Callable[[socket.socket, int], None]:
+def tokens_spaced(n: int, gap: float,
+                  end: bytes = b"0\r\n\r\n") -> Callable[[socket.socket, int], None]:
     """A handler: the head, then `n` token events `gap` s apart, usage and [DONE], then `end`
     (the chunked terminator; b"": the connection is left open with the body unfinished)."""
 

@@ -25,6 +25,9 @@ What `WireTransport` does:
   for the stream's end). Elsewhere (or with an injected clock) the loop reads and stamps `clock()`.
   `ResponseStream.arrival` is the stamp of the chunk just yielded, so TTFT does not grow when the
   client's event loop is busy with other streams;
+- a caller may take each read as it is parsed, in the read callback (`ResponseStream.on_read`),
+  instead of being woken for every chunk, and at the body's end give the connection back to
+  the pool there (`hand_back`); the client's SSE reader does (`client._take_reads`);
 - exceptions are httpx's: `ConnectError` / `ConnectTimeout`, `RemoteProtocolError` for a garbled
   response or a body cut short — its subclass `ConnectionDropped` when the server closed before
   any byte of the response (nothing was processed: the caller may retry), `ReadError`,
