@@ -122,8 +122,9 @@ def test_a_spent_time_budget_stops_the_run_and_exits_4(tmp_path: Path, server: F
     done = [r for r in reqs if not r["skipped"]]
     skipped = [r for r in reqs if r["skipped"]]
     assert len(reqs) == 12 and 2 <= len(done) <= 5, [r["skipped"] for r in reqs]
-    assert all(r["ttft_s"] for r in done)
-    # the one in flight when the budget ran out is cut there, and says it was the budget
+    assert all(r["ttft_s"] for r in done if not r["error"])
+    # the one in flight when the budget ran out is cut there (before its first token, if it
+    # was sent just before: then it has no TTFT), and says it was the budget
     cut = [r["error"] for r in done if r["error"]]
     assert len(cut) <= 1 and all(e["kind"] == "timeout" and "--time-budget" in e["message"]
                                  for e in cut), cut

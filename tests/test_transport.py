@@ -814,3 +814,27 @@ def test_a_read_hook_keeps_the_read_timeout_from_firing_while_data_comes() -> No
 
     got, took = asyncio.run(go())
     assert b"".join(got).count(b"data:") == 8 and took > 0.5  # longer than the read timeout
+
+
+def test_a_cut_stream_on_a_connection_handed_back_is_reported_as_broken() -> None:
+    """The next request goes out on the connection handed back at the answer's end, and its
+    stream is cut after one token: that is the read's error ("stream broke"), as on any
+    connection — what the hand-back left on the connection does not turn it into a quiet end."""
+    token = b'data: {"choices":[{"delta":{"content":"t0 "}}]}\n\n'
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked"))
+        time.sleep(0.02)
+        conn.sendall(chunked(SSE))
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked"))
+        time.sleep(0.02)
+        conn.sendall(b"%x\r\n%s\r\n" % (len(token), token))
+        time.sleep(0.05)  # then the connection is closed mid-body
+
+    outs, _ = send_with_then(RawServer(serve).url, lambda a, t: None, n=2)
+    assert outs[0].error is None and outs[0].content == "hi"
+    cut = outs[1].error
+    assert cut is not None and cut.kind == "stream_cut" and "stream broke" in cut.message, cut
+    assert outs[1].content == "t0 "

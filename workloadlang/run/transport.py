@@ -659,9 +659,10 @@ class _Connection:
         if self.on_read is None or self.error is not None:
             self._wake()
             return
-        waiter = self.waiter  # the reader's wait (the hook may hand the connection on)
+        waiter, turn = self.waiter, self.turn  # the hook may hand the connection on
         if self.on_read():
-            self.interrupted = not self.complete  # the hook stopped before the body's end
+            if self.turn == turn:  # still this response's: did the hook stop before its end?
+                self.interrupted = not self.complete
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         elif self.waiter is not None and self.wait_timeout is not None:
@@ -802,7 +803,7 @@ class _Connection:
             await self._wait(timeout)
             if self.interrupted and self.turn == turn:  # the `on_read` hook woke it for a stop
                 self.interrupted = False
-                if not self.chunks:
+                if not self.chunks and self.error is None:
                     return None
         item = self.chunks.popleft()
         self.buffered -= len(item[0])
