@@ -838,3 +838,29 @@ def test_a_cut_stream_on_a_connection_handed_back_is_reported_as_broken() -> Non
     cut = outs[1].error
     assert cut is not None and cut.kind == "stream_cut" and "stream broke" in cut.message, cut
     assert outs[1].content == "t0 "
+
+
+def test_a_connection_handed_back_and_taken_by_a_task_already_queued_wakes_that_task() -> None:
+    """`then` starts another request whose task runs before the first request's reader is
+    resumed, and that takes the connection just handed back and waits for its answer's head:
+    the first reader, resumed afterwards, must not forget that wait (its answer would then
+    wake nobody and the request hang until its deadline)."""
+    server = RawServer(keepalive_sse_later)
+    endpoint = Endpoint(base_url=server.url + "/v1", model="m")
+
+    async def go() -> list:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            later: list[asyncio.Task] = []
+
+            def then(answer: Any) -> None:  # the task starts before the first reader resumes
+                later.append(asyncio.ensure_future(send(client, endpoint, WireRequest(
+                    id="r1", messages=[{"role": "user", "content": "y"}], max_tokens=1,
+                    deadline_s=3))))
+
+            first = await send(client, endpoint, WireRequest(
+                id="r0", messages=[{"role": "user", "content": "x"}], max_tokens=1), then=then)
+            return [first, await later[0]]
+
+    outs = asyncio.run(go())
+    assert [(o.error, o.content) for o in outs] == [(None, "hi")] * 2
+    assert server.conns == 1  # the second request did take the connection handed back

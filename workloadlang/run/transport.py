@@ -747,7 +747,8 @@ class _Connection:
         try:
             await waiter
         finally:
-            self.waiter = None
+            if self.waiter is waiter:  # else the connection was handed back (`_reset`) and
+                self.waiter = None  # may be waited on for its next response already
 
     def _arm(self, when: float) -> None:
         if self.timer is not None:
