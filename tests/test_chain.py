@@ -433,3 +433,24 @@ def test_a_request_not_written_whole_at_once_is_not_held(
     received = {r["id"]: r for r in fault_server.chat_requests()}
     messages = ex.realiser.messages(plan.requests[1], ex.outcomes)
     assert received[rid]["body"]["messages"] == messages  # the rest arrived, in order
+
+
+def test_a_chained_requests_budget_deadline_counts_from_its_write_not_its_turn() -> None:
+    """With a time budget, a request `_chain` wrote and whose session gets to it later (held)
+    keeps what was left of the budget when it was written: made at its turn, its deadline —
+    counted from the write — ended before the budget did, and the next request went out with
+    nothing left."""
+    now = [10.0]
+    plan = plan_of(GROWING, n="1")
+    ex = Executor(plan, Realiser(plan, RatioSizer(1.0)), httpx.AsyncClient(),
+                  Endpoint(base_url="http://e/v1", model="m"), ListSink(),
+                  clock=lambda: now[0], time_budget_s=1.0)
+    ex.t0 = 10.0
+    req = plan.requests[1]
+    wire = ex._make_wire(req, {plan.requests[0].id: Answer("a", "", 1)})
+    ex.built[req.id] = (wire, None)
+    ex.chained[req.id] = ([b"{}"], {"wl_conn": (None, b""), "wl_sent": (ex.clock, 10.6, 0.0)})
+    now[0] = 10.9  # its session's turn, 0.3 s after the write
+    wire, _ = ex._wire(req)
+    assert wire.budget_cut and abs(wire.deadline_s - 0.4) < 1e-9  # 1 s budget - 0.6 s at the write
+    assert abs(ex._deadline_fields()["deadline_s"] - 0.1) < 1e-9  # one made now

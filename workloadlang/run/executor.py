@@ -519,9 +519,12 @@ class Executor:
         if ahead is None:
             return self._make_wire(req), None
         wire, request = ahead
-        if self.time_budget_s:  # what is left of the budget now (built with all of it)
-            wire = wire.model_copy(update=self._deadline_fields())
         chained = self.chained.pop(req.id, None)
+        if self.time_budget_s:  # what was left of the budget when it was sent (built earlier)
+            sent = (chained[1] if chained is not None else
+                    request.extensions if request is not None else {}).get("wl_sent")
+            at = sent[1] if sent is not None and sent[0] is self.clock else None
+            wire = wire.model_copy(update=self._deadline_fields(at))
         if chained is not None:  # `_chain` wrote its bytes: now the httpx request of them
             request = build(self.endpoint, wire, b"".join(chained[0]))
             request.extensions.update(chained[1])
@@ -737,12 +740,14 @@ class Executor:
 
     # ------------------------------------------------------------ timing references
 
-    def _deadline_fields(self) -> dict[str, Any]:
-        """Output: a request's `deadline_s` made now — the workload's timeout, or what is left
+    def _deadline_fields(self, at: float | None = None) -> dict[str, Any]:
+        """Output: a request's `deadline_s` made now, or for a request sent already at `at`
+        (on `clock`: its deadline counts from then) — the workload's timeout, or what is left
         of the run's time budget when that is less (then `budget_cut`)."""
         if not self.time_budget_s:
             return {"deadline_s": self.plan.timeout_s, "budget_cut": False}
-        left = self.time_budget_s - (self.clock() - self.t0 if self.t0 else 0.0)
+        now = self.clock() if at is None else at
+        left = self.time_budget_s - (now - self.t0 if self.t0 else 0.0)
         deadline = max(0.001, min(self.plan.timeout_s, left))
         return {"deadline_s": deadline, "budget_cut": deadline < self.plan.timeout_s}
 
