@@ -864,3 +864,52 @@ def test_a_connection_handed_back_and_taken_by_a_task_already_queued_wakes_that_
     outs = asyncio.run(go())
     assert [(o.error, o.content) for o in outs] == [(None, "hi")] * 2
     assert server.conns == 1  # the second request did take the connection handed back
+
+
+def test_a_read_hook_that_raises_makes_its_reader_raise_at_once() -> None:
+    """The `on_read` hook must not raise; if it does (a bug), the body's reader raises that
+    exception at once instead of waiting for a wake that never comes (here: 3 s of tokens,
+    a 10 s read timeout)."""
+    server = RawServer(tokens_spaced(30, 0.1))
+
+    async def go() -> tuple[BaseException | None, float]:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            request = httpx.Request("POST", server.url + "/v1/chat/completions", content=b"{}",
+                                    extensions={"timeout": httpx.Timeout(10).as_dict()})
+            response = await client.send(request, stream=True)
+            stream = response.extensions["wl_stream"]
+
+            def hook() -> bool:
+                list(stream.queued())
+                raise ZeroDivisionError("hook bug")
+
+            stream.on_read(hook)
+            t0 = time.perf_counter()
+            try:
+                async for _ in stream:
+                    pass
+            except ZeroDivisionError as exc:
+                return exc, time.perf_counter() - t0
+            finally:
+                await response.aclose()
+            return None, time.perf_counter() - t0
+
+    exc, took = asyncio.run(go())
+    assert isinstance(exc, ZeroDivisionError) and took < 1.0
+
+
+def test_a_then_that_raises_in_the_read_callback_is_raised_by_send_once() -> None:
+    """`then` must not raise; if it does while called from the read of the answer's end
+    (`_take_reads`), `send` raises it, as it would had its task called `then` — at once, and
+    without calling `then` a second time."""
+    server = RawServer(keepalive_sse_later)
+    calls: list[bool] = []
+
+    def then(answer: Any, transport: Any) -> None:
+        calls.append(called_from("_take_reads"))
+        raise ZeroDivisionError("then bug")
+
+    t0 = time.perf_counter()
+    with pytest.raises(ZeroDivisionError):
+        send_with_then(server.url, then)
+    assert calls == [True] and time.perf_counter() - t0 < 2.0

@@ -584,7 +584,7 @@ def _take_reads(state: _Stream, stamps: Any, then: Callable[[Answer], Any] | Non
             pass
         state.t_end = state.now()
         if stamps.hand_back():
-            state.answered = True
+            state.answered = True  # called once, even if it raises (then its task raises it)
             state.hold = then(_answer(state))
     return True
 

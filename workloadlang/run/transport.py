@@ -507,7 +507,7 @@ class _Connection:
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
-        self.error: httpx.TransportError | None = None
+        self.error: Exception | None = None  # an httpx error, or what `on_read` raised
         self.waiter: asyncio.Future | None = None
         self.received_any = False
         self.head_only = False
@@ -660,13 +660,31 @@ class _Connection:
             self._wake()
             return
         waiter, turn = self.waiter, self.turn  # the hook may hand the connection on
-        if self.on_read():
+        try:
+            wake = self.on_read()
+        except Exception as exc:  # noqa: BLE001 (a bug in the hook: raised by its reader)
+            self._hook_failed(exc, waiter, turn)
+            return
+        if wake:
             if self.turn == turn:  # still this response's: did the hook stop before its end?
                 self.interrupted = not self.complete
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         elif self.waiter is not None and self.wait_timeout is not None:
             self.wait_deadline = self.loop.time() + self.wait_timeout  # data came: still alive
+
+    def _hook_failed(self, exc: Exception, waiter: asyncio.Future | None, turn: int) -> None:
+        """The `on_read` hook raised (it must not): its reader raises the same exception from
+        its wait, instead of waiting for a wake that will not come until its deadline; the
+        connection, unless the hook handed it on first, is not used again."""
+        if self.turn == turn:
+            if self.error is None:
+                self.error = exc  # raised as is by `next_chunk`
+            self._stop_reading()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        elif self.turn != turn:  # nobody of that response waits: at least say so
+            self.loop.call_exception_handler({"message": "a read hook raised", "exception": exc})
 
     def _fail_read(self, exc: OSError) -> None:
         if not self.received_any and self.reused:
