@@ -454,3 +454,32 @@ def test_a_chained_requests_budget_deadline_counts_from_its_write_not_its_turn()
     wire, _ = ex._wire(req)
     assert wire.budget_cut and abs(wire.deadline_s - 0.4) < 1e-9  # 1 s budget - 0.6 s at the write
     assert abs(ex._deadline_fields()["deadline_s"] - 0.1) < 1e-9  # one made now
+
+
+HANDOVERS = """
+workload handovers {
+  params { n: int = 24; c: int = 3 }
+  concurrency = $c
+  timeout = 5s
+  session s repeat $n { repeat 4 label step { user filler 20; reply 3 replay } }
+}
+"""
+
+
+@pytest.mark.parametrize("limit", ["3", "7"])
+def test_connections_handed_back_at_an_answers_end_and_taken_at_once_lose_no_wake(
+        fault_server: FaultServer, limit: str) -> None:  # noqa: F811
+    """Many sessions on few concurrency slots: answers end while other sessions wait for a
+    slot, so a connection handed back in the read of an answer's last byte is taken at once
+    by another session's task, often before the first reader has resumed. No request may
+    lose the wake of its answer. A stress guard for that kind of bug: against 9455cc1 (a
+    resumed reader cleared the next response's wait) it failed in 1 of 3 runs; the
+    deterministic case is tests/test_transport.py's `..._taken_by_a_task_already_queued_...`."""
+    fault_server.reset()
+    fault_server.defaults = {"x-fault": "slow", "x-tokens": "3", "x-interval-ms": "2"}
+    plan = plan_of(HANDOVERS, c=limit)
+    ex = run_against(fault_server, plan)
+    outcomes = [ex.outcomes[r.id] for r in plan.requests]
+    assert [o.error for o in outcomes] == [None] * 96
+    assert max(o.e2e_s for o in outcomes) < 2.0  # none waited out its deadline
+    assert ex.sem._value == ex.concurrency
