@@ -913,3 +913,34 @@ def test_a_then_that_raises_in_the_read_callback_is_raised_by_send_once() -> Non
     with pytest.raises(ZeroDivisionError):
         send_with_then(server.url, then)
     assert calls == [True] and time.perf_counter() - t0 < 2.0
+
+
+def test_a_connection_cut_after_done_parsed_in_the_read_callback_is_no_error() -> None:
+    """[DONE] is parsed in the read callback and the server then closes without the body's
+    end, both read while the loop is busy: the task, resumed after the close was seen, has a
+    complete answer — as when it reads [DONE] itself, the broken ending only loses the
+    connection (CI saw "stream broke after 5 token events" here)."""
+
+    def serve(conn: socket.socket, index: int) -> None:
+        read_request(conn)
+        conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked"))
+        time.sleep(0.06)  # while the client's loop is blocked: the whole stream, then the close
+        conn.sendall(b"%x\r\n%s\r\n" % (len(SSE), SSE))
+        conn.shutdown(socket.SHUT_RDWR)
+
+    server = RawServer(serve)
+
+    async def go() -> Any:
+        async with httpx.AsyncClient(transport=WireTransport()) as client:
+            async def block() -> None:
+                await asyncio.sleep(0.03)  # the head is in and the read hook set by then
+                time.sleep(0.3)
+
+            blocker = asyncio.ensure_future(block())
+            out = await send(client, Endpoint(base_url=server.url + "/v1", model="m"), WireRequest(
+                id="r0", messages=[{"role": "user", "content": "x"}], max_tokens=1))
+            await blocker
+            return out
+
+    out = asyncio.run(go())
+    assert out.error is None and out.content == "hi" and out.completion_tokens == 1

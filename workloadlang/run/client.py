@@ -721,9 +721,15 @@ async def _read_sse(chunks: AsyncIterator[bytes], state: _Stream, buf: bytes = b
                 state.stopped = True
                 return
     state.buf = buf
-    async for chunk in chunks:
-        if state.stopped or _feed_chunk(chunk, state, stamps):
-            return
+    try:
+        async for chunk in chunks:
+            if state.stopped or _feed_chunk(chunk, state, stamps):
+                return
+    except httpx.TransportError:
+        if not state.stopped:
+            raise
+        # `_take_reads` parsed up to a stop and the connection broke after it, before this task
+        # resumed: what broke is only the body's end, as for `_finish_body`
     if state.stopped:  # `_take_reads` parsed up to a stop (the answer's end)
         return
     if state.buf:
