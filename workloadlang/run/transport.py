@@ -1027,7 +1027,8 @@ class ResponseStream(httpx.AsyncByteStream):
         transport's read callback) instead of waking the body's reader: the hook takes what
         is queued (`queued`), may `hand_back` the connection at the body's end (`ended`), and
         returns True when the reader must be woken (it has something to do). It must not
-        raise. A read that fails wakes the reader as usual."""
+        raise (if it does, the reader raises the same exception: `_hook_failed`). A read that
+        fails wakes the reader as usual."""
         if not self._handed_back:
             self._conn.on_read = hook
 
