@@ -34,8 +34,13 @@ simulator's TCP receive work on the client's CPU). With `--perf` the report also
 every send later than 10 ms after its session could go on, how long the client itself ran in
 that window (`late sends`): the rest of it other tasks had the CPU, or the VM's host.
 
+With `--slow-calls MS` the client loads `bench/slowcalls` (a sitecustomize on its PYTHONPATH:
+nothing of it is in `wl run`), which records its loop callbacks, the executor's steps and the
+collector's passes that took longer than MS, and the report lists those in the worst delay.
+
 Usage: /work/venv/bin/python bench/scale.py [--sessions 256] [--steps 20] [--step-tokens 500]
        [--slots 64] [--decode-us US] [--pin [--steer-lo] [--perf HZ [--stacks]]] [--keep DIR]
+       [--slow-calls MS]
 """
 
 from __future__ import annotations
@@ -195,14 +200,46 @@ def describe_own(shares: list[tuple[float, float, dict]], bound_ms: float = 10.0
             f"{(own[1] - own[0]) * 1000:.1f} ms window: {cpuwindow.describe(own[2])}")
 
 
+def clock_origin(sent: list[dict]) -> float:
+    """Output: the run's clock origin in unix time (each record has its send on both clocks)."""
+    return statistics.median(r["t_send_unix"] - r["t_start_s"] for r in sent
+                             if r["t_send_unix"] is not None and r["t_start_s"] is not None)
+
+
+def print_slow_calls(path: str, sent: list[dict], health: dict, limit_ms: float) -> None:
+    """Print what `bench/slowcalls` recorded in the client (`--slow-calls`): how many loop
+    callbacks took longer than `limit_ms` during the run and the longest, then every entry
+    (callbacks, the executor's steps in them, collections) that overlaps the worst client
+    delay's window, in time order, at milliseconds from the window's beginning."""
+    if not os.path.exists(path):
+        print(f"{'slow calls':<19}none recorded (no file from the client)")
+        return
+    rows = [json.loads(line) for line in open(path)]
+    origin = clock_origin(sent)
+    t_last = max(r["t_start_s"] + (r["e2e_s"] or 0) for r in sent if r["t_start_s"] is not None)
+    during = [r for r in rows if origin <= r["at"] <= origin + t_last]
+    calls = [r for r in during if not r["what"].startswith(" ")]
+    longest = max(calls, key=lambda r: r["ms"], default=None)
+    print(f"{'slow calls':<19}{len(calls)} loop callbacks over {limit_ms:g} ms during the run"
+          + (f", the longest {longest['ms']:.1f} ms ({longest['what']}) at "
+             f"{longest['at'] - origin:.3f} s" if longest else ""))
+    at, ms = health.get("client_delay_max_at_s"), health.get("client_delay_max_ms")
+    if at is None or ms is None:
+        return
+    begin, end = origin + at - ms / 1000, origin + at
+    inside = sorted((r for r in during if r["at"] < end and r["at"] + r["ms"] / 1000 > begin),
+                    key=lambda r: r["at"])
+    print(f"{'  in worst delay':<19}{ms:.1f} ms window at {at:.3f} s: " + ("; ".join(
+        f"+{(r['at'] - begin) * 1000:.1f} {r['what'].strip()} {r['ms']:.1f} ms" for r in inside)
+        or "no call over the limit"))
+
+
 def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq: int,
                       stacks: bool = False) -> None:
     """Print what ran on the client's CPUs during the worst client delay (from the moment its
     session could go on to its send) and the worst loop lag (the late 5 ms sleep); with
     `stacks`, also what the event loop's thread was doing there (`cpuwindow.summarise`)."""
-    # the run's clock origin in unix time: each record has its send on both clocks
-    origin = statistics.median(r["t_send_unix"] - r["t_start_s"] for r in sent
-                               if r["t_send_unix"] is not None and r["t_start_s"] is not None)
+    origin = clock_origin(sent)
     windows = [("worst delay", health["client_delay_max_ms"], health["client_delay_max_at_s"], 0),
                ("worst lag", health["loop_lag_max_ms"], health["loop_lag_max_at_s"], 5.0)]
     late = [(origin + b, origin + e) for b, e in late_sends(sent)]
@@ -218,6 +255,18 @@ def print_cpu_windows(path: str, sent: list[dict], health: dict, pid: int, freq:
         if stacks:
             chains = cpuwindow.chains(path, end - (ms + base) / 1000, end, pid)
             print(f"{'  loop thread':<19}{cpuwindow.summarise(chains, freq)}")
+
+
+def client_env(args: argparse.Namespace, out_dir: str) -> dict[str, str]:
+    """Output: the `wl run` process's environment: this one's, and with `--slow-calls` the
+    `bench/slowcalls` diagnostic loaded (its records go to `out_dir`/slowcalls.jsonl)."""
+    env = dict(os.environ)
+    if args.slow_calls:
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slowcalls")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        env["WL_SLOWCALLS"] = os.path.join(out_dir, "slowcalls.jsonl")
+        env["WL_SLOWCALLS_MS"] = str(args.slow_calls)
+    return env
 
 
 def run_client(args: argparse.Namespace, port: int, out_dir: str,
@@ -239,7 +288,7 @@ def run_client(args: argparse.Namespace, port: int, out_dir: str,
         t0, steal0 = time.perf_counter(), steal_s()
         pin = (lambda: os.sched_setaffinity(0, wl_cpus)) if wl_cpus else None
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=pin)
+                                preexec_fn=pin, env=client_env(args, out_dir))
         _, status, usage = os.wait4(proc.pid, 0)
         wall, steal1 = time.perf_counter() - t0, steal_s()
         stderr = proc.stderr.read() if proc.stderr else ""
@@ -274,6 +323,9 @@ def main() -> int:
     ap.add_argument("--stacks", action="store_true",
                     help="with --perf: record call chains and say what the event loop's thread "
                          "was doing in those windows (system calls, page faults, its own code)")
+    ap.add_argument("--slow-calls", type=float, metavar="MS", default=0,
+                    help="record the client's loop callbacks, executor steps and collections "
+                         "longer than MS (bench/slowcalls) and say which ran in the worst delay")
     args = ap.parse_args()
     if args.stacks and not args.perf:
         ap.error("--stacks needs --perf")
@@ -323,6 +375,9 @@ def main() -> int:
     if args.perf:
         print_cpu_windows(os.path.join(out_dir, "perf.data"), sent, res["client"], proc.pid,
                           args.perf, args.stacks)
+    if args.slow_calls:
+        print_slow_calls(os.path.join(out_dir, "slowcalls.jsonl"), sent, res["client"],
+                         args.slow_calls)
     gates = ", ".join(f"{g['name']}={g['status']}" for g in res["gates"])
     print(f"gates            {gates}")
     if not args.keep:
