@@ -26,9 +26,9 @@ _slow: list[tuple[float, float, str]] = []  # (unix start, seconds, what)
 _patched = False
 
 
-def _name(handle: asyncio.events.Handle) -> str:
-    """Output: what a loop callback runs: a task's coroutine, else the callback's name."""
-    cb = handle._callback  # noqa: SLF001
+def _name(handle: asyncio.events.Handle, cb) -> str:
+    """Output: what a loop callback runs (`cb`, taken before it ran: a reader's callback that
+    stops reading cancels its own handle): a task's coroutine, else the callback's name."""
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Task):
         return "task " + getattr(owner.get_coro(), "__qualname__", "?")
@@ -72,11 +72,11 @@ _run = asyncio.events.Handle._run  # noqa: SLF001
 def _timed_run(self: asyncio.events.Handle) -> None:
     if not _patched:
         _patch_executor()
-    t, at = time.perf_counter(), time.time()
+    cb, t, at = self._callback, time.perf_counter(), time.time()  # noqa: SLF001
     _run(self)
     took = time.perf_counter() - t
     if took > _LIMIT:
-        _slow.append((at, took, _name(self)))
+        _slow.append((at, took, _name(self, cb)))
 
 
 _gc_began = [0.0, 0.0]
