@@ -126,3 +126,77 @@ def test_cpu_steady_reports_the_spread_of_equal_work() -> None:
     times = cpu_steady.rounds(2)
     assert len(times) == 2 and all(t > 0 for t in times)
     assert len(cpu_steady.work()) == 1024  # the same work every round
+
+
+def test_slowcalls_records_slow_loop_callbacks_and_the_executors_steps(tmp_path) -> None:
+    """bench/slowcalls, loaded through PYTHONPATH as `--slow-calls` loads it: a callback that
+    sleeps 30 ms and a fast one; an `Executor._chain` (a stand-in module with that name) that
+    takes 20 ms inside a task step. Only the slow ones are written, each named."""
+    import json
+    import subprocess
+
+    fake = tmp_path / "pkg" / "workloadlang" / "run"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "executor.py").write_text(
+        "import time\n"
+        "class Executor:\n"
+        "    def _chain(self, req, after, answer):\n"
+        "        time.sleep(0.02)\n"
+        "        return True\n")
+    script = (
+        "import asyncio, time\n"
+        "import workloadlang.run.executor as ex\n"
+        "class R:\n"
+        "    id = 's1#2'\n"
+        "def slow():\n"
+        "    time.sleep(0.03)\n"
+        "def fast():\n"
+        "    pass\n"
+        "async def step():\n"
+        "    ex.Executor()._chain(R(), None, None)\n"
+        "async def main():\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    loop.call_soon(slow)\n"
+        "    loop.call_soon(fast)\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    await asyncio.ensure_future(step())\n"
+        "asyncio.run(main())\n")
+    out = tmp_path / "slow.jsonl"
+    here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench", "slowcalls")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, str(tmp_path / "pkg")]),
+               WL_SLOWCALLS=str(out), WL_SLOWCALLS_MS="10")
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60,
+                   cwd=tmp_path)  # not the repository's `workloadlang`: the stand-in
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    whats = [r["what"] for r in rows]
+    assert any(w == "slow" for w in whats), whats
+    assert not any(w == "fast" for w in whats), whats
+    assert "  _chain s1#2" in whats, whats
+    assert "task step" in whats, whats
+    assert all(r["ms"] >= 10 for r in rows), rows
+
+
+def test_the_slow_calls_report_lists_what_overlaps_the_worst_delay(tmp_path, capsys) -> None:
+    """The run's origin is 1000 s (unix); the worst delay is 10 ms ending at 2.000 s. Of the
+    recorded calls, one ends inside the window, one starts inside it, one is before it and one
+    came before the run: the report counts the run's loop callbacks and lists the two."""
+    import json
+
+    from scale import print_slow_calls
+
+    sent = [{"t_send_unix": 1000.0 + t, "t_start_s": t, "e2e_s": 1.0} for t in (0.0, 2.5)]
+    rows = [{"at": 1001.9885, "ms": 3.0, "what": "_Connection._on_readable"},  # ends at +1.5
+            {"at": 1001.9985, "ms": 4.0, "what": "  _chain s1#2"},  # starts at +8.5
+            {"at": 1001.5, "ms": 6.0, "what": "Executor._deferred"},  # before the window
+            {"at": 999.0, "ms": 50.0, "what": "task main_async"}]  # before the run
+    path = tmp_path / "slowcalls.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print_slow_calls(str(path), sent, {"client_delay_max_ms": 10.0,
+                                       "client_delay_max_at_s": 2.0}, 2.0)
+    out = capsys.readouterr().out
+    assert "2 loop callbacks over 2 ms during the run, the longest 6.0 ms " \
+           "(Executor._deferred) at 1.500 s" in out
+    assert ("10.0 ms window at 2.000 s: +-1.5 _Connection._on_readable 3.0 ms; "
+            "+8.5 _chain s1#2 4.0 ms") in out

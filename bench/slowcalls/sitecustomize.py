@@ -63,7 +63,8 @@ def _patch_executor() -> None:
         return
     _patched = True
     for method in _STEPS:
-        _timed(executor.Executor, method)
+        if hasattr(executor.Executor, method):  # a step renamed or gone is not timed
+            _timed(executor.Executor, method)
 
 
 _run = asyncio.events.Handle._run  # noqa: SLF001
