@@ -7,7 +7,8 @@ transport's `_deliver_all` with its batch size), the executor's steps inside the
 `_write_bytes`, `_make_wire`, `_build_early`, `_wire`, `_record`, `_flush`, with the request
 id) and the garbage collector's passes (generation, objects collected). At exit it writes one
 JSON line per entry to the file `WL_SLOWCALLS` names: {"at": unix start, "ms": duration,
-"what": ...}. Costs two clock reads a callback; nothing of it is in `wl run` itself."""
+"what": ...}. Costs three clock reads a callback; nothing of it is in `wl run` itself. A
+client killed before its exit leaves no file."""
 
 from __future__ import annotations
 
