@@ -379,3 +379,60 @@ def test_bundled_perf_sim_needs_the_context_limit():
     plan = api.make_plan(wl, source, {}, salt=SALT, env={"max_context": 65536})
     assert plan.max_context == 65536
     assert max(r.prompt_tokens + r.max_tokens for r in plan.requests) <= 65536
+
+
+# ---------------------------------------------------------------- isolated
+
+
+ISOLATED = """
+workload iso {
+  session main repeat 2 {
+    user filler 1k
+    reply 8 as first
+    reply 8 isolated label one
+    spawn 2 fork isolated label twin { user filler 100; reply 4 }
+    turn fin isolated { user filler 200; reply 4; probe label inner }
+    probe isolated label p
+    repeat 2 isolated label r { user "x"; reply 2 }
+    for i in 0..2 isolated label f { user "y"; reply 2 }
+    fresh isolated label fr { user "z"; probe }
+    grow until 2k by 1k isolated label g { user filler 1k; reply 2 }
+    resend first isolated
+    resend first label plain
+    reply 4 label last
+  }
+  gates { alone: overall count(ok{isolated}) >= 1 }
+}
+"""
+
+
+def test_isolated_marks_requests_and_every_request_of_a_block():
+    plan = plan_of(ISOLATED)
+    by_label: dict[str, set[bool]] = {}
+    for r in plan.requests:
+        by_label.setdefault(r.label, set()).add(r.isolated)
+    assert by_label.pop("reply") == {False}  # `reply 8 as first`
+    assert by_label.pop("plain") == {False} and by_label.pop("last") == {False}
+    assert all(v == {True} for v in by_label.values()), by_label
+    assert {"one", "twin", "fin", "inner", "p", "r", "f", "fr", "g", "resend"} <= set(by_label)
+
+
+def test_isolation_changes_the_plan_hash_and_its_absence_does_not():
+    marked = plan_of(ISOLATED)
+    unmarked = plan_of(ISOLATED.replace(" isolated", "").replace("{isolated}", "{ok}"))
+    assert marked.plan_hash != unmarked.plan_hash
+    assert marked.requests[0].model_dump(exclude={"isolated"}) == \
+        unmarked.requests[0].model_dump(exclude={"isolated"})
+
+
+def test_the_isolated_flag_selects_what_the_plan_marks():
+    plan = plan_of(ISOLATED)
+    reads = plan.gates[0].reads["overall"]
+    assert reads == sum(r.isolated for r in plan.requests)
+
+
+def test_the_dry_run_shows_isolation_only_when_a_plan_has_it():
+    from workloadlang.plan.render import render_plan
+    assert "isolated" in render_plan(plan_of(ISOLATED)).splitlines()[4]
+    assert "isolated" not in render_plan(plan_of(ISOLATED.replace(" isolated", "")
+                                                 .replace("{isolated}", "{ok}")))

@@ -230,6 +230,7 @@ class Reply(Node):
     label: str | None = None
     options: tuple[Option, ...] = ()
     expect: tuple[Expect, ...] = ()
+    isolated: bool = False  # timed alone: nothing else of the run in flight (docs/language.md)
     span: Span
 
 
@@ -242,6 +243,7 @@ class Probe(Node):
     name: str | None = None
     label: str | None = None
     options: tuple[Option, ...] = ()
+    isolated: bool = False
     span: Span
 
 
@@ -254,6 +256,7 @@ class Resend(Node):
     index: Expr | None = None
     max_tokens: Expr | None = None
     label: str | None = None
+    isolated: bool = False
     span: Span
 
 
@@ -271,6 +274,7 @@ class Turn(Node):
     kind: Literal["turn"] = "turn"
     name: str
     body: tuple[Stmt, ...]
+    isolated: bool = False
     span: Span
 
 
@@ -303,6 +307,7 @@ class For(Node):
     until: StopOn | None = None
     label: str | None = None
     body: tuple[Stmt, ...]
+    isolated: bool = False
     span: Span
 
 
@@ -314,6 +319,7 @@ class Repeat(Node):
     var: str | None = None
     label: str | None = None
     body: tuple[Stmt, ...]
+    isolated: bool = False
     span: Span
 
 
@@ -327,6 +333,7 @@ class Grow(Node):
     var: str | None = None
     label: str | None = None
     body: tuple[Stmt, ...]
+    isolated: bool = False
     span: Span
 
 
@@ -343,6 +350,7 @@ class Spawn(Node):
     var: str | None = None
     label: str | None = None
     body: tuple[Stmt, ...]
+    isolated: bool = False
     span: Span
 
 
@@ -352,6 +360,7 @@ class Fresh(Node):
     kind: Literal["fresh"] = "fresh"
     label: str | None = None
     body: tuple[Stmt, ...]
+    isolated: bool = False
     span: Span
 
 

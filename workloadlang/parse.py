@@ -31,7 +31,8 @@ from workloadlang.evaluate import split_number
 from workloadlang.resources import read_grammar
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-FLAGS = frozenset({"warm", "cold", "hit", "miss", "aborted", "ok", "probe", "error"})
+FLAGS = frozenset({"warm", "cold", "hit", "miss", "aborted", "ok", "probe", "error",
+                   "isolated"})
 """Bare selector words that filter by outcome rather than naming a label, phase or session."""
 
 
@@ -345,6 +346,9 @@ class _Lower(Transformer):
     report = _clause("report", "all")
     doc = pdoc = _clause("doc", "string")
 
+    def isolated(self, meta: Any, c: list) -> _Clause:
+        return _Clause("isolated", True, self.span(meta))
+
     # -- helpers
 
     def span(self, meta: Any) -> ir.Span:
@@ -449,7 +453,8 @@ class _Lower(Transformer):
         f = self.gather(c[1:])
         return ir.Reply(max_tokens=c[0], mode=f.get("mode", "replay"), abort_after=f.get("abort"),
                         name=f.get("as"), label=f.get("label"), options=_flat(f.get("options", [])),
-                        expect=tuple(f.get("expect", [])), span=self.span(meta))
+                        expect=tuple(f.get("expect", [])), isolated=f.get("isolated", False),
+                        span=self.span(meta))
 
     def expect(self, meta: Any, c: list) -> _Clause:
         span = self.span(meta)
@@ -460,18 +465,21 @@ class _Lower(Transformer):
     def probe(self, meta: Any, c: list) -> ir.Probe:
         f = self.gather(c[1:])
         return ir.Probe(max_tokens=c[0], name=f.get("as"), label=f.get("label"),
-                        options=_flat(f.get("options", [])), span=self.span(meta))
+                        options=_flat(f.get("options", [])), isolated=f.get("isolated", False),
+                        span=self.span(meta))
 
     def resend(self, meta: Any, c: list) -> ir.Resend:
         f = self.gather(c[2:])
         return ir.Resend(name=str(c[0]), index=c[1], max_tokens=f.get("max_tokens"),
-                         label=f.get("label"), span=self.span(meta))
+                         label=f.get("label"), isolated=f.get("isolated", False),
+                         span=self.span(meta))
 
     def wait(self, meta: Any, c: list) -> ir.Wait:
         return ir.Wait(duration=c[0], span=self.span(meta))
 
     def turn(self, meta: Any, c: list) -> ir.Turn:
-        return ir.Turn(name=str(c[0]), body=c[1], span=self.span(meta))
+        return ir.Turn(name=str(c[0]), isolated=c[1] is not None, body=c[2],
+                       span=self.span(meta))
 
     def phase(self, meta: Any, c: list) -> ir.Phase:
         return ir.Phase(name=str(c[0]), body=c[1], span=self.span(meta))
@@ -481,26 +489,29 @@ class _Lower(Transformer):
         f = self.gather(clauses)
         bounds = {"over": first} if second is None else {"low": first, "high": second}
         return ir.For(var=str(var), reverse=reverse is not None, until=f.get("until"),
-                      label=f.get("label"), body=body, span=self.span(meta), **bounds)
+                      label=f.get("label"), isolated=f.get("isolated", False), body=body,
+                      span=self.span(meta), **bounds)
 
     def repeat(self, meta: Any, c: list) -> ir.Repeat:
         f = self.gather(c[1:-1])
-        return ir.Repeat(count=c[0], var=f.get("as"), label=f.get("label"), body=c[-1],
-                         span=self.span(meta))
+        return ir.Repeat(count=c[0], var=f.get("as"), label=f.get("label"),
+                         isolated=f.get("isolated", False), body=c[-1], span=self.span(meta))
 
     def grow(self, meta: Any, c: list) -> ir.Grow:
         f = self.gather(c[2:-1])
-        return ir.Grow(until=c[0], by=c[1], var=f.get("as"), label=f.get("label"), body=c[-1],
-                       span=self.span(meta))
+        return ir.Grow(until=c[0], by=c[1], var=f.get("as"), label=f.get("label"),
+                       isolated=f.get("isolated", False), body=c[-1], span=self.span(meta))
 
     def spawn(self, meta: Any, c: list) -> ir.Spawn:
         f = self.gather(c[1:-1])
         return ir.Spawn(count=c[0], mode=f.get("mode", "cold"), var=f.get("as"),
-                        label=f.get("label"), body=c[-1], span=self.span(meta))
+                        label=f.get("label"), isolated=f.get("isolated", False), body=c[-1],
+                        span=self.span(meta))
 
     def fresh(self, meta: Any, c: list) -> ir.Fresh:
         f = self.gather(c[:-1])
-        return ir.Fresh(label=f.get("label"), body=c[-1], span=self.span(meta))
+        return ir.Fresh(label=f.get("label"), isolated=f.get("isolated", False), body=c[-1],
+                        span=self.span(meta))
 
     def if_stmt(self, meta: Any, c: list) -> ir.If:
         return ir.If(cond=c[0], then=c[1], orelse=c[2] or (), span=self.span(meta))

@@ -3,8 +3,8 @@
 Input: planned requests (or run records that carry one) and an `ir.SelItem` tuple.
 Output: the selected items, in schedule order.
 
-The planner applies only the static part (names, labels, phases, sessions, `warm`/`cold`/`probe`,
-windows), to prove at plan time that every gate reads something; gates apply the run-time flags
+The planner applies only the static part (names, labels, phases, sessions,
+`warm`/`cold`/`probe`/`isolated`, windows), to prove at plan time that every gate reads something; gates apply the run-time flags
 (`hit`, `miss`, `aborted`, `ok`, `error`) as well.
 """
 
@@ -18,7 +18,7 @@ from workloadlang.plan.model import PRequest
 
 T = TypeVar("T")
 
-STATIC_FLAGS = frozenset({"warm", "cold", "probe"})
+STATIC_FLAGS = frozenset({"warm", "cold", "probe", "isolated"})
 DYNAMIC_FLAGS = frozenset({"hit", "miss", "aborted", "ok", "error"})
 FLAGS = STATIC_FLAGS | DYNAMIC_FLAGS
 
@@ -39,7 +39,8 @@ def static_match(r: PRequest, item: ir.SelItem) -> bool:
     if key == "session":
         return v in (r.session_name, r.session)
     if key == "flag" and v in STATIC_FLAGS:
-        return {"warm": is_warm(r), "cold": not is_warm(r), "probe": r.kind == "probe"}[v]
+        return {"warm": is_warm(r), "cold": not is_warm(r), "probe": r.kind == "probe",
+                "isolated": r.isolated}[v]
     return True
 
 

@@ -59,6 +59,7 @@ class PRequest(Frozen):
     `expected_cached` is what a perfect prefix cache would serve, `prefix_source` the earlier
     request whose prompt (and reply) provides that prefix. `stop_group`/`stop_iter`: the loop
     instance with an `until` condition this request belongs to, and its iteration.
+    `isolated`: nothing else of the run is in flight from its send to its end.
     """
 
     id: str
@@ -86,6 +87,9 @@ class PRequest(Frozen):
     stop_on: Literal["miss", "hit", "error"] | None = None
     stop_iter: int | None = None
     wait_before: float = 0.0
+    # timed alone: the runner lets the run's other requests end first and starts none until
+    # this one has ended (docs/language.md "isolated")
+    isolated: bool = False
     span: Span
 
 

@@ -59,6 +59,7 @@ class Ctx:
     path: str
     env: Mapping[str, Any]
     stop: tuple[str, str, int] | None = None
+    isolated: bool = False  # inside an `isolated` block
 
     def at(self, path: str, **kw: Any) -> "Ctx":
         return replace(self, path=f"{self.path}/{path}", **kw)
@@ -205,7 +206,7 @@ def stmt_wait(b: Builder, s: ir.Wait, ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_turn(b: Builder, s: ir.Turn, ctx: Ctx, conv: Conv) -> None:
-    walk(b, s.body, replace(ctx, label=s.name), conv)
+    walk(b, s.body, replace(ctx, label=s.name, isolated=ctx.isolated or s.isolated), conv)
 
 
 def stmt_phase(b: Builder, s: ir.Phase, ctx: Ctx, conv: Conv) -> None:
@@ -230,12 +231,13 @@ def stmt_for(b: Builder, s: ir.For, ctx: Ctx, conv: Conv) -> None:
     for pos, (idx, val) in enumerate(pairs):
         stop = (group, s.until, pos) if group else ctx.stop
         sub = ctx.at(f"{pos}", env={**ctx.env, s.var: val}, index=idx,
-                     label=s.label or ctx.label, stop=stop)
+                     label=s.label or ctx.label, stop=stop, isolated=ctx.isolated or s.isolated)
         walk(b, s.body, sub, conv)
 
 
 def stmt_repeat(b: Builder, s: ir.Repeat, ctx: Ctx, conv: Conv) -> None:
-    loop(b, s.body, ctx, conv, count(b, s.count, ctx, "repeat count"), s.var, s.label)
+    loop(b, s.body, isolating(ctx, s), conv, count(b, s.count, ctx, "repeat count"), s.var,
+         s.label)
 
 
 def stmt_grow(b: Builder, s: ir.Grow, ctx: Ctx, conv: Conv) -> None:
@@ -243,7 +245,12 @@ def stmt_grow(b: Builder, s: ir.Grow, ctx: Ctx, conv: Conv) -> None:
     if step <= 0:
         b.error("WL401", "grow step must be positive", s.by.span)
         return
-    loop(b, s.body, ctx, conv, max(1, math.ceil(size / step)), s.var, s.label)
+    loop(b, s.body, isolating(ctx, s), conv, max(1, math.ceil(size / step)), s.var, s.label)
+
+
+def isolating(ctx: Ctx, s: ir.Repeat | ir.Grow) -> Ctx:
+    """Output: `ctx`, marked isolated when the block `s` is."""
+    return replace(ctx, isolated=True) if s.isolated else ctx
 
 
 def loop(b: Builder, body, ctx: Ctx, conv: Conv, n: int, var: str | None, label: str | None) -> None:
@@ -257,11 +264,13 @@ def stmt_spawn(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv) -> None:
         env = {**ctx.env, s.var: k} if s.var else ctx.env
         child = Conv(msgs=list(conv.msgs) if s.mode == "fork" else [],
                      last_request=conv.last_request if s.mode == "fork" else None)
-        walk(b, s.body, ctx.at(str(k), env=env, index=k, label=s.label or ctx.label), child)
+        walk(b, s.body, ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
+                               isolated=ctx.isolated or s.isolated), child)
 
 
 def stmt_fresh(b: Builder, s: ir.Fresh, ctx: Ctx, conv: Conv) -> None:
-    walk(b, s.body, replace(ctx, label=s.label or ctx.label), Conv())
+    walk(b, s.body, replace(ctx, label=s.label or ctx.label,
+                            isolated=ctx.isolated or s.isolated), Conv())
 
 
 def stmt_if(b: Builder, s: ir.If, ctx: Ctx, conv: Conv) -> None:
@@ -312,7 +321,8 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
         expected_cached=min(expected, max(0, prompt - 1)), prefix_source=source,
         max_tokens=max_tokens, abort_after=abort, reply_kept=kept,
         options={**b.options, **options}, expect=expect, stop_group=stop_group, stop_on=stop_on,
-        stop_iter=stop_iter, wait_before=b.pending_wait.pop(ctx.session, 0.0), span=s.span)
+        stop_iter=stop_iter, wait_before=b.pending_wait.pop(ctx.session, 0.0),
+        isolated=ctx.isolated or getattr(s, "isolated", False), span=s.span)
     b.requests.append(req)
     generated = abort if abort is not None else max_tokens
     b.prefix.add(rid, atoms, generated if kept != "drop" else 0, partial=kept == "partial")
@@ -440,8 +450,14 @@ def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int) 
 
 def plan_hash(plan: Plan) -> str:
     """sha256 of the canonical JSON of the plan, without its hash and without the path it was
-    read from (`x.wl` and `./x.wl` are the same plan): equal plans, equal hashes."""
-    text = plan.model_dump_json(exclude={"plan_hash", "source"})
+    read from (`x.wl` and `./x.wl` are the same plan): equal plans, equal hashes. Which
+    requests are `isolated` is hashed as a list of their ids, added only when there are any,
+    so a plan without isolation keeps the hash it had before the field existed."""
+    text = plan.model_dump_json(exclude={"plan_hash": True, "source": True,
+                                         "requests": {"__all__": {"isolated"}}})
+    isolated = [r.id for r in plan.requests if r.isolated]
+    if isolated:
+        text += "\nisolated " + " ".join(isolated)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -28,6 +28,12 @@ def request_row(r: PRequest) -> list[Any]:
             "–" if r.abort_after is None else r.abort_after]
 
 
+def isolated_cell(rs: list[PRequest]) -> str:
+    """The `isolated` column of one or more requests: `yes`, `–`, or how many of them."""
+    n = sum(r.isolated for r in rs)
+    return "yes" if n == len(rs) else "–" if n == 0 else f"{n} of {len(rs)}"
+
+
 def group_row(rs: list[PRequest]) -> list[Any]:
     """One row for a run of requests of the same session, phase and label."""
     if len(rs) == 1:
@@ -44,15 +50,21 @@ def group_row(rs: list[PRequest]) -> list[Any]:
 
 
 def schedule_table(plan: Plan, full: bool) -> str:
+    """The schedule; with an `isolated` column when some request is timed alone."""
     reqs = list(plan.requests)
     if full or len(reqs) <= SUMMARY_ROWS:
-        rows = [request_row(r) for r in reqs]
+        groups = [[r] for r in reqs]
     else:
         keyf = lambda r: (r.session, r.phase, r.label)  # noqa: E731
-        rows = [group_row(list(g)) for _, g in groupby(reqs, key=keyf)]
-    return tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True,
-                    colalign=("left", "left", "left", "right", "right", "right", "right",
-                              "right", "right"))
+        groups = [list(g) for _, g in groupby(reqs, key=keyf)]
+    rows = [group_row(g) for g in groups]
+    headers, align = list(HEADERS), ["left"] * 3 + ["right"] * 6
+    if any(r.isolated for r in reqs):
+        rows = [row + [isolated_cell(g)] for row, g in zip(rows, groups)]
+        headers.append("isolated")
+        align.append("right")
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True,
+                    colalign=align)
 
 
 def totals_block(plan: Plan) -> str:
