@@ -19,14 +19,13 @@ What is timed, each the best and the median of `--repeat` runs:
   token (`make_body(int(tokens / 0.25), salt)`), appending `rng.choice(words)` until the length
   is reached; its vocabulary was ten pangram-style sentences split on spaces.
 
-Usage: /work/venv/bin/python bench/realise_speed.py [--repeat 5] [--check]
+Usage: python -m bench.realise_speed [--repeat 5] [--check] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -34,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from bench.harness import add_json_argument, describe_machine, machine, write_json
 from workloadlang import api
 from workloadlang.plan import synth
 from workloadlang.plan.model import Plan
@@ -93,11 +93,13 @@ def realise_all(plan: Plan, replies: dict[str, Reply], dump: bool = False) -> in
     return chars
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
-    args = ap.parse_args()
+    add_json_argument(ap)
+    args = ap.parse_args(argv)
+    started = machine()
 
     plan = default_agent_sim()
     replies = {r.id: Reply(content=synth.filler("reply", r.id, 64), completion_tokens=64)
@@ -116,8 +118,7 @@ def main() -> int:
     per_tok = lambda t: 1e9 * t / unique_tokens  # noqa: E731  (ns per token)
     speedup_realise = min(a / b for a, b in zip(t_loop, t_realise))
     speedup_synth = min(a / b for a, b in zip(t_loop, t_synth))
-    print(f"python {sys.version.split()[0]} · {os.cpu_count()} CPUs · load average "
-          f"{os.getloadavg()[0]:.2f} · best and median of {args.repeat}\n")
+    print(f"{describe_machine(started)} · best and median of {args.repeat}\n")
     print(f"plan: agent-sim defaults, {len(plan.requests)} requests, "
           f"{plan.totals.prompt_tokens:,} prompt tokens, {len(fillers)} fillers "
           f"({unique_tokens:,} unique filler tokens), {body_chars / 1e6:.1f} MB of request JSON\n")
@@ -137,6 +138,11 @@ def main() -> int:
           f"alone) (target >= {TARGET_SPEEDUP}×): "
           f"{'ok' if min(speedup_realise, speedup_synth) >= TARGET_SPEEDUP else 'MISSED'}")
     missed = t_realise[1] >= TARGET_S or min(speedup_realise, speedup_synth) < TARGET_SPEEDUP
+    write_json(args.json, "realise_speed", args,
+               [{"what": label, "best_s": best, "median_s": med, "ns_per_token": per_tok(best)}
+                for label, (best, med) in rows], started, requests=len(plan.requests),
+               prompt_tokens=plan.totals.prompt_tokens, unique_filler_tokens=unique_tokens,
+               speedup_realise=speedup_realise, speedup_synth=speedup_synth, missed=missed)
     return 1 if args.check and missed else 0
 
 

@@ -6,16 +6,16 @@ JSON, then times `python -m workloadlang.report FILE -o FILE.html` in a fresh pr
 time a person waits, interpreter start and imports included) and, warm, the in-process render.
 Each timing is the best of `--repeat` tries (default 3), as CPU time (user + system of the
 process) and wall time: on a shared machine the wall time also counts the waits for a core.
-Output: a table on stdout; exit 1 with `--check` when a report takes >= 3 s (wall, best of the
-tries) or is >= 5 MB.
+Output: a table on stdout (and with `--json PATH` the figures in a file); exit 1 with `--check`
+when a report takes >= 3 s (wall, best of the tries) or is >= 5 MB.
 
-    /work/venv/bin/python bench/report_scale.py            # the figures in docs/performance.md
+Usage: python -m bench.report_scale [--requests 10000] [--repeat 3] [--kinds K,...] [--check]
+       [--keep DIR] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import subprocess
 import sys
@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.harness import add_json_argument, describe_machine, machine, table, write_json
 from workloadlang.report import sample
 from workloadlang.report.render import render_html
 
@@ -76,6 +77,11 @@ def measure(kind: str, n: int, folder: Path, repeat: int) -> dict:
             "cpu_s": min(c for _, c in runs), "render_s": min(warm)}
 
 
+COLUMNS = [("kind", "kind", ""), ("requests", "requests", ",d"), ("json_mb", "JSON MB", ".2f"),
+           ("html_mb", "HTML MB", ".2f"), ("wall_s", "wall s", ".2f"), ("cpu_s", "CPU s", ".2f"),
+           ("render_s", "render s", ".2f")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000)
@@ -83,20 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help=f"exit 1 past {LIMIT_S} s or {LIMIT_MB} MB")
     ap.add_argument("--repeat", type=int, default=3, help="tries per kind (the best counts)")
     ap.add_argument("--keep", help="write the files here instead of a temporary folder")
+    add_json_argument(ap)
     args = ap.parse_args(argv)
-    ok = True
+    started = machine()
+    print(describe_machine(started))
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        print(f"{'kind':<10} {'requests':>8} {'json MB':>8} {'html MB':>8} {'wall s':>7} "
-              f"{'CPU s':>6} {'render s':>9}")
         for kind in args.kinds.split(","):
-            m = measure(kind, args.requests, folder, args.repeat)
-            print(f"{m['kind']:<10} {m['requests']:>8,} {m['json_mb']:>8.2f} {m['html_mb']:>8.2f} "
-                  f"{m['wall_s']:>7.2f} {m['cpu_s']:>6.2f} {m['render_s']:>9.2f}", flush=True)
-            ok &= m["wall_s"] < LIMIT_S and m["html_mb"] < LIMIT_MB
-        print(f"load average after: {os.getloadavg()[0]:.1f}")
+            rows.append(measure(kind, args.requests, folder, args.repeat))
+            print(f"{kind}: done", flush=True)
+    print(table(rows, COLUMNS))
+    ok = all(m["wall_s"] < LIMIT_S and m["html_mb"] < LIMIT_MB for m in rows)
+    write_json(args.json, "report_scale", args, rows, started)
     return 0 if ok or not args.check else 1
 
 

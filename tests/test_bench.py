@@ -1,0 +1,180 @@
+"""bench/: the shared harness, what bench.scale reads from a run's records, and a smoke run of
+every bench script at a small size (each must finish and write figures that make sense; the
+figures themselves are docs/performance.md's, not a test's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import harness
+from bench.scale import describe_cohorts, end_cohorts, start_span_ms
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rec(session: str, start: float, e2e: float | None) -> dict:
+    return {"session": session, "t_start_s": start, "e2e_s": e2e}
+
+
+def test_answers_ending_less_than_2_ms_apart_form_one_cohort() -> None:
+    """Sessions a, b, c end at 1.000, 1.001, 1.0027 s (a chain of gaps under 2 ms) and send again
+    0.5, 1.0 and 3 ms later; d ends alone at 1.010 s; e's only request has no next one; f's
+    answer failed without a duration (no end to go on from)."""
+    recs = [rec("a", 0.0, 1.0), rec("a", 1.0005, 0.1),
+            rec("b", 0.0, 1.001), rec("b", 1.002, 0.1),
+            rec("c", 0.0, 1.0027), rec("c", 1.0057, 0.1),
+            rec("d", 0.0, 1.010), rec("d", 1.0101, 0.1),
+            rec("e", 0.0, 1.0), rec("f", 0.0, None), rec("f", 1.2, 0.1)]
+    cohorts = end_cohorts(recs)
+    assert [[round(e, 4) for e, _ in c] for c in cohorts] == [[1.0, 1.001, 1.0027], [1.01]]
+    assert [round(g, 3) for _, g in cohorts[0]] == [0.5, 1.0, 3.0]
+    text = describe_cohorts(cohorts)
+    assert "largest cohort 3 answers" in text
+    # when c's answer ended (1.0027 s) a and b had sent already: none was waiting
+    assert "worst gap (3.0 ms) followed an end at 1.003 s, when 0 answers" in text
+
+
+def test_the_worst_gap_counts_the_earlier_answers_still_waiting_when_it_ended() -> None:
+    """Four answers end 0.1 ms apart and their sessions send 2, 4, 6 and 8 ms later (turned
+    around one by one): when the last one ended, the three before it were still waiting."""
+    recs = []
+    for i, name in enumerate("abcd"):
+        end = 1.0 + i * 0.0001
+        recs += [rec(name, 0.0, end), rec(name, 1.0 + 0.002 * (i + 1), 0.1)]
+    text = describe_cohorts(end_cohorts(recs))
+    assert text.startswith("largest cohort 4 answers")
+    assert "when 3 answers that ended before it still waited" in text
+    assert describe_cohorts([]) == "no session sent after an answer"
+
+
+def test_the_start_span_runs_from_the_first_to_the_last_sessions_first_send() -> None:
+    recs = [rec("a", 0.0002, 1.0), rec("a", 1.1, 0.1), rec("b", 0.0051, 1.0),
+            rec("c", 0.0013, 1.0), {"session": "d", "t_start_s": None, "e2e_s": None}]
+    assert round(start_span_ms(recs), 3) == 4.9
+    assert start_span_ms([]) is None
+
+
+def test_the_harness_table_aligns_columns_and_shows_missing_values() -> None:
+    rows = [{"case": "a", "n": 5, "ms": 0.1234}, {"case": "longer", "n": 12, "ms": None}]
+    text = harness.table(rows, [("case", "case", ""), ("n", "n", "d"), ("ms", "p50 ms", ".2f")])
+    assert text.splitlines() == ["case     n  p50 ms",
+                                 "a        5    0.12",
+                                 "longer  12       -"]
+
+
+def test_the_harness_percentile_is_the_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert harness.pct(values, 0.5) == 51.0 and harness.pct(values, 0.99) == 99.0
+    assert harness.pct(values, 1.0) == 100.0 and harness.pct([], 0.5) == 0.0
+
+
+def test_the_harness_simulator_serves_and_stops(tmp_path: Path) -> None:
+    import httpx
+
+    with harness.simulator("--slots", "2") as sim:
+        assert httpx.get(sim.root_url + "/health", timeout=5).status_code == 200
+        assert httpx.get(sim.base_url + "/models", timeout=5).json()["data"]
+        assert sim.cpu_seconds() > 0
+    assert sim.proc.returncode is not None  # stopped at the block's end
+    with pytest.raises(RuntimeError, match="did not start"):
+        with harness.simulator("--no-such-flag"):
+            pass
+
+
+def figures(path: Path) -> list[dict]:
+    doc = json.loads(path.read_text())
+    assert doc["machine"]["cpus"] >= 1 and doc["machine"]["python"]
+    return doc["rows"]
+
+
+def test_sim_overhead_runs_small(tmp_path: Path) -> None:
+    from bench import sim_overhead
+
+    out = tmp_path / "sim.json"
+    assert sim_overhead.main(["--streams", "2", "--requests", "2", "--prompt-words", "50",
+                              "--max-tokens", "4", "--sessions", "1", "--turns", "2",
+                              "--step", "40", "--json", str(out)]) == 0
+    rows = figures(out)
+    assert [r["requests"] for r in rows] == [10, 4, 2]
+    assert all(r["server_cpu_ms_per_request"] >= 0 for r in rows)  # counted in clock ticks
+    assert all(0 <= r["ttft_ms_p50"] <= r["ttft_ms_p99"] <= r["ttft_ms_max"] for r in rows)
+    assert rows[2]["prompt_tokens"] > 2 * 40  # the second turn re-sent the first
+
+
+def test_client_overhead_runs_small(tmp_path: Path) -> None:
+    """1 and 2 streams in both modes: the overhead is what the client measured minus what the
+    simulator did, which a loopback client cannot make negative beyond the stamps' rounding."""
+    from bench import client_overhead
+
+    out = tmp_path / "overhead.json"
+    assert client_overhead.main(["--streams", "1,2", "--rounds", "2", "--max-tokens", "4",
+                                 "--decode-us", "0", "--json", str(out)]) == 0
+    rows = figures(out)
+    assert [(r["case"].strip(), r["n"]) for r in rows] == [
+        ("executor x1", 2), ("send x1", 2), ("executor x2", 4), ("after 1st turn x2", 2),
+        ("send x2", 4)]
+    for r in rows:
+        assert -0.5 < r["overhead_p50_ms"] <= r["overhead_max_ms"], r
+        assert r["over_1ms_covered"] <= r["over_1ms"] <= r["n"]
+    assert "client_delay_max_ms" in rows[0]["health"] and rows[0]["client_cpu_ms_per_request"] > 0
+
+
+def test_scale_runs_small(tmp_path: Path) -> None:
+    """2 sessions of 3 main steps: 6 requests each (3 steps, 2 sub-agents, a finalize)."""
+    from bench import scale
+
+    out = tmp_path / "scale.json"
+    assert scale.main(["--sessions", "2", "--steps", "3", "--step-tokens", "500",
+                       "--keep", str(tmp_path / "runs"), "--json", str(out)]) == 0
+    (row,) = figures(out)
+    assert (row["exit_code"], row["requests"], row["planned"], row["errors"]) == (0, 12, 12, 0)
+    assert row["peak_rss_mb"] > 10 and row["client_cpu_ms_per_request"] > 0
+    assert row["client_delay_max_ms"] is not None and row["start_ms"] >= 0
+    assert row["gates"]["survival"] == "pass" and row["gates"]["timing"] == "pass"
+    assert (tmp_path / "runs" / "run1" / "records.jsonl").exists()
+
+
+def test_report_scale_runs_small(tmp_path: Path) -> None:
+    from bench import report_scale
+
+    out = tmp_path / "report.json"
+    assert report_scale.main(["--requests", "300", "--repeat", "1", "--kinds", "sessions,abort",
+                              "--json", str(out)]) == 0
+    rows = figures(out)
+    assert [r["kind"] for r in rows] == ["sessions", "abort"]
+    assert all(r["requests"] >= 200 and 0 < r["html_mb"] < r["json_mb"] * 10 for r in rows)
+    assert all(r["render_s"] > 0 and r["wall_s"] >= r["render_s"] for r in rows)
+
+
+def test_realise_speed_runs_small(tmp_path: Path) -> None:
+    from bench import realise_speed
+
+    out = tmp_path / "realise.json"
+    assert realise_speed.main(["--repeat", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["requests"] == 99 and doc["prompt_tokens"] > 7_000_000
+    assert [r["what"].strip()[:7] for r in doc["rows"]] == ["realise", "... and", "synth.f",
+                                                            "make_bo"]
+    assert all(r["best_s"] > 0 for r in doc["rows"])
+
+
+def test_plan_speed_runs_small() -> None:
+    out = subprocess.run([sys.executable, "-m", "bench.plan_speed", "--repeat", "1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("wl plan ")]
+    assert [r[2] for r in rows] == ["abort-sim", "agent-sim", "cache-pressure", "needle-test",
+                                    "perf-sim"]
+    assert all(r[-4].isdigit() for r in rows), out.stdout  # each plan's request count
+
+
+def test_fuzz_runs_small() -> None:
+    out = subprocess.run([sys.executable, "-m", "bench.fuzz", "8"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "total: 8 examples" in out.stdout
