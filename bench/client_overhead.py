@@ -3,16 +3,15 @@ process with zero prefill cost.
 
 For every request:
 
-    overhead = the record's `ttft_s`        (the client: just before the request is written ->
-                                             the bytes of the first non-empty delta reached its
-                                             socket, the kernel's receive stamp)
-             - the record's `server_ttft_ms` (the simulator: the request's bytes reached its
-                                             socket, the kernel's receive stamp -> the first
-                                             token generated)
+    overhead = client TTFT  (what `wl run` records: just before the request is written -> the
+                             bytes of the first non-empty delta reached the client's socket)
+             - server TTFB  (the simulator's `timings.ttfb_ms`: the request's bytes reached its
+                             socket -> the first token's bytes written to the socket)
 
-so it holds the client's send path, the two loopback hops and the simulator's write of the
-first token: neither side's busy event loop moves the split. Both numbers are what `wl run`
-writes to its records; nothing in the client is instrumented.
+"Reached the socket" is the kernel's receive stamp on both sides, so what is left is the
+client's send path and the two loopback hops, and neither side's busy event loop moves the
+split. The executor keeps every request's `Outcome` (`Executor.outcomes`), which carries both;
+nothing in the client is instrumented.
 
 Modes (`--mode`):
   executor  the runner's `Executor` on a generated plan: N sessions (`concurrency = N`), each
@@ -56,7 +55,7 @@ from bench.harness import (add_json_argument, describe_machine, machine, pct, si
                            split_cpus, table, write_json)
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser
-from workloadlang.run.client import Endpoint, WireRequest, send
+from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
 from workloadlang.run.executor import Executor, ListSink
 from workloadlang.run.transport import make_client
 
@@ -72,7 +71,7 @@ workload overhead {
 
 SIM_FLAGS = ("--prefill-us-per-token", "0", "--device-tokens", "8000000", "--slots", "256")
 
-# (client TTFT s, server TTFT ms, first-token bound s or None) of one request
+# (client TTFT s, server TTFB ms, first-token bound s or None) of one request
 Sample = tuple[float, float, Optional[float]]
 
 
@@ -90,11 +89,15 @@ def warm(i: int, max_tokens: int) -> WireRequest:
                        max_tokens=max_tokens)
 
 
-def samples(items: Iterable[Any]) -> list[Sample]:
-    """Output: (ttft_s, server_ttft_ms, ttft_late_s) of every record or outcome that has both
-    times and no error."""
-    return [(o.ttft_s, o.server_ttft_ms, o.ttft_late_s) for o in items
-            if o.error is None and o.ttft_s is not None and o.server_ttft_ms is not None]
+def samples(outcomes: Iterable[Outcome]) -> list[Sample]:
+    """Output: (ttft_s, the server's time to first byte in ms, ttft_late_s) of every outcome
+    without error that has both times (the server's TTFT where it reports no `ttfb_ms`)."""
+    out = []
+    for o in outcomes:
+        server_ms = (o.timings or {}).get("ttfb_ms", o.server_ttft_ms)
+        if o.error is None and o.ttft_s is not None and server_ms is not None:
+            out.append((o.ttft_s, server_ms, o.ttft_late_s))
+    return out
 
 
 async def run_executor(base: str, streams: int, rounds: int, max_tokens: int,
@@ -110,11 +113,13 @@ async def run_executor(base: str, streams: int, rounds: int, max_tokens: int,
     async with client(transport) as c:
         # one connection per stream, as a long run has after its first round
         await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
+        executor = Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint, ListSink())
         cpu0 = time.process_time()
-        run = await Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint,
-                             ListSink()).run()
+        run = await executor.run()
         cpu = time.process_time() - cpu0
-    return (samples(run.records), samples(r for r in run.records if r.index), run.client, cpu)
+    outcomes = executor.outcomes
+    later = [outcomes[r.id] for r in run.records if r.index and r.id in outcomes]
+    return samples(outcomes.values()), samples(later), run.client, cpu
 
 
 async def run_send(base: str, streams: int, rounds: int, max_tokens: int,
@@ -153,14 +158,14 @@ def flags_cover(rows: list[Sample], over_ms: float = 1.0) -> dict[str, int]:
 
 
 def summarise(case: str, rows: list[Sample], health: dict, cpu_s: float) -> dict[str, Any]:
-    """Output: one table row: the overhead's p50 / p90 / p99 / max (ms), the simulator's TTFT
+    """Output: one table row: the overhead's p50 / p90 / p99 / max (ms), the simulator's TTFB
     p50 / p99, the client's CPU per request, the flags' cover and the executor's health."""
     over = [t * 1000 - s for t, s, _ in rows]
     server = [s for _, s, _ in rows]
     return {"case": case, "n": len(rows),
             "overhead_p50_ms": statistics.median(over), "overhead_p90_ms": pct(over, 0.9),
             "overhead_p99_ms": pct(over, 0.99), "overhead_max_ms": max(over),
-            "server_ttft_p50_ms": statistics.median(server), "server_ttft_p99_ms": pct(server, 0.99),
+            "server_ttfb_p50_ms": statistics.median(server), "server_ttfb_p99_ms": pct(server, 0.99),
             "client_cpu_ms_per_request": cpu_s * 1000 / len(rows) if cpu_s else None,
             **flags_cover(rows), "health": health}
 
@@ -168,7 +173,7 @@ def summarise(case: str, rows: list[Sample], health: dict, cpu_s: float) -> dict
 COLUMNS = [("case", "case", ""), ("n", "n", "d"), ("overhead_p50_ms", "overhead p50", ".3f"),
            ("overhead_p90_ms", "p90", ".3f"), ("overhead_p99_ms", "p99", ".3f"),
            ("overhead_max_ms", "max", ".3f"), ("client_cpu_ms_per_request", "client CPU ms/req", ".2f"),
-           ("server_ttft_p50_ms", "server ttft p50", ".3f"), ("server_ttft_p99_ms", "p99", ".2f"),
+           ("server_ttfb_p50_ms", "server ttfb p50", ".3f"), ("server_ttfb_p99_ms", "p99", ".2f"),
            ("over_1ms", "over 1 ms", "d"), ("over_1ms_covered", "covered", "d")]
 
 HEALTH = ("loop_lag_p99_ms", "loop_lag_max_ms", "client_delay_p99_ms", "client_delay_max_ms",
