@@ -26,7 +26,7 @@ def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
     assert all(f["cached_source"] == "usage.prompt_tokens_details.cached_tokens" for f in fins)
     assert all(f["prefill_source"] == "server" for f in fins)
     # the engine's own counters, read before and after (the last read comes on a pooled
-    # connection the server may have closed: it was lost before a retry was added)
+    # connection the server may have closed: the retry on a fresh connection must get it)
     m = res["metrics"]
     assert [s["at"] for s in m["snapshots"]] == ["start", "end"]
     assert m["engine_queries_tokens"] == m["records_prompt_tokens"]

@@ -86,8 +86,8 @@ def test_agent_sim_degraded_fault_only_in_the_affected_session(tmp_path):
 def test_agent_sim_queueing_without_server_times_is_not_called_slow(tmp_path):
     """An engine with no prefill time of its own (vLLM / SGLang shape) and one slot: a healthy
     finalize waits for the other sessions' requests, and its TTFT holds that wait. The speed
-    gate must not call it slow (the code before called 2 of 3 sessions slow here in 3 of 3
-    runs): what other requests shared is `ttft_contended_s`, and the gate is left unjudged
+    gate must not call it slow (a gate that compared the raw TTFTs called 2 of 3 sessions slow
+    here): what other requests shared is `ttft_contended_s`, and the gate is left unjudged
     where that could explain the difference."""
     code, res = wl_run(tmp_path, "agent-sim", "--sim", "--sim-fault", "no_timings",
                        "--sim-slots", "1")

@@ -277,7 +277,7 @@ def test_the_footer_says_when_first_token_stamps_may_be_late() -> None:
 
 def test_the_footer_says_when_the_client_sent_requests_late() -> None:
     """A run whose client held some request back more than 10 ms says so, even when its p99 is
-    fine (`client_bottleneck` false) — and with the simulator, now in its own process, too."""
+    fine (`client_bottleneck` false) — also when the simulator serves from its own process."""
     from workloadlang.run.view import footer
 
     plan = agent_plan(sessions=2)

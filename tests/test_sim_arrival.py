@@ -115,7 +115,7 @@ def test_accepted_connections_send_without_nagle():
 
 
 def test_wl_sim_serve_on_a_busy_port_is_a_usage_error():
-    """`wl sim serve` now binds its own socket: a busy port is a message and exit 2."""
+    """`wl sim serve` binds its own socket: a busy port is a message and exit 2."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
