@@ -42,7 +42,7 @@ def start_sim(args, workload: str, stack: ExitStack) -> str:
     """Start the simulator `--sim` asks for, stopped when `stack` closes. Output: its base URL.
     It serves from a child process (POSIX): in this process it would share the interpreter lock
     with the client measuring it, and the client's socket reader would see its first tokens
-    late (docs/performance.md, "Client overhead")."""
+    late (docs/simulator.md, `start_in_process`)."""
     from workloadlang.sim import PRESETS, config_from_args, start_in_process, start_in_thread
 
     if args.sim_preset is None:

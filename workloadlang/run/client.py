@@ -499,8 +499,7 @@ async def within(seconds: float, work: Awaitable[None]) -> bool:
     the deadline cancelled it. A cancel scope in this task, not `asyncio.wait_for` (a new task:
     one more trip through a busy event loop). The standard library's `asyncio.timeout` where
     there is one (3.11+), else anyio's `move_on_after`: the same scope, but anyio's looks up the
-    running library and task several times per use: 7% of a saturated client's time
-    (docs/performance.md "Scale")."""
+    running library and task several times per use, a cost a saturated client feels."""
     if _TIMEOUT is not None:
         try:
             async with _TIMEOUT(seconds):

@@ -129,7 +129,8 @@ class Lag:
     CPU time, `cpu_clock`): much less than the interval, the operating system ran something
     else on its CPU and the lag is not the client's own work. About all of it does not prove
     the client was busy: in a VM, time in which the host did not run the virtual CPU at all is
-    counted as the thread's own (`bench/scale.py --perf` tells the two apart)."""
+    counted as the thread's own (only the kernel's samples of that CPU tell the two apart,
+    e.g. `perf record -C`)."""
 
     def __init__(self, clock: Callable[[], float],
                  cpu_clock: Callable[[], float] = time.thread_time):

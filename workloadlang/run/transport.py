@@ -87,8 +87,8 @@ def make_client(keepalive_expiry: float = 1.0) -> httpx.AsyncClient:
 
 class LazyTransport(httpx.AsyncBaseTransport):
     """A transport made by `make()` on its first request. httpx's own transport loads the
-    system's CA certificates into an SSL context when it is made (~40 ms of CPU): a run against
-    an http:// engine never needs it, and the runner's client used to make two."""
+    system's CA certificates into an SSL context when it is made (~40 ms of CPU), which a run
+    against an http:// engine never needs."""
 
     def __init__(self, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
         self._make = make
@@ -132,7 +132,7 @@ async def dispatch(client: httpx.AsyncClient, request: httpx.Request) -> httpx.R
     (also a test's MockTransport or an https proxy) but skips the client's per-request layers —
     auth flow, redirects, cookie jar, event hooks, logging — which the runner does not use (it
     sets its own headers, follows no redirect, keeps no cookies) and which cost about as much
-    CPU as the transport itself (docs/performance.md "Scale")."""
+    CPU as the transport itself."""
     transport = client._transport_for_url(request.url)  # noqa: SLF001 (httpx >= 0.18)
     response = await transport.handle_async_request(request)
     response.request = request
@@ -968,18 +968,17 @@ class _Reader:
         batches.setdefault(conn.loop, []).append((conn, data, stamp, None, doubt))
 
 
-READER_NICE = 19  # the reader thread's nice value (benches set it to compare)
+READER_NICE = 19  # the reader thread's nice value
 
 
 def _reader_priority() -> None:
     """Give the calling thread the nice value `READER_NICE`, the lowest priority (on Linux the
     nice value is per thread). At normal priority the reader thread, woken by every packet,
     preempted the event loop's thread and then waited for the GIL it held: two context switches
-    and a GIL hand-off per packet, which cost a saturated client 44% more time a request and
-    the scale run its 10 ms turnaround. At nice 19 it reads when the loop's thread waits, or
-    within its small share of the CPU; at 128-256 busy streams that can be late enough for a
-    first token to share a read with the next one, which the read's `doubt` then says
-    (docs/performance.md, "Client overhead", tenth session)."""
+    and a GIL hand-off per packet, which slows a saturated client and delays the loop's
+    turnaround of answers. At nice 19 it reads when the loop's thread waits, or within its
+    small share of the CPU; at 128-256 busy streams that can be late enough for a first token
+    to share a read with the next one, which the read's `doubt` then says."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), READER_NICE)
     except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
