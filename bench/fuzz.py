@@ -1,10 +1,14 @@
-"""Fuzz the frontend at scale: the properties of tests/test_fuzz.py over many more examples.
+"""Fuzz the frontend at scale: the properties of tests/test_fuzz.py over many more examples, and
+the hostile sources of tests/test_hostile_source.py at full size.
 
-    python bench/fuzz.py [N]        # N examples in all (default 10000)
+    python bench/fuzz.py [N]                 # N examples in all (default 10000)
+    python bench/fuzz.py --hostile [BYTES]   # every hostile class at BYTES (default 10 MB)
 
-Input: none (the bundled workloads and the grammar's keywords). Output: the number of examples
-run and the wall time, printed; exit status 1 if any example broke the property (Hypothesis
-prints the smallest failing text).
+Input: none (the bundled workloads, the grammar's keywords, tests/hostile.py). Output: the
+number of examples run and the wall time; with `--hostile`, one line per class and command:
+exit code, first diagnostic, peak memory and wall time. Exit status 1 if any example broke the
+property (Hypothesis prints the smallest failing text) or a hostile source was answered with a
+traceback, another exit code or diagnostic than expected, or more than 500 MB.
 """
 
 from __future__ import annotations
@@ -51,5 +55,36 @@ def main(total: int) -> int:
     return 0
 
 
+def hostile_main(size: int) -> int:
+    """Every hostile class of tests/hostile.py at `size` bytes through `wl check` and `wl plan`."""
+    import re
+    import tempfile
+
+    import hostile
+    from test_hostile_source import PEAK_MB
+
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "hostile.wl"
+        for case in hostile.sources(size):
+            path.write_bytes(case.data)
+            for command, code in (("check", case.check), ("plan", case.plan_code)):
+                start = time.perf_counter()
+                run = hostile.measured(command, str(path), timeout=600)
+                took = time.perf_counter() - start
+                got = re.search(r"error\[(WL\d+)\]", run.stderr.split("\n", 1)[0])
+                shown = got.group(1) if got else "-"
+                ok = ("Traceback" not in run.stderr and run.peak_mb < PEAK_MB
+                      and run.returncode == (2 if code else 0) and (code is None or shown == code))
+                bad += not ok
+                print(f"{case.name:34} {len(case.data) / 1e6:6.2f} MB  wl {command:5} exit "
+                      f"{run.returncode}  {shown:5}  peak {run.peak_mb:5.0f} MB  {took:5.1f} s"
+                      + ("" if ok else f"  UNEXPECTED (want {code or 'exit 0'})"), flush=True)
+    print(f"{'no' if not bad else bad} unexpected answer{'s' * (bad != 1)}")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--hostile":
+        sys.exit(hostile_main(int(float(sys.argv[2])) if len(sys.argv) > 2 else 10_000_000))
     sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000))

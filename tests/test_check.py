@@ -31,7 +31,7 @@ SESSION = "session main { turn t { user filler 10; reply 1 } }"
     ("n: int = 1", "session s { reply $nn }", ["WL201"]),  # the close match counts as used
     ("", "session s { for i in 0..2 { wait 1s }; reply $i }", ["WL201"]),
     ("n: int = 1; n: int = 2", "session s { reply $n }", ["WL202"]),
-    ("", "options { a = 1 b = 2 a = 3 }", ["WL202"]),
+    ("", "options { a = 1 b = 2 a = 3 } session s { reply 1 }", ["WL202"]),
     ("", "session s { reply 1 options { a = { b = 1, b = 2 } } }", ["WL202"]),
     ("", f"{SESSION} gates {{ g: overall tft{{t}} < 1s }}", ["WL203"]),
     ("", f"{SESSION} gates {{ g: overall avg(ttft{{t}}) < 1s }}", ["WL204"]),
@@ -60,9 +60,10 @@ SESSION = "session main { turn t { user filler 10; reply 1 } }"
     ("x: duration = 1s in 0..", "session s { wait $x }", []),
     ("x: duration = 1s in 1..", "session s { wait $x }", ["WL301"]),
     ("x: ratio = 0.5 in 0..1", "session s { user filler 1k needle at $x; reply 1 }", []),
-    ("", "settle = 8k", ["WL301"]),
-    ("", "settle = 2s timeout = 1min concurrency = 4 fail_fast = true hit_ratio = 50%", []),
-    ("", "fail_fast = 1", ["WL302"]),
+    ("", f"settle = 8k {SESSION}", ["WL301"]),
+    ("", f"settle = 2s timeout = 1min concurrency = 4 fail_fast = true hit_ratio = 50% {SESSION}",
+     []),
+    ("", f"fail_fast = 1 {SESSION}", ["WL302"]),
     ("", "session s { wait 1s + 50% }", ["WL301"]),
     ("", "session s { wait 2s * 50% }", []),
     ("", "session s { wait 10s / 4 }", []),
@@ -104,8 +105,59 @@ def test_codes(params: str, body: str, expected: list[str]):
     assert sorted(codes(body, params)) == sorted(expected)
 
 
+@pytest.mark.parametrize("params, body, expected", [
+    ("", 'session s { user "x"; reply -3 }', ["WL305"]),
+    ("", "session s { user filler -500; reply 4 }", ["WL305"]),
+    ("", "session s { repeat -2 { reply 1 } }", ["WL305"]),
+    ("n: tokens = -2k", "session s { user filler $n; reply 4 }", ["WL305"]),
+    ("d: duration = -1s", "session s { reply 1; wait $d }", ["WL305"]),
+    ("", "session s { reply 1; wait -1s }", ["WL305"]),
+    ("", f"concurrency = 0 {SESSION}", ["WL305"]),
+    ("", f"concurrency = -1 {SESSION}", ["WL305"]),
+    ("", f"settle = -5s {SESSION}", ["WL305"]),
+    ("", f"timeout = 0s {SESSION}", ["WL305"]),
+    ("", f"hit_ratio = 200% {SESSION}", ["WL305"]),
+    ("", f"hit_ratio = 0% {SESSION}", ["WL305"]),
+    ("", f"max_context = 0 {SESSION}", ["WL305"]),
+    ("", "session s { user filler 0.5; reply 1 }", ["WL303"]),
+    ("", "session s { repeat 2.5 { reply 1 } }", ["WL303"]),
+    ("", "session s { repeat 5 / 2 { reply 1 } }", ["WL303"]),  # a computed constant too
+    ("", "session s { spawn 1.5 { reply 1 } }", ["WL303"]),
+    ("", f"concurrency = 1.5 {SESSION}", ["WL303"]),
+    ("", "session s { reply 0 }", ["WL305"]),
+    ("", "session s { probe 0 }", ["WL305"]),
+    ("", "session s { reply 2 as a; resend a max_tokens 0 }", ["WL305"]),
+    ("", "session s { reply 4 abort after -1 }", ["WL305"]),
+    ("", "session s { grow until 1k by 0 { reply 1 } }", ["WL305"]),
+    ("", "session s { for i in 0..-3 { reply 1 } }", ["WL305"]),
+    ("", "session s repeat -1 { reply 1 }", ["WL305"]),
+    ("", "session s { user filler 1k needle at 150%; reply 1 }", ["WL305"]),
+    ("", f"calibrate ttft_threshold tokens 0 repeat 2 {SESSION}", ["WL305"]),
+    ("", f"{SESSION} gates {{ g: overall ttft{{t, last 0}} < 1s }}", ["WL305"]),
+    ("", "", ["WL215"]),
+    ("", "doc \"nothing\"", ["WL215"]),
+    # the edges that are fine
+    ("", "session s { repeat 0 { reply 1 } reply 1 abort after 0; wait 0s }", []),
+    ("", "session s { user filler 0; reply 1 }", []),
+    ("", f"hit_ratio = 100% timeout = 1ms concurrency = 1 {SESSION}", []),
+    ("n: int = -2", "session s { reply 1 + $n * 0 }", []),  # an int may be negative
+])
+def test_constants_are_range_checked(params: str, body: str, expected: list[str]):
+    assert sorted(codes(body, params)) == sorted(expected)
+
+
+def test_a_range_message_names_the_place_the_bound_and_the_value():
+    text = 'workload w {\n concurrency = 0\n session s { user "x"; reply 0; wait -1s } }'
+    diags = check(parse(text, "t.wl"))
+    assert [d.message for d in diags] == [
+        "`concurrency` must be at least 1, not `0`",
+        "the `max_tokens` of `reply` must be at least 1, not `0`",
+        "`wait` must be at least 0s, not `-1s`"]
+    assert "probe" in diags[1].hint  # reply 0 is explained: what to write instead
+
+
 def test_unused_param_is_only_a_warning():
-    diags = check(parse("workload w { params { n: int = 1 } }", "t.wl"))
+    diags = check(parse(f"workload w {{ params {{ n: int = 1 }} {SESSION} }}", "t.wl"))
     assert [(d.code, d.severity) for d in diags] == [("WL213", "warning")]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from workloadlang.api import read_source
 from workloadlang.check import check
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_text
 from workloadlang.parse import parse
@@ -27,14 +28,23 @@ def diagnose(text: str, filename: str) -> list[Diagnostic]:
         return exc.diagnostics
 
 
+def load(case: str) -> tuple[str, list[Diagnostic]]:
+    """A case's text as `wl check` reads it (bytes; a file that is no UTF-8 text is a
+    diagnostic shown over its lossy decoding) and its diagnostics."""
+    try:
+        source = read_source(FOLDER / f"{case}.wl", f"{case}.wl")
+    except WorkloadError as exc:
+        return exc.text or "", exc.diagnostics
+    return source, diagnose(source, f"{case}.wl")
+
+
 def test_there_are_enough_cases():
     assert len(CASES) >= 15
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_rendered_diagnostics_match_golden(case: str):
-    source = (FOLDER / f"{case}.wl").read_text(encoding="utf-8")
-    diags = diagnose(source, f"{case}.wl")
+    source, diags = load(case)
     assert diags, "a bad workload must produce at least one diagnostic"
     got = render_text(diags, {f"{case}.wl": source}) + "\n"
     golden = FOLDER / f"{case}.txt"
@@ -45,7 +55,6 @@ def test_rendered_diagnostics_match_golden(case: str):
 
 @pytest.mark.parametrize("case", CASES)
 def test_no_lark_internals_reach_the_user(case: str):
-    source = (FOLDER / f"{case}.wl").read_text(encoding="utf-8")
-    for d in diagnose(source, f"{case}.wl"):
+    for d in load(case)[1]:
         text = f"{d.message} {d.hint or ''}"
         assert "__ANON" not in text and "_LBRACE" not in text and "$END" not in text

@@ -35,12 +35,13 @@ def number_expr(refs: tuple[str, ...]) -> st.SearchStrategy[str]:
 def statements(refs: tuple[str, ...], depth: int = 0) -> st.SearchStrategy[str]:
     """One to four statements (blocks nest two deep), using only the refs in scope."""
     n = number_expr(refs)
+    positive = n.map(lambda e: f"max(1, {e})")  # max_tokens and a grow step take at least 1
     stmt = st.one_of(
         st.tuples(st.sampled_from(["system", "user", "assistant"]), n, RATIOS).map(
             lambda t: f'{t[0]} "hi", filler {t[1]} needle at {t[2]}'),
-        st.tuples(n, st.sampled_from(["", "replay", "drop", "synthetic"]), LABELS).map(
+        st.tuples(positive, st.sampled_from(["", "replay", "drop", "synthetic"]), LABELS).map(
             lambda t: f"reply {t[0]} {t[1]} label {t[2]} options {{ seed = 1 }}"),
-        st.tuples(n, st.integers(0, 9)).map(lambda t: f"probe {t[0]} as p{t[1]}"),
+        st.tuples(positive, st.integers(0, 9)).map(lambda t: f"probe {t[0]} as p{t[1]}"),
         DURATIONS.map(lambda d: f"wait {d}"),
     )
     if depth < 2:
@@ -52,7 +53,7 @@ def statements(refs: tuple[str, ...], depth: int = 0) -> st.SearchStrategy[str]:
             st.tuples(n, n, loop_body).map(
                 lambda t: f"for {var} in reverse {t[0]}..{t[1]} until miss {t[2]}"),
             st.tuples(n, loop_body).map(lambda t: f"repeat {t[0]} as {var} label a {t[1]}"),
-            st.tuples(n, n, loop_body).map(
+            st.tuples(n, positive, loop_body).map(
                 lambda t: f"grow until {t[0]} by {t[1]} as {var} {t[2]}"),
             st.tuples(n, loop_body).map(lambda t: f"spawn {t[0]} fork as {var} {t[1]}"),
             body.map(lambda b: f"fresh label b {b}"),

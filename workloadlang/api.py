@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from workloadlang import ir
+from workloadlang import ir, limits
 from workloadlang.check import check
 from workloadlang.diagnostics import Diagnostic, WorkloadError
 from workloadlang.evaluate import resolve_params
@@ -36,15 +36,32 @@ class NotFound(Exception):
 
 
 def load(target: str) -> Source:
-    """A `.wl` path, or the name of a bundled workload (`agent-sim`)."""
+    """A `.wl` path, or the name of a bundled workload (`agent-sim`). Raises `NotFound` when
+    there is neither (or the file cannot be read), `WorkloadError` when the file is no `.wl`
+    text (`limits.decode`: too large, not UTF-8)."""
     p = Path(target)
     if p.is_file():
-        return Source(name=str(p), text=p.read_text(encoding="utf-8"))
+        return Source(name=str(p), text=read_source(p, str(p)))
     bundled = bundled_workload_path(target)
     if bundled is not None:
         return Source(name=f"{target}.wl", text=bundled.read_text(encoding="utf-8"))
     names = ", ".join(n for n, _ in bundled_workloads())
     raise NotFound(f"no file or bundled workload named `{target}` (bundled: {names})")
+
+
+def read_source(path: Path, name: str) -> str:
+    """The text of a `.wl` file, read up to `limits.MAX_FILE_BYTES` (one byte more tells it is
+    over). Raises `NotFound` (unreadable) or `WorkloadError` (WL109, WL110)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limits.MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise NotFound(f"cannot read `{name}`: {exc.strerror or exc}") from None
+    text = limits.decode(data, name)
+    if isinstance(text, Diagnostic):
+        shown = data[:limits.MAX_LINE_CHARS].decode("utf-8", errors="replace")
+        raise WorkloadError([text], text=shown)
+    return text
 
 
 def parse_checked(source: Source) -> ir.Workload:

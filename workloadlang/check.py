@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from workloadlang import ir
+from workloadlang import ir, limits
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
-from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, constant, param_order
+from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, NON_NEGATIVE, constant, param_order
 from workloadlang.parse import FLAGS
 
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
@@ -48,22 +48,31 @@ TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration"
 SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
                  "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
 
-_STMT_VALUES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "reply": (("max_tokens", "number", "the `max_tokens` of `reply`"),
-              ("abort_after", "number", "`abort after`")),
-    "probe": (("max_tokens", "number", "the `max_tokens` of `probe`"),),
-    "resend": (("index", "number", "the index of `resend`"),
-               ("max_tokens", "number", "the `max_tokens` of `resend`")),
-    "wait": (("duration", "duration", "`wait`"),),
-    "if": (("cond", "bool", "the condition of `if`"),),
-    "for": (("low", "number", "the start of the range"),
-            ("high", "number", "the end of the range")),
-    "repeat": (("count", "number", "the count of `repeat`"),),
-    "grow": (("until", "number", "the size of `grow until`"),
-             ("by", "number", "the step of `grow`")),
-    "spawn": (("count", "number", "the count of `spawn`"),),
+_STMT_VALUES: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
+    "reply": (("max_tokens", "number", "the `max_tokens` of `reply`", "max_tokens"),
+              ("abort_after", "number", "`abort after`", "abort after")),
+    "probe": (("max_tokens", "number", "the `max_tokens` of `probe`", "max_tokens"),),
+    "resend": (("index", "number", "the index of `resend`", "index"),
+               ("max_tokens", "number", "the `max_tokens` of `resend`", "max_tokens")),
+    "wait": (("duration", "duration", "`wait`", "wait"),),
+    "if": (("cond", "bool", "the condition of `if`", None),),
+    "for": (("low", "number", "the start of the range", "loop bound"),
+            ("high", "number", "the end of the range", "loop bound")),
+    "repeat": (("count", "number", "the count of `repeat`", "repeat"),),
+    "grow": (("until", "number", "the size of `grow until`", "grow until"),
+             ("by", "number", "the step of `grow`", "grow by")),
+    "spawn": (("count", "number", "the count of `spawn`", "spawn"),),
 }
-"""What each statement's expressions must be: (field, kind, how a message names it)."""
+"""What each statement's expressions must be: (field, kind, how a message names it, the
+`limits.PLACES` entry its constant value must fit)."""
+_BOUND_HINTS = {
+    "max_tokens": "`max_tokens` 0 asks for no answer, which engines refuse or ignore; `probe` "
+                  "sends a prompt for one token",
+    "concurrency": "concurrency is how many requests may be in flight at once",
+    "timeout": "the timeout is how long a request may take; leave it out for the default",
+    "hit_ratio": "a request is a hit when it was served at least this share of what a perfect "
+                 "cache would serve",
+}
 _LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
 _NUMERIC = frozenset({"number", "ratio", "duration"})
 _DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
@@ -247,6 +256,19 @@ class _Checker:
                  f"{describe(kind)}", e.span, _HINTS.get((wanted, kind)))
         return False
 
+    def value(self, e: Any, scope: _Scope, wanted: str, what: str, place: str | None) -> None:
+        """A value of kind `wanted` at `place` (a `limits.PLACES` entry): its kind, and, when
+        it is a constant, its bounds (WL305) and whether it is whole (WL303)."""
+        if e is None or not self.expect(e, scope, wanted, what) or place is None:
+            return
+        v = constant(e)
+        problem = limits.out_of_bounds(place, v) if _is_number(v) else None
+        if problem:
+            code = "WL303" if problem == "must be a whole number" else "WL305"
+            hint = ("write a whole number, or round it with `ceil(...)`" if code == "WL303"
+                    else _BOUND_HINTS.get(place) if place != "max_tokens" or v == 0 else None)
+            self.err(code, f"{what} {problem}, not {_constant_text(e, v)}", e.span, hint)
+
     def _k_ref(self, e: ir.Ref, scope: _Scope) -> str:
         if e.name in scope:
             self.used.add(e.name)
@@ -385,6 +407,14 @@ class _Checker:
             fits = self.expect(p.default, self.top, list_of(wanted) if p.is_list else wanted, what)
         if fits:
             self.check_whole(p, p.default)
+            self.check_sign(p, p.default)
+
+    def check_sign(self, p: ir.Param, e: Any) -> None:
+        """WL305 when a tokens or duration param gets a negative constant default."""
+        bad = [v for v in _const_items(e) if _is_number(v) and v < 0]
+        if p.type in NON_NEGATIVE and bad:
+            self.err("WL305", f"`{p.name}` is declared `{p.type}`, which is never negative, but "
+                     f"its default is {bad[0]:g}", e.span)
 
     def check_whole(self, p: ir.Param, e: Any) -> None:
         """WL303 when an int or tokens param gets a constant that is not a whole number."""
@@ -431,24 +461,26 @@ class _Checker:
 
     def check_settings(self) -> None:
         for name, wanted in SETTING_KINDS.items():
-            value = getattr(self.wl.settings, name)
-            if value is not None:
-                self.expect(value, self.top, wanted, f"`{name}`")
+            place = name if name in limits.PLACES else None
+            self.value(getattr(self.wl.settings, name), self.top, wanted, f"`{name}`", place)
 
     def check_calibrations(self) -> None:
         self.unique(self.wl.calibrations, "calibration", key="what")
         for c in self.wl.calibrations:
             for e, what in ((c.tokens, "tokens"), (c.repeat, "repeat")):
-                if e is not None:
-                    self.expect(e, self.top, "number", f"`{what}` of `calibrate {c.what}`")
+                self.value(e, self.top, "number", f"`{what}` of `calibrate {c.what}`",
+                           f"calibrate {what}")
 
     # -- sessions and statements
 
     def check_sessions(self) -> None:
+        if not self.wl.sessions:
+            self.err("WL215", f"workload `{self.wl.name}` has no session, so it sends nothing",
+                     self.wl.span, "add `session NAME { user \"...\"; reply N }`")
         self.unique(self.wl.sessions, "session")
         for s in self.wl.sessions:
-            if s.repeat is not None:
-                self.expect(s.repeat, self.top, "number", "the `repeat` of a session")
+            self.value(s.repeat, self.top, "number", "the `repeat` of a session",
+                       "session repeat")
             self.stmts(s.body, self.top)
 
     def stmts(self, body: tuple, scope: _Scope) -> None:
@@ -457,9 +489,8 @@ class _Checker:
 
     def stmt(self, s: Any, scope: _Scope) -> None:
         """One statement: its values (by `_STMT_VALUES`), options, parts, names, then bodies."""
-        for field, wanted, what in _STMT_VALUES.get(s.kind, ()):
-            if getattr(s, field) is not None:
-                self.expect(getattr(s, field), scope, wanted, what)
+        for field, wanted, what, place in _STMT_VALUES.get(s.kind, ()):
+            self.value(getattr(s, field), scope, wanted, what, place)
         self.check_options(getattr(s, "options", ()), scope)
         if isinstance(s, ir.Message):
             self.check_parts(s, scope)
@@ -474,9 +505,9 @@ class _Checker:
     def check_parts(self, s: ir.Message, scope: _Scope) -> None:
         for part in s.parts:
             if isinstance(part, ir.FillerPart):
-                self.expect(part.tokens, scope, "number", "the size of `filler`")
-                if part.needle_at is not None:
-                    self.expect(part.needle_at, scope, "ratio", "the depth of `needle at`")
+                self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
+                self.value(part.needle_at, scope, "ratio", "the depth of `needle at`",
+                           "needle at")
 
     def loop_scope(self, s: Any, scope: _Scope) -> _Scope:
         """The scope of a statement's body: with its loop variable, if it has one."""
@@ -557,7 +588,7 @@ class _Checker:
 
     def check_sel_item(self, item: ir.SelItem, scope: _Scope) -> None:
         if item.key in ("last", "first"):
-            self.expect(item.count, scope, "number", f"`{item.key}`")
+            self.value(item.count, scope, "number", f"`{item.key}`", item.key)
             return
         known = self.names.matching(item.key)
         if item.key != "flag" and item.value not in known:
@@ -583,6 +614,13 @@ def _agg_result(func: str, kind: str) -> str:
 
 def _plain(g: Any) -> Any:
     return g.value if isinstance(g, ir.GNum) else g
+
+
+def _constant_text(e: Any, v: float) -> str:
+    """A constant as the file wrote it (`-3`, `0.5`, `200%`), or its value when computed."""
+    if isinstance(e, ir.Neg) and isinstance(e.operand, ir.Num):
+        return f"`-{e.operand.text}`"
+    return f"`{e.text}`" if isinstance(e, ir.Num) else f"{v:g}"
 
 
 def _is_number(v: Any) -> bool:

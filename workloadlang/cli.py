@@ -57,15 +57,31 @@ def param_overrides(wl, extra: Sequence[str], pairs: Sequence[str]) -> dict[str,
     return out
 
 
+MAX_SHOWN = 50
+"""Diagnostics printed as text at most (JSON lists them all)."""
+
+
 def show_diags(diags: list[Diagnostic], source: api.Source, fmt: str) -> None:
     if fmt == "json":
         print(render_json(diags))
-    else:
-        eprint(render_text(diags, {source.name: source.text}).rstrip())
+        return
+    eprint(render_text(diags[:MAX_SHOWN], {source.name: source.text}).rstrip())
+    if len(diags) > MAX_SHOWN:
+        eprint(f"\n({len(diags) - MAX_SHOWN:,} more diagnostics not shown; --format json lists "
+               "them all)")
+
+
+def load(target: str, fmt: str) -> api.Source:
+    """`api.load`, its diagnostics (a file that is no `.wl` text) shown: exit 2."""
+    try:
+        return api.load(target)
+    except WorkloadError as e:
+        show_diags(e.diagnostics, api.Source(name=target, text=e.text or ""), fmt)
+        raise SystemExit(EXIT_USAGE)
 
 
 def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
-    source = api.load(args.workload)
+    source = load(args.workload, getattr(args, "format", "text"))
     try:
         wl = api.parse_checked(source)
         overrides = param_overrides(wl, extra, args.param or [])
@@ -85,12 +101,9 @@ def cmd_check(args, extra) -> int:
     status = EXIT_OK
     all_diags = []
     for target in args.workloads:
-        source = api.load(target)
-        try:
-            wl = api.parse_checked(source)
-            diags = api.warnings(wl)
-        except WorkloadError as e:
-            diags, status = e.diagnostics, EXIT_USAGE
+        source, diags = check_one(target)
+        if any(d.severity == "error" for d in diags):
+            status = EXIT_USAGE
         all_diags += diags
         if args.format == "text" and diags:
             show_diags(diags, source, "text")
@@ -99,6 +112,16 @@ def cmd_check(args, extra) -> int:
     if args.format == "json":
         print(render_json(all_diags))
     return status
+
+
+def check_one(target: str) -> tuple[api.Source, list[Diagnostic]]:
+    """One `wl check` target: its source (empty when it is no `.wl` text) and diagnostics."""
+    source = api.Source(name=target, text="")
+    try:
+        source = api.load(target)
+        return source, api.warnings(api.parse_checked(source))
+    except WorkloadError as e:
+        return (source if e.text is None else api.Source(name=target, text=e.text)), e.diagnostics
 
 
 def cmd_plan(args, extra) -> int:

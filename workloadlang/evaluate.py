@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Union
 
 from workloadlang import ir
+from workloadlang.limits import MAX_NUMBER, number_too_large
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
 
 Value = Union[int, float, str, bool, None, list, dict]
@@ -137,7 +139,14 @@ def _arith(e: ir.BinOp, left: Value, right: Value) -> Value:
                         f"{_type_name(right)} {_show(right)}", e.span)
     if e.op in ("/", "//", "%") and right == 0:
         raise EvalError("division by zero", e.span)
-    return _ARITH[e.op](left, right)
+    return _bounded(_ARITH[e.op](left, right), e.span)
+
+
+def _bounded(v: Value, span: ir.Span) -> Value:
+    """`v`, unless it is a number beyond `MAX_NUMBER` (EvalError: no count, size or time is)."""
+    if _is_num(v) and number_too_large(v):
+        raise EvalError(f"the value is too large: more than {MAX_NUMBER:,.0f} in magnitude", span)
+    return v
 
 
 _ARITH: dict[str, Callable[[float, float], float]] = {
@@ -314,6 +323,9 @@ def _parse_scalar(ptype: ir.ParamType, text: str) -> Value:
     parsed = split_number(text.lstrip("-"))
     if parsed is None or not _unit_fits(ptype, parsed):
         raise ParamValueError(f"expected {_EXPECTED[ptype]}, got `{text}`")
+    if number_too_large(parsed[0]):
+        raise ParamValueError(f"`{text}` is too large: more than {MAX_NUMBER:,.0f} in "
+                              "magnitude")
     try:
         return coerce_value(ptype, sign * parsed[0])
     except ParamValueError:
@@ -412,25 +424,32 @@ def _unknown_override(raw: str, name: str, params: Mapping[str, ir.Param]) -> Di
 
 def param_order(params: tuple[ir.Param, ...]) -> tuple[list[ir.Param], list[list[str]]]:
     """The params in dependency order (the params a default refers to come first), and each
-    cycle among defaults once, as the names around it: `["a", "b", "a"]`."""
+    cycle among defaults once, as the names around it: `["a", "b", "a"]`. Iterative: a chain of
+    thousands of derived params is no deeper than Python's stack."""
     by_name = {p.name: p for p in params}
-    deps = {p.name: sorted(refs_in(p.default) & set(by_name) if p.default else ()) for p in params}
+    deps = {p.name: sorted(refs_in(p.default) & by_name.keys() if p.default else ())
+            for p in params}
     order: list[ir.Param] = []
     cycles: list[list[str]] = []
     done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        for dep in deps[name]:
-            if dep in path:
+    for p in params:
+        if p.name in done:
+            continue
+        path, on_path, pending = [p.name], {p.name}, [iter(deps[p.name])]
+        while pending:
+            dep = next(pending[-1], None)
+            if dep is None:  # every dependency of path[-1] is placed: place it
+                pending.pop()
+                name = path.pop()
+                on_path.discard(name)
+                done.add(name)
+                order.append(by_name[name])
+            elif dep in on_path:
                 cycles.append(path[path.index(dep):] + [dep])
             elif dep not in done:
-                visit(dep, path + [dep])
-        done.add(name)
-        order.append(by_name[name])
-
-    for p in params:
-        if p.name not in done:
-            visit(p.name, [p.name])
+                path.append(dep)
+                on_path.add(dep)
+                pending.append(iter(deps[dep]))
     return order, cycles
 
 
@@ -442,15 +461,15 @@ def _resolve_default(p: ir.Param, params: Mapping[str, ir.Param], values: dict[s
         diags.append(error("WL402", f"missing required parameter `{p.name}`", p.span,
                            f"pass {param_flag(p.name)} {_example(p)}"))
         return False
-    deps = refs_in(p.default) & set(params)
+    deps = refs_in(p.default) & params.keys()
     if deps & failed:
         return False
-    if deps - set(values):
+    if deps - values.keys():
         diags.append(error("WL404", f"cannot compute `{p.name}`: it depends on itself",
                            p.default.span, f"set {param_flag(p.name)} explicitly"))
         return False
     try:
-        values[p.name] = _typed(p, evaluate(p.default, {**env, **values}))
+        values[p.name] = _typed(p, evaluate(p.default, ChainMap(values, env)))
     except (EvalError, ParamValueError) as exc:
         diags.append(_default_failed(p, env, exc))
         return False
@@ -480,12 +499,18 @@ def _example(p: ir.Param) -> str:
     return {"duration": "2s", "ratio": "50%", "bool": "true", "string": "TEXT"}.get(p.type, "N")
 
 
+NON_NEGATIVE = ("tokens", "duration")
+"""Param types whose values are never negative (an implicit `in 0..`)."""
+
+
 def _check_bounds(p: ir.Param, values: Mapping[str, Value], env: Mapping[str, Value],
                   derived: bool) -> list[Diagnostic]:
     """WL401 when `p`'s value (each item of a list) is not `one of` its choices or is outside its
-    inclusive range `in lo..hi`."""
-    value, full = values[p.name], {**env, **values}
+    inclusive range `in lo..hi` (a tokens or duration value also below 0)."""
+    value, full = values[p.name], ChainMap(values, env)
     low, high = _bound(p, "low", full), _bound(p, "high", full)
+    if p.type in NON_NEGATIVE and (low is None or low < 0):
+        low = 0
     for item in value if isinstance(value, list) else [value]:
         shown = f"`{p.name}` = {format_value(p.type, item)}"
         if p.choices and item not in p.choices:
@@ -494,6 +519,9 @@ def _check_bounds(p: ir.Param, values: Mapping[str, Value], env: Mapping[str, Va
                           did_you_mean(str(item), p.choices, '"{}"'))]
         if _is_num(item) and not ((low is None or item >= low) and (high is None or item <= high)):
             bounds = "..".join("" if b is None else format_value(p.type, b) for b in (low, high))
+            if item < 0 and p.type in NON_NEGATIVE:
+                return [error("WL401", f"{shown} is negative; a `{p.type}` value never is",
+                              p.span, _range_hint(p, 0, None, derived))]
             return [error("WL401", f"{shown} is out of its range {bounds}", p.range.span,
                           _range_hint(p, low, high, derived))]
     return []

@@ -24,7 +24,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import Shift
 
-from workloadlang import ir
+from workloadlang import ir, limits
 from workloadlang.diagnostics import (Diagnostic, WorkloadError, closest, error,
                                       sort_diagnostics)
 from workloadlang.evaluate import split_number
@@ -95,11 +95,10 @@ def _can_shift(states: dict, state_stack: list[int], terminal: str) -> bool:
 
 
 def parse(text: str, filename: str) -> ir.Workload:
-    """The IR of one `.wl` file; raises `WorkloadError` for syntax and structural errors."""
-    try:
-        tree = parser().parse(text)
-    except UnexpectedInput as exc:
-        raise WorkloadError([syntax_diagnostic(exc, text, filename)]) from None
+    """The IR of one `.wl` file; raises `WorkloadError` for syntax and structural errors, and for
+    a text beyond `limits` (too large, too many tokens, nested too deeply)."""
+    text = text[1:] if text.startswith("\ufeff") else text
+    tree = _syntax_tree(text, filename)
     lower = _Lower(filename)
     try:
         workload = lower.transform(tree)
@@ -108,6 +107,31 @@ def parse(text: str, filename: str) -> ir.Workload:
     if lower.diags:
         raise WorkloadError(sort_diagnostics(lower.diags))
     return workload
+
+
+def _syntax_tree(text: str, filename: str) -> Any:
+    """Lark's tree of `text`, within `limits`; raises `WorkloadError` with one diagnostic."""
+    too_large = limits.check_text(text, filename) or _too_many_tokens(text, filename)
+    if too_large:
+        raise WorkloadError([too_large])
+    try:
+        tree = parser().parse(text)
+    except UnexpectedInput as exc:
+        raise WorkloadError([syntax_diagnostic(exc, text, filename)]) from None
+    deep = limits.too_deep(tree, filename)
+    if deep:
+        raise WorkloadError([deep])
+    return tree
+
+
+def _too_many_tokens(text: str, filename: str) -> Diagnostic | None:
+    """`limits.too_many_tokens` over the plain lexer (no parser: cheap); a character the lexer
+    cannot take ends the count, and the parser reports it."""
+    tokens = parser().lex(text)
+    try:
+        return limits.too_many_tokens(tokens, filename)
+    except UnexpectedInput:
+        return None
 
 
 # ---------------------------------------------------------------- syntax errors
@@ -250,11 +274,12 @@ def _unexpected_char(exc: UnexpectedCharacters, text: str, filename: str) -> Dia
                      "a number may end in one unit: k, M, Ki, Mi (counts), ms, s, min "
                      "(durations) or % (ratios)")
     hint = "a reference is `$` and a name, like `$tokens`" if char == "$" else None
-    return error("WL103", f"unexpected character `{char}`",
+    shown = f"`{char}`" if char.isprintable() and not char.isspace() else f"U+{ord(char):04X}"
+    return error("WL103", f"unexpected character {shown}",
                  _point(filename, exc.line, exc.column), hint)
 
 
-_BRACES = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[{}]')
+_BRACES = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*|[{}]')
 
 
 def _unclosed_hint(text: str) -> str | None:
@@ -523,6 +548,11 @@ class _Lower(Transformer):
 
     def num(self, meta: Any, c: list) -> ir.Num:
         value, unit = split_number(c[0].value)
+        if limits.number_too_large(value):
+            self.diags.append(error("WL111", f"the number `{c[0].value}` is too large",
+                                    self.span(meta), f"a number is at most "
+                                    f"{limits.MAX_NUMBER:,.0f} in magnitude"))
+            value = 0.0
         return ir.Num(value=value, unit=unit, text=c[0].value, span=self.span(meta))
 
     def str(self, meta: Any, c: list) -> ir.Str:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from workloadlang import ir
+from workloadlang import ir, limits
 from workloadlang.diagnostics import Diagnostic, WorkloadError
 from workloadlang.evaluate import EvalError, evaluate, refs_in
 from workloadlang.plan import synth
@@ -111,7 +111,22 @@ def count(b: Builder, expr: ir.Expr, ctx: Ctx, what: str) -> int:
 
 def seconds(b: Builder, expr: ir.Expr, ctx: Ctx) -> float:
     v = value(b, expr, ctx)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return 0.0
+    return float(v) if in_bounds(b, "wait", v, expr.span) else 0.0
+
+
+def in_bounds(b: Builder, place: str, v: Any, span: ir.Span) -> bool:
+    """Whether a computed value fits `limits.PLACES[place]` (a fraction is rounded where a whole
+    number is needed); WL401 when it does not."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return True
+    problem = limits.out_of_bounds(place, v)
+    if problem and problem != "must be a whole number":
+        b.error("WL401", f"`{place}` {problem}, but it is {limits.show_value(place, v)} here",
+                span)
+        return False
+    return True
 
 
 def options_value(b: Builder, opts: tuple[ir.Option, ...], ctx: Ctx) -> dict[str, Any]:
@@ -157,6 +172,7 @@ def text_tokens(text: str) -> int:
 
 def stmt_reply(b: Builder, s: ir.Reply, ctx: Ctx, conv: Conv) -> None:
     max_tokens = count(b, s.max_tokens, ctx, "max_tokens")
+    in_bounds(b, "max_tokens", max_tokens, s.max_tokens.span)
     abort = None if s.abort_after is None else count(b, s.abort_after, ctx, "abort point")
     kept = "partial" if abort is not None and s.mode != "drop" else s.mode
     expect = tuple(expectation(b, e, conv) for e in s.expect)
@@ -184,6 +200,7 @@ def expectation(b: Builder, e: ir.Expect, conv: Conv) -> Expectation:
 
 def stmt_probe(b: Builder, s: ir.Probe, ctx: Ctx, conv: Conv) -> None:
     max_tokens = 1 if s.max_tokens is None else count(b, s.max_tokens, ctx, "max_tokens")
+    in_bounds(b, "max_tokens", max_tokens, s.span)
     add_request(b, s, ctx, conv, kind="probe", max_tokens=max_tokens, abort=None, kept="drop",
                 options=options_value(b, s.options, ctx), expect=())
 
@@ -196,6 +213,7 @@ def stmt_resend(b: Builder, s: ir.Resend, ctx: Ctx, conv: Conv) -> None:
         return
     src = next(r for r in reversed(b.requests) if r.id == src_id)
     max_tokens = src.max_tokens if s.max_tokens is None else count(b, s.max_tokens, ctx, "max_tokens")
+    in_bounds(b, "max_tokens", max_tokens, s.span)
     again = Conv(msgs=list(src.messages), last_request=src.id)
     add_request(b, s, replace(ctx, index=idx), again, kind="resend", max_tokens=max_tokens,
                 abort=None, kept="drop", options=dict(src.options), expect=src.expect)
@@ -346,6 +364,10 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
                env=genv)
     b.options = options_value(b, wl.options, root)
     sessions = plan_sessions(b, wl, root)
+    if not b.requests and not b.diags:
+        b.error("WL408", "the plan has no request: with these params no session sends anything",
+                wl.sessions[0].span if wl.sessions else wl.span,
+                "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
     settings = plan_settings(b, wl, root, len(sessions))
     check_limits(b, settings["max_context"])
     gates = plan_gates(b, wl, genv, [s.id for s in sessions])
@@ -383,6 +405,10 @@ def plan_settings(b: Builder, wl: ir.Workload, root: Ctx, n_sessions: int) -> di
         return default if expr is None else conv(value(b, expr, root))
 
     limit = get(st.max_context, root.env.get("max_context"))
+    for name in ("concurrency", "timeout", "hit_ratio", "max_context"):
+        expr = getattr(st, name)
+        if expr is not None and not in_bounds(b, name, value(b, expr, root), expr.span):
+            limit = None if name == "max_context" else limit
     return {
         "concurrency": max(1, int(get(st.concurrency, max(1, n_sessions)) or 1)),
         "timeout_s": float(get(st.timeout, DEFAULT_TIMEOUT_S) or DEFAULT_TIMEOUT_S),

@@ -1,0 +1,3 @@
+workload empty {
+  doc "declares nothing to send"
+}

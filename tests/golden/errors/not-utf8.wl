@@ -1,0 +1,4 @@
+workload latin {
+  doc "café"
+  session s { user "x"; reply 4 }
+}

@@ -1,0 +1,166 @@
+"""Hostile `.wl` sources, one per class of bad input, at a chosen size; and a measured `wl` run.
+
+`sources(size)` gives a `Case` per class: the bytes, and the WL code `wl check` and `wl plan`
+must refuse it with (its first diagnostic), or None for a file that is valid however odd.
+`size` is the byte size of the cases that scale (a long string, word, comment or token stream):
+the tests use about 1 MB, `bench/fuzz.py --hostile` 10 MB. `measured(args)` runs `wl ARGS` in a child process
+and returns its exit code, output and peak resident memory (the child's own `ru_maxrss`).
+
+Input: a size in bytes. Output: the cases; for a run, `Measured`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from workloadlang import limits
+
+TAIL = 'session s { user "x"; reply 4 } }'
+
+
+def _workload(body: str, tail: str = TAIL) -> bytes:
+    return ("workload w { " + body + " " + tail).encode()
+
+
+@dataclass(frozen=True)
+class Case:
+    """A hostile source and what `wl check` and `wl plan` must answer: the WL code of the first
+    diagnostic (exit 2), or None (the file is valid, however odd: exit 0)."""
+
+    name: str
+    data: bytes
+    check: str | None
+    plan: str | None = "same"
+
+    @property
+    def plan_code(self) -> str | None:
+        return self.check if self.plan == "same" else self.plan
+
+
+def sources(size: int) -> Iterator[Case]:
+    """Every class of hostile source, `size` bytes where it scales."""
+    yield from _encodings(size)
+    yield from _nesting()
+    yield from _numbers()
+    yield from _sizes(size)
+
+
+def _encodings(size: int) -> Iterator[Case]:
+    rng = random.Random(size)
+    text = 'workload w { session s { user "x"; reply 4 } }'
+    yield Case("latin-1", text.replace('"x"', '"café"').encode("latin-1"), "WL109")
+    yield Case("binary", bytes(rng.randrange(256) for _ in range(min(size, 1 << 16))), "WL109")
+    yield Case("utf-16 with a BOM", text.encode("utf-16"), "WL109")
+    yield Case("utf-16 without a BOM", text.encode("utf-16-le"), "WL109")
+    yield Case("utf-8 BOM", b"\xef\xbb\xbf" + text.encode(), None)
+    yield Case("control characters", _workload('doc "\x1b[31m"\x07'), "WL103")
+
+
+def _nesting() -> Iterator[Case]:
+    deep = 400
+    yield Case("nested turns", _workload("session s { " + "turn t { " * deep + 'user "x"; reply 4'
+                                         + " }" * deep + " }", "}"), "WL108")
+    yield Case("nested objects", _workload("options { a = " + "{ a = " * deep + "1" + " }" * deep
+                                           + " }"), "WL108")
+    yield Case("else-if chain", _workload('session s { if true { user "x" } '
+                                          + 'else if true { user "x" } ' * deep + "reply 4 }",
+                                          "}"), "WL108")
+    yield Case("nested lists", _workload("options { a = " + "[" * deep + "]" * deep + " }"),
+               "WL108")
+    yield Case("nested brackets", _workload("session s { user filler " + "(" * 10_000 + "1"
+                                            + ")" * 10_000 + "; reply 4 }", "}"), None)
+    yield Case("minus chain", _workload("session s { user filler " + "-" * 10_000
+                                        + "1; reply 4 }", "}"), "WL108")
+    yield Case("operator chain", _workload("session s { user filler 1" + "+1" * 20_000
+                                           + "; reply 4 }", "}"), "WL108")
+
+
+def _numbers() -> Iterator[Case]:
+    yield Case("400 digits under ceil", _workload("params { n: int = ceil(1" + "0" * 400
+                                                  + ") } session s { user filler $n; reply 4 } }",
+                                                  ""), "WL111")
+    yield Case("100k digits", _workload("params { n: int = 1" + "0" * 100_000 + " }"), "WL111")
+    chain = "".join(f"p{i}: int = $p{i - 1} * $p{i - 1}\n" for i in range(1, 2000))
+    yield Case("huge-integer param chain", _workload(
+        "params { p0: int = 1000\n" + chain + "} session s { user filler $p1999; reply 4 } }",
+        ""), None, "WL404")
+
+
+def _sizes(size: int) -> Iterator[Case]:
+    line = limits.MAX_LINE_CHARS
+    yield Case("string literal of almost a line", _workload(
+        'session s { user "' + "a" * min(size, line - 100) + '"; reply 4 }', "}"), None)
+    yield Case("string literal longer than a line", _workload(
+        'session s { user "' + "a" * max(size, line + 1) + '"; reply 4 }', "}"), "WL110")
+    yield Case("string of escapes", _workload(
+        'session s { user "' + "\\n" * (min(size, line - 100) // 2) + '"; reply 4 }', "}"), None)
+    lines = max(1, min(size // line, 10))
+    yield Case("lines of escapes", _workload("session s { " + ('user "' + "\\n" * (line // 2 - 20)
+                                                               + '"\n') * lines + "reply 4 }",
+                                             "}"), None)
+    yield Case("unknown refs up to the token limit", _workload(
+        "session s { " + "reply $nope\n" * (limits.MAX_TOKENS // 2 - 20) + "}", "}"), "WL201")
+    yield Case("unterminated huge string", _workload('doc "' + "a" * min(size, line - 100) + "\n"),
+               "WL104")
+    yield Case("huge unknown word", _workload("x" * min(size, line - 100)), "WL101")
+    yield Case("huge comment", _workload("# " + "c" * min(size, line - 100) + "\n"), None)
+    yield Case("huge whitespace", _workload(" \n" * (min(size, limits.MAX_FILE_BYTES - 100) // 2)),
+               None)
+    yield Case("many tokens", _workload("session s { " + 'user "x"; reply 1\n' * (size // 18),
+                                        "}"), "WL110")
+    yield Case("many braces", _workload("{" * size), "WL110")
+    yield Case("over the file size", _workload("#" + " " * limits.MAX_FILE_BYTES), "WL110")
+    params = "".join(f"  w{i}: int = {i}\n" for i in range(min(size // 400,
+                                                                 limits.MAX_TOKENS // 6 - 10)))
+    yield Case("many params, under the limits", _workload("params {\n" + params + "}"), None)
+
+
+@dataclass
+class Measured:
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_mb: float
+
+
+def wl_argv() -> list[str]:
+    """`wl` next to this Python, else `python -m workloadlang.cli`."""
+    script = Path(sys.executable).with_name("wl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "workloadlang.cli"]
+
+
+_LAUNCH = """
+import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as fh:
+    fh.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+"""Runs the command and writes its exit code and peak RSS (KB). A child's peak counts the
+memory of the process it was forked from, so the command is started by this small launcher,
+not by the (possibly large) test process."""
+
+
+def measured(*args: str, timeout: float = 120) -> Measured:
+    """Run `wl ARGS` in a child; its exit code, output and peak RSS (Linux: `wait4`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report, out, err = (Path(tmp) / name for name in ("report", "out", "err"))
+        with open(out, "wb") as fout, open(err, "wb") as ferr:
+            proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(report), *wl_argv(),
+                                     *args], stdout=fout, stderr=ferr, start_new_session=True)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                raise
+        code, peak_kb = report.read_text().split()
+        return Measured(int(code), out.read_text(errors="replace"),
+                        err.read_text(errors="replace"), int(peak_kb) / 1024)
