@@ -2,7 +2,8 @@
 
 Input: argv. Output: text on stdout/stderr and an exit code (docs/cli.md):
 0 passed, 1 a gate failed, 2 usage or workload error, 3 endpoint unreachable or lacking a
-capability, 4 run incomplete, 130 interrupted (after writing what was measured).
+capability, 4 run incomplete, 5 a file written to a fallback path instead of the one asked for,
+130 interrupted (after writing what was measured).
 """
 
 from __future__ import annotations
@@ -178,7 +179,10 @@ def cmd_sim(args, extra) -> int:
 
     if extra:
         raise UsageError(f"unexpected arguments: {' '.join(extra)}")
-    cfg = config_from_args(args)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        raise UsageError(config_error(exc)) from None
     eprint(f"simulator on http://{args.host}:{args.port}/v1 (preset {args.sim_preset or 'default'}); Ctrl-C stops")
     try:
         serve(cfg, host=args.host, port=args.port)
@@ -188,15 +192,62 @@ def cmd_sim(args, extra) -> int:
     return EXIT_OK
 
 
+def config_error(exc: ValueError, prefix: str = "") -> str:
+    """A simulator configuration error in one line, naming the flag (pydantic's errors name the
+    field: `device_tokens` is `--device-tokens`)."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    first = exc.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else ""
+    flag = f"--{prefix}{field.replace('_', '-')}" if field and field != "faults" else \
+        f"--{prefix}fault"
+    return f"{flag}: {first['msg'].lower()}, got {first.get('input')!r}"
+
+
 # ---------------------------------------------------------------- parser
+
+
+def salt_text(text: str) -> str:
+    """An argparse type: a salt is 1 to 200 printable characters (an empty one would silently
+    draw a fresh salt, and the run could not be replayed)."""
+    if not text or len(text) > 200 or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"a salt is 1 to 200 printable characters, got {text[:40]!r}")
+    return text
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {text!r}")
+    return port
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="a .wl file or a bundled workload name (wl list)")
-    p.add_argument("--salt", help="replay a run exactly (default: fresh per run, printed)")
+    p.add_argument("--salt", type=salt_text,
+                   help="replay a run exactly (default: fresh per run, printed)")
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
                    help="set a param (every param is also a flag: kv_size -> --kv-size)")
-    p.add_argument("--max-context", type=int, help="the engine's context limit, in tokens")
+    p.add_argument("--max-context", type=positive_int,
+                   help="the engine's context limit, in tokens")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     ssub = s.add_subparsers(dest="sim_command", required=True)
     serve = ssub.add_parser("serve", help="serve the simulator on loopback")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port_number, default=8000)
     from workloadlang.sim import add_sim_arguments
 
     add_sim_arguments(serve)

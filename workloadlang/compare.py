@@ -14,17 +14,15 @@ salt make the numbers incomparable (`wl run --salt` replays a run's plan exactly
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
-from pydantic import ValidationError
 from tabulate import tabulate
 
-from workloadlang.run.runner import Results
+from workloadlang.run.runner import Results, ResultsFileError, read_results
 
 EXIT_OK, EXIT_REGRESSED, EXIT_USAGE = 0, 1, 2
 Kind = Literal["count", "ratio", "seconds", "number"]
@@ -38,29 +36,12 @@ class NotComparable(Exception):
 
 
 def load_results(path: str) -> Results:
-    """Input: a path. Output: its `Results` (the top-level `schema` key mapped to `schema_`).
-    Raises `NotComparable` with a one-line reason when it cannot be read or is not a results file."""
+    """Input: a path. Output: its `Results` (`runner.read_results`). Raises `NotComparable` with
+    a one-line reason when it cannot be read or is not a results file."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as e:
-        raise NotComparable(f"cannot read {path}: {e.strerror or e}") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise NotComparable(f"{path} is not JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise NotComparable(f"{path} is not a workloadlang results file (not a JSON object)")
-    if "schema" in data:
-        data["schema_"] = data.pop("schema")
-    schema = data.get("schema_", "")
-    if not isinstance(schema, str) or not schema.startswith("workloadlang.results/"):
-        raise NotComparable(f"{path} is not a workloadlang results file (schema {schema!r})")
-    try:
-        return Results.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise NotComparable(f"{path} is not a valid results file ({where}: {first['msg']}; "
-                            f"{e.error_count()} problem(s))") from None
+        return read_results(path)
+    except ResultsFileError as e:
+        raise NotComparable(str(e)) from None
 
 
 def why_not_comparable(a: Results, b: Results) -> str | None:

@@ -19,10 +19,10 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 def load_results(path: str | Path) -> Any:
     """Input: a results JSON path (`wl run --output`). Output: a `Results`.
-    Raises OSError or pydantic.ValidationError."""
-    from workloadlang.run.runner import Results
+    Raises `ResultsFileError` (a ValueError) with a one-line reason."""
+    from workloadlang.run.runner import read_results
 
-    return Results.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    return read_results(path)
 
 
 def write_report(results_list: Sequence[Any], path: str | Path,

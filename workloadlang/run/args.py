@@ -7,6 +7,19 @@ prefixed `--sim-`).
 from __future__ import annotations
 
 import argparse
+import math
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (`--time-budget`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", default="http://localhost:8000/v1",
@@ -22,7 +35,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", help="write the summary JSON here")
     p.add_argument("--records", help="write one JSON line per request as it completes")
     p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
-    p.add_argument("--time-budget", type=float, help="stop after this many seconds (exit 4)")
+    p.add_argument("--time-budget", type=positive_seconds,
+                   help="stop after this many seconds (exit 4)")
     p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
     from workloadlang.sim import add_sim_arguments
 

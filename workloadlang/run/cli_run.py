@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 from contextlib import ExitStack
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
@@ -20,8 +22,11 @@ from workloadlang.run.runner import (
     EXIT_ENDPOINT,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
+    EXIT_WRITE,
+    Delivery,
     JsonlWriter,
     Tee,
+    deliver,
     run_plan,
 )
 
@@ -59,6 +64,10 @@ def start_sim(args, workload: str, stack: ExitStack) -> str:
 def run_command(args, extra) -> int:
     from workloadlang.cli import eprint
 
+    problem = preflight(args)
+    if problem:
+        eprint(f"wl run: error: {problem}")
+        return EXIT_USAGE
     with ExitStack() as stack:
         try:
             key = api_key(args)
@@ -68,7 +77,9 @@ def run_command(args, extra) -> int:
         try:
             base = start_sim(args, args.workload, stack) if args.sim else args.base_url.rstrip("/")
         except ValueError as e:
-            eprint(f"wl run: error: {e}")
+            from workloadlang.cli import config_error
+
+            eprint(f"wl run: error: {config_error(e, 'sim-')}")
             return EXIT_USAGE
         except RuntimeError as e:  # the simulator could not listen or start
             eprint(f"wl run: error: {e}")
@@ -77,6 +88,77 @@ def run_command(args, extra) -> int:
             return asyncio.run(main_async(args, extra, base, key))
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
+
+
+def preflight(args) -> str | None:
+    """What is wrong with `wl run`'s arguments before anything is sent (exit 2), or None: the
+    endpoint URL, the files to write (their folder exists and is writable, none is a folder,
+    two flags do not name one file, none overwrites an input) and the engine log to read."""
+    if not args.sim:
+        problem = check_base_url(args.base_url)
+        if problem:
+            return problem
+    inputs = {os.path.realpath(p) for p in (args.workload, args.engine_log)
+              if p and os.path.exists(p)}
+    seen: dict[str, str] = {}
+    for flag, path in (("--output", args.output), ("--records", args.records),
+                       ("--report", args.report)):
+        if path is None:
+            continue
+        problem = check_output_path(path)
+        real = os.path.realpath(path)
+        if problem:
+            return f"{flag} {path}: {problem}"
+        if real in seen and not is_device(real):
+            return f"{flag} and {seen[real]} name the same file {path}"
+        if real in inputs:
+            return f"{flag} {path}: that is an input of this run; it would be overwritten"
+        seen[real] = flag
+    return check_engine_log(args.engine_log)
+
+
+def is_device(path: str) -> bool:
+    """Whether `path` is there and no regular file (`/dev/null`: any number of flags may)."""
+    return os.path.exists(path) and not os.path.isfile(path)
+
+
+def check_base_url(url: str) -> str | None:
+    """Why `--base-url` is no usable http(s) URL, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises for a port that is no number or out of range)
+    except ValueError as exc:
+        return f"--base-url {url}: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return (f"--base-url {url}: not an http(s) URL with a host "
+                "(like http://127.0.0.1:8000/v1)")
+    return None
+
+
+def check_output_path(path: str) -> str | None:
+    """Why a file cannot be written at `path`, as far as can be told without writing it."""
+    if os.path.isdir(path):
+        return "is a directory"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else "is not writable"
+    return None if os.access(folder, os.W_OK | os.X_OK) else f"the folder {folder} is not writable"
+
+
+def check_engine_log(path: str | None) -> str | None:
+    """Why `--engine-log` cannot be read, or None (a log not there yet is read after the run,
+    when the engine may have written it)."""
+    if path is None or not os.path.exists(path):
+        return None
+    if os.path.isdir(path):
+        return f"--engine-log {path}: is a directory"
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as exc:
+        return f"--engine-log {path}: {exc.strerror or exc}"
 
 
 async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
@@ -119,27 +201,49 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
             view.stop()
             writer.close()
         if args.engine_log:
-            from workloadlang.run.annotate import annotate_results
+            from workloadlang.run.annotate import annotate_results, summary_line
 
-            annotate_results(results, args.engine_log)
-        if args.output:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(results.to_json())
-        if args.report:
-            write_html(results, args.report)
+            eprint(summary_line(annotate_results(results, args.engine_log)))
+        deliveries = [d for d in (writer.delivery, *write_outputs(results, args)) if d]
         view.summary(results)
-        return results.exit_code
+        return report_deliveries(deliveries, results.exit_code)
 
 
-def write_html(results, path: str) -> None:
+def write_outputs(results, args) -> tuple[Delivery | None, Delivery | None]:
+    """`--output` and `--report` written (or to a fallback): where each went."""
+    output = report = None
+    if args.output:
+        text = results.to_json()
+        output = deliver("--output", args.output,
+                         lambda p: Path(p).write_text(text, encoding="utf-8"))
+    if args.report:
+        report = write_html(results, args.report)
+    return output, report
+
+
+def report_deliveries(deliveries: list[Delivery], exit_code: int) -> int:
+    """Say where each file that missed its path went; the exit code: EXIT_WRITE when one did,
+    else the run's own."""
+    from workloadlang.cli import eprint
+
+    missed = [d for d in deliveries if d.error]
+    for d in missed:
+        where = (f"written to {d.written} instead" if d.written
+                 else "not written anywhere (the fallbacks failed too)")
+        eprint(f"wl run: {d.flag} {d.asked}: {d.error}; {where} (exit {EXIT_WRITE})")
+    return EXIT_WRITE if missed else exit_code
+
+
+def write_html(results, path: str) -> Delivery | None:
     from workloadlang.cli import eprint
     from workloadlang.report import write_report
     from workloadlang.report.render import ReportError
 
     try:
-        write_report([results], path)
-    except (OSError, ReportError) as e:
+        return deliver("--report", path, lambda p: write_report([results], p))
+    except ReportError as e:
         eprint(f"wl run: report not written: {e}")
+        return None
 
 
 def install_interrupt(task: asyncio.Future) -> None:

@@ -12,15 +12,17 @@ leaves a valid JSONL of every completed request. The API key lives only inside t
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable, NamedTuple
 
 import httpx
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from workloadlang.evaluate import evaluate
 from workloadlang.gates import (
@@ -38,6 +40,9 @@ from workloadlang.run.executor import Executor, RunResult, Sink
 from workloadlang.run.record import Record, TtftReference
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_ENDPOINT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_WRITE = 5
+"""A file asked for (`--output`, `--records`, `--report`) could not be written there: the run
+finished, its verdict was printed, and the file went to a fallback path that stderr names."""
 
 
 class Results(BaseModel):
@@ -68,21 +73,160 @@ class Results(BaseModel):
         return self.model_dump_json(indent=2, by_alias=False).replace('"schema_"', '"schema"', 1)
 
 
+class ResultsFileError(ValueError):
+    """A file that is not a readable results file; the message is one line saying why."""
+
+
+def read_results(path: str | Path) -> Results:
+    """A results file (`wl run --output`) as `Results`. Raises `ResultsFileError` with a
+    one-line reason: unreadable, empty, cut short, not JSON, or not a results file."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as e:
+        raise ResultsFileError(f"cannot read {path}: {e.strerror or e}") from None
+    if not raw.strip():
+        raise ResultsFileError(f"{path} is empty (a run stopped before writing its results "
+                               "leaves nothing; its --records JSONL has every completed request)")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ResultsFileError(f"{path} is not JSON or was cut short ({e}); a run killed while "
+                               "writing it leaves such a file, its --records JSONL has every "
+                               "completed request") from None
+    return _results_of(data, str(path))
+
+
+def _results_of(data: Any, path: str) -> Results:
+    if not isinstance(data, dict):
+        raise ResultsFileError(f"{path} is not a workloadlang results file (not a JSON object)")
+    if "schema" in data:
+        data["schema_"] = data.pop("schema")
+    schema = data.get("schema_", "")
+    if not isinstance(schema, str) or not schema.startswith("workloadlang.results/"):
+        raise ResultsFileError(f"{path} is not a workloadlang results file (schema {schema!r})")
+    try:
+        return Results.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ResultsFileError(f"{path} is not a valid results file ({where}: {first['msg']}; "
+                               f"{e.error_count()} problem(s))") from None
+
+
+class Delivery(NamedTuple):
+    """Where a file asked for by `flag` (`--output`, `--records`, `--report`) ended up:
+    `written` is the path (a fallback when `error` says why the asked path failed; None when
+    no fallback could be written either)."""
+
+    flag: str
+    asked: str
+    written: str | None
+    error: str | None = None
+
+
+FALLBACK_NAMES = {"--output": "results.json", "--records": "records.jsonl",
+                  "--report": "report.html"}
+
+
+def fallback_paths(flag: str) -> list[str]:
+    """Where a file goes when its asked path cannot be written: a fresh file in the temp
+    directory, else in the working directory (`wl-fallback-1a2b3c-results.json`)."""
+    name = f"wl-fallback-{secrets.token_hex(3)}-{FALLBACK_NAMES.get(flag, 'out')}"
+    return [os.path.join(folder, name) for folder in (tempfile.gettempdir(), os.getcwd())]
+
+
+def deliver(flag: str, asked: str, write: Callable[[str], Any]) -> Delivery:
+    """`write(path)` at the asked path, else at the first fallback that takes it. Never raises
+    for a path problem (OSError); the `Delivery` says what happened."""
+    try:
+        write(asked)
+        return Delivery(flag, asked, asked)
+    except OSError as exc:
+        error = exc.strerror or str(exc)
+    for path in fallback_paths(flag):
+        try:
+            write(path)
+            return Delivery(flag, asked, path, error)
+        except OSError:
+            continue
+    return Delivery(flag, asked, None, error)
+
+
 class JsonlWriter:
-    """Appends one JSON object per line and flushes it at once."""
+    """Appends one JSON object per line and flushes it at once. A write that fails (a full
+    disk, a path gone) moves the file to a fallback (`fallback_paths`: the lines written so
+    far copied first) and goes on there; it never raises, `delivery` says where the lines are."""
 
     def __init__(self, path: str | Path | None):
-        self.fh: IO[str] | None = open(path, "w", encoding="utf-8") if path else None
+        self.path = str(path) if path else None
+        self.fh: IO[bytes] | None = None
+        self.good = 0  # bytes of whole lines written and flushed
+        self.delivery = Delivery("--records", self.path, self.path) if self.path else None
+        if self.path:
+            try:
+                self.fh = open(self.path, "wb")
+            except OSError as exc:
+                self._fail_over(exc, b"")
 
     def write(self, obj: dict[str, Any]) -> None:
-        if self.fh:
-            self.fh.write(orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-                          + "\n")
+        if self.fh is None:
+            return
+        line = orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+        try:
+            self.fh.write(line)
             self.fh.flush()
+        except OSError as exc:
+            self._fail_over(exc, line)
+            return
+        self.good += len(line)
+
+    def _fail_over(self, exc: OSError, pending: bytes) -> None:
+        """Continue in a fallback file: what was written whole so far, then `pending`."""
+        assert self.path is not None
+        error = exc.strerror or str(exc)
+        self._close_quietly()
+        done = self._copied_so_far()
+        for path in fallback_paths("--records"):
+            try:
+                fh = open(path, "wb")
+                fh.write(done + pending)
+                fh.flush()
+            except OSError:
+                continue
+            self.fh, self.good = fh, len(done) + len(pending)
+            self.delivery = Delivery("--records", self.path, path, error)
+            return
+        self.delivery = Delivery("--records", self.path, None, error)
+
+    def _copied_so_far(self) -> bytes:
+        """The whole lines already in the asked file (only a regular file is read back)."""
+        if not self.good or not os.path.isfile(self.path or ""):
+            return b""
+        try:
+            with open(self.path, "rb") as fh:
+                return fh.read(self.good)
+        except OSError:
+            return b""
+
+    def _close_quietly(self) -> None:
+        fh, self.fh = self.fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
-        if self.fh:
+        if self.fh is None:
+            return
+        try:
             self.fh.close()
+        except OSError as exc:  # a buffered byte refused at the end: keep what was flushed
+            self.fh = None
+            self._fail_over(exc, b"")
+            self._close_quietly()
+        self.fh = None
 
 
 class Tee:

@@ -90,7 +90,7 @@ class SimConfig(BaseModel):
     `effective_context`: the needle window in tokens (None = max_model_len).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str = "wl-sim"
     max_model_len: int = Field(131072, ge=16)

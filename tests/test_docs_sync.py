@@ -1,0 +1,70 @@
+"""The reference docs and the code stay in step: every flag `wl` accepts is in docs/cli.md,
+every exit code is in docs/cli.md and the README, every diagnostic code the code can emit has
+its section in docs/diagnostics.md (and no section is for a code nothing emits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from workloadlang.cli import build_parser
+from workloadlang.run import runner
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI_MD = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+DIAGNOSTICS_MD = (ROOT / "docs" / "diagnostics.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: str = "wl"):
+    """(name, parser) for every command and nested subcommand."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{prefix} {name}", sub
+                yield from subcommands(sub, f"{prefix} {name}")
+
+
+def test_every_flag_is_documented():
+    missing = []
+    for name, parser in subcommands(build_parser()):
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:
+                continue
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help" and flag not in CLI_MD:
+                    missing.append(f"{name} {flag}")
+    assert not missing, f"not in docs/cli.md: {missing}"
+
+
+def test_every_simulator_flag_of_wl_run_has_a_row():
+    run = dict(subcommands(build_parser()))["wl run"]
+    flags = [f for a in run._actions for f in a.option_strings if f.startswith("--sim-")]
+    assert len(flags) > 10
+    for flag in flags:
+        assert re.search(rf"^\| `{re.escape(flag)}", CLI_MD, re.M), flag
+
+
+def test_every_exit_code_is_documented():
+    codes = {getattr(runner, n) for n in dir(runner) if n.startswith("EXIT_")}
+    table = set(re.findall(r"^\| (\d+) \|", CLI_MD, re.M))
+    assert {str(c) for c in codes} <= table, (codes, table)
+    readme = re.search(r"Exit codes: (.*?)\(\[docs/cli.md\]", README, re.S).group(1)
+    for code in codes:
+        assert re.search(rf"\b{code} ", readme), code
+
+
+def emitted_codes() -> set[str]:
+    found = set()
+    for path in (ROOT / "workloadlang").rglob("*.py"):
+        found |= set(re.findall(r"\"(WL\d{3})\"", path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_diagnostic_code_has_a_section():
+    documented = set(re.findall(r"^### (WL\d{3})\b", DIAGNOSTICS_MD, re.M))
+    emitted = emitted_codes()
+    assert emitted - documented == set(), "emitted but not in docs/diagnostics.md"
+    assert documented - emitted == set(), "documented but never emitted"
