@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import unicodedata
 from typing import Any, Sequence
 
 from workloadlang import api
@@ -210,11 +211,12 @@ def config_error(exc: ValueError, prefix: str = "") -> str:
 
 
 def salt_text(text: str) -> str:
-    """An argparse type: a salt is 1 to 200 printable characters (an empty one would silently
-    draw a fresh salt, and the run could not be replayed)."""
-    if not text or len(text) > 200 or not text.isprintable():
+    """An argparse type: a salt is 1 to 200 characters, none a control character or a byte that
+    was not text (an empty salt would silently draw a fresh one, and the run could not be
+    replayed)."""
+    if not 1 <= len(text) <= 200 or any(unicodedata.category(c) in ("Cc", "Cs") for c in text):
         raise argparse.ArgumentTypeError(
-            f"a salt is 1 to 200 printable characters, got {text[:40]!r}")
+            f"a salt is 1 to 200 characters, no control characters, got {text[:40]!r}")
     return text
 
 

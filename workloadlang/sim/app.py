@@ -34,6 +34,115 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
+MIN_BODY_BYTES = 16 * 1024 * 1024
+"""A request body may be this large, or 64 bytes per token of the context limit if more."""
+BODY_IDLE_S = 10.0
+"""How long the server waits for the next bytes of a request body before answering 408."""
+MAX_JSON_DEPTH = 64
+"""Levels of JSON objects and arrays in a body (a chat request has 5)."""
+
+
+def body_limit(config: SimConfig) -> int:
+    """The largest request body accepted (413 beyond): room for a whole context of text."""
+    return max(MIN_BODY_BYTES, 64 * config.max_model_len)
+
+
+async def read_json(request: Request, limit: int, idle_s: float) -> Any:
+    """The request's body as JSON. Raises ApiError: 413 past `limit` bytes, 408 when no bytes
+    come for `idle_s` seconds (a Content-Length larger than the body sent), 400 for a body that
+    is not JSON, holds NaN or Infinity or a number too large for a float, or nests deeper than
+    `MAX_JSON_DEPTH`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"request body of {int(declared):,} bytes is over the limit of "
+                       f"{limit:,}", "BadRequestError")
+    parts, size = [], 0
+    with _Deadline(idle_s) as deadline:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body over the limit of {limit:,} bytes",
+                               "BadRequestError")
+            parts.append(chunk)
+            deadline.restart()
+    return _decode(b"".join(parts))
+
+
+class _Deadline:
+    """Cancels the current task when `restart` is not called for `seconds`, and turns that
+    cancellation into ApiError 408. One timer per request, reset per chunk: cheaper than
+    `asyncio.wait_for` around each read, which would add to the simulated TTFT."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.expired = seconds, False
+        self.task = asyncio.current_task()
+        self.loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def restart(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_later(self.seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def __enter__(self) -> "_Deadline":
+        self.restart()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if kind is asyncio.CancelledError and self.expired:
+            if hasattr(self.task, "uncancel"):  # Python 3.11+: the task is not being cancelled
+                self.task.uncancel()  # type: ignore[union-attr]
+            raise ApiError(408, f"no request body bytes for {self.seconds:g} s",
+                           "BadRequestError") from None
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ApiError(400, "request body nests too deeply", "BadRequestError") from None
+    except ValueError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {str(exc)[:200]}",
+                       "BadRequestError") from None
+    if _depth(body) > MAX_JSON_DEPTH:
+        raise ApiError(400, f"request body nests more than {MAX_JSON_DEPTH} levels deep",
+                       "BadRequestError")
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Levels of nested arrays and objects (iterative: the body was already parsed)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) \
+            else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 @lru_cache(maxsize=1 << 14)
 def _json_str(text: str) -> str:
     return json.dumps(text)
@@ -191,23 +300,24 @@ class _Collector:
             yield GaugeMetricFamily(f"wlsim_cache_{name}", f"Cache {name}.", value=snap[name])
 
 
-def create_app(config: SimConfig) -> Starlette:
+def create_app(config: SimConfig, body_idle_s: float = BODY_IDLE_S) -> Starlette:
     """Build the ASGI app for one simulator instance. Output: a Starlette app whose `state.sim`
-    is the `Simulator`."""
+    is the `Simulator`. A request body is bounded (`body_limit`, 413) and must keep coming
+    (`body_idle_s`, 408)."""
     sim = Simulator(config)
+    limit = body_limit(config)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(sim))  # type: ignore[arg-type]
 
     async def chat(request: Request) -> Response:
         # the request's first bytes were read (StampedHttpProtocol), else its body was received
         arrival = request.scope.get("wl.received") or perf_counter()
-        raw = await request.body()
         try:
-            body = json.loads(raw)
-        except ValueError:
+            body = await read_json(request, limit, body_idle_s)
+        except ApiError as exc:
             sim.counters.requests += 1
             sim.counters.rejected += 1
-            return _error(ApiError(400, "request body is not valid JSON", "BadRequestError"))
+            return _error(exc)
         headers = request.headers
         try:
             job = sim.prepare(body, headers.get("x-wl-session"), headers.get("x-wl-request"),
@@ -236,8 +346,9 @@ def create_app(config: SimConfig) -> Starlette:
 
     async def tokenize(request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-            tokens = _tokenize_body(body)
+            tokens = _tokenize_body(await read_json(request, limit, body_idle_s))
+        except ApiError as exc:
+            return _error(exc)
         except (ValueError, MessageError) as exc:
             return _error(ApiError(400, f"bad tokenize request: {exc}", "BadRequestError"))
         return JSONResponse({"tokens": token_ids(tokens), "count": len(tokens),
