@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in row:
             print(f"run {n}: {row['error']}")
             continue
-        print(f"run {n}: exit {row['exit_code']}, gates "
+        print(f"run {n}: exit {row['exit_code']}, client_bottleneck "
+              f"{row['client'].get('client_bottleneck')}, gates "
               + ", ".join(f"{k}={v}" for k, v in row["gates"].items())
               + f"; ends together: {row['ends_together']}", flush=True)
     done = [r for r in rows if "error" not in r]
