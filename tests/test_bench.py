@@ -143,10 +143,10 @@ def test_report_scale_runs_small(tmp_path: Path) -> None:
     from bench import report_scale
 
     out = tmp_path / "report.json"
-    assert report_scale.main(["--requests", "300", "--repeat", "1", "--kinds", "sessions,abort",
+    assert report_scale.main(["--requests", "300", "--repeat", "1", "--kinds", "abort",
                               "--json", str(out)]) == 0
     rows = figures(out)
-    assert [r["kind"] for r in rows] == ["sessions", "abort"]
+    assert [r["kind"] for r in rows] == ["abort"]
     assert all(r["requests"] >= 200 and 0 < r["html_mb"] < r["json_mb"] * 10 for r in rows)
     assert all(r["render_s"] > 0 and r["wall_s"] >= r["render_s"] for r in rows)
 
@@ -164,13 +164,16 @@ def test_realise_speed_runs_small(tmp_path: Path) -> None:
 
 
 def test_plan_speed_runs_small() -> None:
-    out = subprocess.run([sys.executable, "-m", "bench.plan_speed", "--repeat", "1"],
+    """Its profile of one in-process `wl plan`, and its timing of one command (the whole table
+    starts some twenty interpreters: too slow for a smoke test)."""
+    from bench import plan_speed
+
+    out = subprocess.run([sys.executable, "-m", "bench.plan_speed", "--profile", "agent-sim"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("wl plan ")]
-    assert [r[2] for r in rows] == ["abort-sim", "agent-sim", "cache-pressure", "needle-test",
-                                    "perf-sim"]
-    assert all(r[-4].isdigit() for r in rows), out.stdout  # each plan's request count
+    assert "cumulative" in out.stdout and "make_plan" in out.stdout
+    m = plan_speed.measure([sys.executable, "-c", "print('a', 'b', sep=chr(10))"], 1)
+    assert 0 < m["median"] <= m["max"] and m["cpu"] >= 0
 
 
 def test_fuzz_runs_small() -> None:
