@@ -3,12 +3,16 @@ the hostile sources of tests/test_hostile_source.py at full size.
 
     python bench/fuzz.py [N]                 # N examples in all (default 10000)
     python bench/fuzz.py --hostile [BYTES]   # every hostile class at BYTES (default 10 MB)
+    python bench/fuzz.py --engine [BYTES]    # every hostile engine at BYTES (default 100 MB)
 
 Input: none (the bundled workloads, the grammar's keywords, tests/hostile.py). Output: the
 number of examples run and the wall time; with `--hostile`, one line per class and command:
 exit code, first diagnostic, peak memory and wall time. Exit status 1 if any example broke the
 property (Hypothesis prints the smallest failing text) or a hostile source was answered with a
-traceback, another exit code or diagnostic than expected, or more than 500 MB.
+traceback, another exit code or diagnostic than expected, or more than 500 MB. With
+`--engine`, one line per engine of tests/test_hostile_engine.py sending BYTES (a token flood,
+fat tokens, a JSON answer, a line without end, a /models answer): `wl run`'s exit code, the
+error kinds recorded, its peak memory (at most 200 MB) and wall time.
 """
 
 from __future__ import annotations
@@ -84,7 +88,50 @@ def hostile_main(size: int) -> int:
     return 1 if bad else 0
 
 
+def engine_main(size: int) -> int:
+    """Every hostile engine of tests/test_hostile_engine.py sending `size` bytes, against
+    `wl run`: exit code, error kinds, peak memory."""
+    import json
+    import tempfile
+
+    import hostile
+    from faultserver import FaultServer
+    from test_hostile_engine import ENGINES, KEY, PEAK_MB, WORKLOAD
+
+    sizes = {"flood": {"x-tokens": str(size // 70)},
+             "fat_tokens": {"x-tokens": str(size // 65536), "x-bytes": "65536"},
+             "huge_json": {"x-bytes": str(size)}, "no_newline": {"x-bytes": str(size)}}
+    bad = 0
+    with FaultServer() as server, tempfile.TemporaryDirectory() as tmp:
+        wl, out = Path(tmp) / "w.wl", Path(tmp) / "out.json"
+        wl.write_text(WORKLOAD)
+        for fault, (code, kind, opts) in [*ENGINES.items(), ("/models", (3, "-", {}))]:
+            server.reset()
+            server.defaults = {"x-fault": fault, **opts, **sizes.get(fault, {})}
+            server.models_bytes = size if fault == "/models" else 0
+            out.unlink(missing_ok=True)
+            start = time.perf_counter()
+            run = hostile.measured("run", str(wl), "--base-url", server.base_url, "--no-viz",
+                                   "--api-key", KEY, "--idle-timeout", "1", "-o", str(out),
+                                   timeout=600)
+            took = time.perf_counter() - start
+            kinds = sorted({(r["error"] or {}).get("kind") or ("impossible" if r["impossible"]
+                                                                else "ok")
+                            for r in json.loads(out.read_text())["records"]}) \
+                if out.exists() else ["-"]
+            ok = (run.returncode == code and "Traceback" not in run.stderr
+                  and run.peak_mb < PEAK_MB and kinds == [kind])
+            bad += not ok
+            print(f"{fault:20} exit {run.returncode}  {','.join(kinds):10}  peak "
+                  f"{run.peak_mb:5.0f} MB  {took:5.1f} s" + ("" if ok else "  UNEXPECTED"),
+                  flush=True)
+    print(f"{'no' if not bad else bad} unexpected answer{'s' * (bad != 1)}")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--engine":
+        sys.exit(engine_main(int(float(sys.argv[2])) if len(sys.argv) > 2 else 100_000_000))
     if len(sys.argv) > 1 and sys.argv[1] == "--hostile":
         sys.exit(hostile_main(int(float(sys.argv[2])) if len(sys.argv) > 2 else 10_000_000))
     sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000))

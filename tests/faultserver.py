@@ -11,8 +11,18 @@ repeats the Authorization header), cut, malformed, engine_error, stall, slow (on
 `X-Interval-Ms`, up to `X-Tokens`), prefill (sleeps before any byte), linger (after `[DONE]`,
 keeps the stream open with comment lines for 5 s), cut_after_done (breaks the connection right
 after `[DONE]`, without ending the chunked body).
-`/v1/models` answers `models_status` / `models_body` (settable); `/metrics` answers
-`metrics_text`; `/tokenize` answers both the vLLM and llama.cpp request shapes.
+Hostile engines (`X-Fault`), each answer impossible or unbounded: cached_over (cached tokens
+10^12 of a 100-token prompt), cached_negative (-555), prompt_huge (a prompt of 10^12 tokens,
+cached one less), completion_negative, flood (ignores `max_tokens`: `X-Tokens` token events as
+fast as it can), fat_tokens (each token event carries `X-Bytes` bytes), huge_json (a
+non-streamed JSON answer of `X-Bytes` bytes), no_newline (an SSE body of `X-Bytes` bytes without
+a line break), echo_key (the Authorization header it got, repeated in the reply's text, its
+reasoning and its finish_reason), stall_body (a chunked body that promises more and sends
+nothing after its first token, as `stall` but without any keep-alive).
+`/v1/models` answers `models_status` / `models_body` (settable); `models_echo_key` makes it list
+the Authorization header it got as the model id; `models_bytes` pads its answer to that many
+bytes; `/metrics` answers `metrics_text`; `/tokenize` answers both the vLLM and llama.cpp request
+shapes.
 
 For clients that cannot set headers (the `wl run` CLI), `defaults` supplies header values a chat
 request lacks (e.g. `{"x-fault": "http500"}` or `{"x-tokens": "3", "x-interval-ms": "50"}`), and
@@ -83,6 +93,8 @@ class FaultServer:
         self._lock = threading.Lock()
         self.models_status = 200
         self.models_body: Any = DEFAULT_MODELS
+        self.models_echo_key = False
+        self.models_bytes = 0
         self.metrics_text = ""
         self.props: dict[str, Any] | None = None
         self.tokenize_shapes = ("prompt", "content")
@@ -122,6 +134,7 @@ class FaultServer:
         self.tokenize_calls, self.tokenize_fail_after = 0, None
         self.props, self.tokenize_shapes, self.metrics_text = None, ("prompt", "content"), ""
         self.models_status, self.models_body = 200, DEFAULT_MODELS
+        self.models_echo_key, self.models_bytes = False, 0
 
     def _begin(self, rid: str) -> Any:
         """Mark a chat request's arrival. Output: an idempotent callable marking its end."""
@@ -166,6 +179,8 @@ def build_app(server: FaultServer) -> Starlette:
 
     async def models(request: Request) -> Response:
         server.requests.append({"path": "/v1/models", "headers": dict(request.headers)})
+        if server.models_echo_key or server.models_bytes:
+            return _hostile_models(server, request)
         if server.models_status >= 400 or not isinstance(server.models_body, (dict, list)):
             body = server.models_body if isinstance(server.models_body, str) else json.dumps(server.models_body)
             return Response(body, status_code=server.models_status, media_type="application/json")
@@ -201,7 +216,8 @@ def build_app(server: FaultServer) -> Starlette:
         chosen = server.fault_for(rid, body) if server.fault_for else None
         opts = dict(server.defaults)
         opts.update(chosen if isinstance(chosen, dict) else {"x-fault": chosen} if chosen else {})
-        opts.update({k: v for k, v in request.headers.items() if k in ("x-fault", "x-tokens", "x-interval-ms")})
+        opts.update({k: v for k, v in request.headers.items()
+                     if k in ("x-fault", "x-tokens", "x-interval-ms", "x-bytes")})
         request.state.wl_opts = opts
         fault = opts.get("x-fault", "ok")
         try:
@@ -236,10 +252,108 @@ async def respond(server: FaultServer, request: Request, rid: str, fault: str) -
     if fault == "prefill":
         return await _prefill(server, request, rid)
     opts = getattr(request.state, "wl_opts", {})
+    if fault in HOSTILE:
+        return HOSTILE[fault](request, opts)
     tokens = int(opts.get("x-tokens", "5"))
     interval = float(opts.get("x-interval-ms", "0")) / 1000
     gen = _events(server, request, rid, fault, tokens, interval)
     return StreamingResponse(gen, media_type="text/event-stream")
+
+
+def _hostile_models(server: FaultServer, request: Request) -> Response:
+    """/v1/models listing the Authorization header it got as the model id, padded to
+    `models_bytes`."""
+    mid = request.headers.get("authorization", "m") if server.models_echo_key else "fault-model"
+    body = {"object": "list", "data": [{"id": mid, "owned_by": "vllm", "max_model_len": 4096}]}
+    if server.models_bytes:
+        body["padding"] = "x" * server.models_bytes
+    return JSONResponse(body)
+
+
+def _usage_stream(prompt: int, cached: int, completion: int = 3) -> StreamingResponse:
+    """A clean three-token answer whose usage carries the counts given."""
+    async def gen() -> AsyncIterator[bytes]:
+        for i in range(3):
+            yield sse(chunk(content=f"t{i} "))
+        yield sse(chunk(finish="stop"))
+        yield sse({"choices": [], "usage": {
+            "prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}})
+        yield b"data: [DONE]\n\n"
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+def _flood(request: Request, opts: dict[str, str]) -> Response:
+    tokens, fat = int(opts.get("x-tokens", "100000")), int(opts.get("x-bytes", "0"))
+    piece = "x" * fat if fat else None
+
+    async def gen() -> AsyncIterator[bytes]:
+        for i in range(tokens):
+            if i % 64 == 0:  # let the loop see a disconnect (writes to a closed socket do not wait)
+                await asyncio.sleep(0)
+                if await request.is_disconnected():
+                    return
+            yield sse(chunk(content=piece or f"t{i} "))
+        yield sse(chunk(finish="stop"))
+        yield b"data: [DONE]\n\n"
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+def _huge_json(request: Request, opts: dict[str, str]) -> Response:
+    size = int(opts.get("x-bytes", str(20 << 20)))
+
+    async def gen() -> AsyncIterator[bytes]:
+        yield b'{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"'
+        for _ in range(size // 65536):
+            await asyncio.sleep(0)
+            if await request.is_disconnected():
+                return
+            yield b"a" * 65536
+        yield b'"}}],"usage":{"prompt_tokens":100,"completion_tokens":3}}'
+    return StreamingResponse(gen(), media_type="application/json")
+
+
+def _no_newline(request: Request, opts: dict[str, str]) -> Response:
+    size = int(opts.get("x-bytes", str(20 << 20)))
+
+    async def gen() -> AsyncIterator[bytes]:
+        yield b'data: {"choices":[{"index":0,"delta":{"content":"'
+        for _ in range(size // 65536):
+            await asyncio.sleep(0)
+            if await request.is_disconnected():
+                return
+            yield b"a" * 65536
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+def _echo_key(request: Request, opts: dict[str, str]) -> Response:
+    key = request.headers.get("authorization", "").removeprefix("Bearer ")
+
+    async def gen() -> AsyncIterator[bytes]:
+        yield sse(chunk(reasoning=f"the key is {key}"))
+        for word in ("you", "sent", key, "as", "your", "key:", key[:-3]):
+            yield sse(chunk(content=f"{word} "))
+        yield sse(chunk(finish=key))
+        yield sse(usage_chunk(100, 8, 60))
+        yield b"data: [DONE]\n\n"
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+def _stall_body(request: Request, opts: dict[str, str]) -> Response:
+    async def gen() -> AsyncIterator[bytes]:
+        yield sse(chunk(content="t0 "))
+        await _sleep_until_disconnect(request, 60)
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+HOSTILE = {
+    "cached_over": lambda r, o: _usage_stream(100, 10**12),
+    "cached_negative": lambda r, o: _usage_stream(100, -555),
+    "prompt_huge": lambda r, o: _usage_stream(10**12, 10**12 - 1),
+    "completion_negative": lambda r, o: _usage_stream(100, 60, -7),
+    "flood": _flood, "fat_tokens": _flood, "huge_json": _huge_json, "no_newline": _no_newline,
+    "echo_key": _echo_key, "stall_body": _stall_body,
+}
 
 
 async def _ended(body: AsyncIterator[bytes], end: Any) -> AsyncIterator[bytes]:

@@ -2,8 +2,9 @@
 
 * SIGKILL: the `--records` JSONL is valid line by line, and holds every request the simulator
   completed except at most the ones in flight when the process died (the concurrency limit).
-* SIGINT / SIGTERM: exit 130, `--output` written with every record measured so far (exactly the
-  JSONL's request lines) and every other planned request marked skipped, gates judged.
+* SIGINT / SIGTERM: exit 130, `--output` and the JSONL both written with a record of every
+  planned request: the ones measured; the ones in flight at the signal as sent, with their send
+  time and error `interrupted`; the rest marked skipped (never sent); gates judged.
 """
 
 from __future__ import annotations
@@ -96,14 +97,19 @@ def test_interrupt_writes_what_was_measured(tmp_path: Path, sim: Any, sig: int) 
     assert "Traceback" not in stderr
     assert "INTERRUPTED" in stdout
     lines = [json.loads(line) for line in rec.read_text().splitlines()]
-    done = {r["id"] for r in lines if r["type"] == "request" and not r["skipped"]}
+    jsonl = {r["id"]: r for r in lines if r["type"] == "request"}
     res = json.loads(out.read_text())
     assert res["exit_code"] == 130 and res["incomplete"] == "interrupted"
     assert len(res["records"]) == SESSIONS * STEPS  # every planned request has its record
-    measured = {r["id"] for r in res["records"] if not r["skipped"]}
-    assert measured == done and len(done) >= STOP_AFTER
+    assert set(jsonl) == {r["id"] for r in res["records"]}  # and so has the JSONL
+    sent = [r for r in res["records"] if not r["skipped"]]
+    assert len(sent) >= STOP_AFTER and all(r["t_start_s"] is not None for r in sent)
+    cut = [r for r in sent if r["error"] is not None]
+    assert len(cut) <= SESSIONS  # at most the ones in flight
+    assert all(r["error"]["kind"] == "interrupted" and r["hit"] is None for r in cut), cut
+    assert all(jsonl[r["id"]]["error"] == r["error"] for r in cut)
     skipped = [r for r in res["records"] if r["skipped"]]
     assert skipped and all(r["skipped"] == "not run (interrupted)" for r in skipped)
-    assert all(r["error"] is None for r in res["records"] if not r["skipped"])
+    assert all(r["t_start_s"] is None for r in skipped)  # never sent
     assert [g["name"] for g in res["gates"]] == ["clean"]  # judged on what was measured
     assert lines[-1]["type"] == "summary" and lines[-1]["exit_code"] == 130

@@ -171,7 +171,7 @@ def row_class(r: Any) -> str:
     """The evidence row's highlight: the timing contradicts the engine, a miss, an error."""
     if r.skipped:
         return "skip"
-    if r.error is not None and not r.aborted:
+    if (r.error is not None and not r.aborted) or getattr(r, "impossible", None):
         return "err"
     if r.ttft_agrees is False:
         return "disagree"
@@ -202,6 +202,8 @@ def row_note(r: Any, after_abort_s: float | None = None) -> str:
     if after_abort_s is not None:
         parts.append(f"sent {fmt_gap(after_abort_s)} after the aborted request it extends was "
                      "closed: the engine may not have processed the disconnect yet")
+    if getattr(r, "impossible", None):
+        parts.append(f"impossible counts, so the cache evidence is unknown: {r.impossible}")
     parts += list(r.suspicious or [])
     if r.reply_excerpt:
         parts.append("reply: " + r.reply_excerpt[:80])
@@ -234,4 +236,5 @@ def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
             "open": len(rows) <= open_limit,
             "counts": {"requests": len(rows), "disagree": len(disagree),
                        "miss": sum(1 for row in rows if row[0] == "miss"),
-                       "errors": sum(1 for row in rows if row[0] == "err")}}
+                       "errors": sum(1 for row in rows if row[0] == "err"),
+                       "impossible": sum(1 for r in recs if getattr(r, "impossible", None))}}

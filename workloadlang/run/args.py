@@ -37,6 +37,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
     p.add_argument("--time-budget", type=positive_seconds,
                    help="stop after this many seconds (exit 4)")
+    p.add_argument("--idle-timeout", type=positive_seconds, default=60.0, metavar="SECONDS",
+                   help="cut an answer that sends nothing this long after its first token "
+                        "(default: %(default)g)")
     p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
     from workloadlang.sim import add_sim_arguments
 

@@ -12,12 +12,13 @@ import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TextIO
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
 from workloadlang.run.client import Endpoint, root_of
-from workloadlang.run.errors import EndpointError
+from workloadlang.run.errors import EndpointError, mentions, redact
 from workloadlang.run.runner import (
     EXIT_ENDPOINT,
     EXIT_INTERRUPTED,
@@ -27,6 +28,7 @@ from workloadlang.run.runner import (
     JsonlWriter,
     Tee,
     deliver,
+    redacted,
     run_plan,
 )
 
@@ -175,21 +177,23 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         except EndpointError as e:
             eprint(f"wl run: endpoint error: {e}")
             return EXIT_ENDPOINT
+        secret = key.get_secret_value() if key is not None else None
         for note in info.notes:
-            eprint(f"note: {note}")
+            eprint(f"note: {redact(note, secret)}")
         _, _, plan = load_and_plan(args, extra, {"max_context": info.max_context})
         endpoint = Endpoint(base_url=base, root_url=root_of(base), model=info.model, api_key=key,
-                            cached_zero_when_absent=args.cached_zero_when_absent)
+                            cached_zero_when_absent=args.cached_zero_when_absent,
+                            idle_timeout_s=args.idle_timeout)
         tokenizer = disc.Tokenizer.from_info(client, info, key)
         engine = {"base_url": base, "model": info.model, "engine": info.engine,
                   "max_context": info.max_context, "max_context_source": info.max_context_source,
                   "tokenizer": info.tokenize_style, "notes": info.notes, "sim": bool(args.sim),
                   "slots": info.slots, "prefill_own": info.prefill_own}
-        view = make_view(plan, args.viz, sys.stdout)
+        view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
         writer = JsonlWriter(args.records)
         view.start()
         task = asyncio.ensure_future(run_plan(
-            plan, endpoint, engine, tokenizer, Tee(writer, view), client=client,
+            plan, endpoint, engine, tokenizer, Tee(writer, view, secret), client=client,
             metrics_url=info.metrics_url, time_budget_s=args.time_budget))
         install_interrupt(task)
         try:
@@ -203,10 +207,26 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         if args.engine_log:
             from workloadlang.run.annotate import annotate_results, summary_line
 
-            eprint(summary_line(annotate_results(results, args.engine_log)))
+            eprint(redact(summary_line(annotate_results(results, args.engine_log)), secret))
+        results = redacted(results, secret)  # what is written and printed from here on
         deliveries = [d for d in (writer.delivery, *write_outputs(results, args)) if d]
         view.summary(results)
         return report_deliveries(deliveries, results.exit_code)
+
+
+class Redacting:
+    """A text stream that writes through with the API key redacted (the live view and the
+    plain lines print what came from the engine)."""
+
+    def __init__(self, stream: TextIO, secret: str | None):
+        self.stream, self.secret = stream, secret
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact(text, self.secret) if mentions(text, self.secret) else text)
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def write_outputs(results, args) -> tuple[Delivery | None, Delivery | None]:

@@ -58,6 +58,21 @@ _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0
 _LATE_READ_S = 0.001  # a first-token stamp that may be more than this much late is flagged
+MAX_LINE_BYTES = 1 << 20  # an SSE line (one chunk) longer than this is an `overrun`
+
+
+def token_budget(max_tokens: int) -> int:
+    """Output: how many token events an answer to `max_tokens` may send before it is cut as an
+    `overrun`: twice the budget and 256 more (an engine may split a token over events, or count
+    a few of its own), however little was asked."""
+    return 2 * max_tokens + 256
+
+
+def byte_budget(max_tokens: int) -> int:
+    """Output: how many body bytes an answer to `max_tokens` may send before it is cut as an
+    `overrun`: 1 MiB, and 1 KiB per token event of `token_budget` (a chunk of one token is
+    about 200 bytes)."""
+    return (1 << 20) + 1024 * token_budget(max_tokens)
 
 
 class Endpoint(BaseModel):
@@ -76,6 +91,9 @@ class Endpoint(BaseModel):
     model: str
     api_key: SecretStr | None = None
     cached_zero_when_absent: bool = False
+    # how long an answer may send nothing once its first token is in (None: no limit): a
+    # stalled stream is cut then (`idle`), long before the request's total deadline
+    idle_timeout_s: float | None = Field(default=60.0, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -201,13 +219,20 @@ class _Stream:
         "n_reasoning", "ttft", "ttft_content", "finish_reason", "done", "aborted", "event",
         "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
         "n_malformed", "status", "t_end", "arrival", "t0_unix", "ttft_late", "buf", "stopped",
-        "answered", "hold", "looped",
+        "answered", "hold", "looped", "max_events", "max_bytes", "n_bytes", "n_chunks",
+        "idle_cut",
     )
 
-    def __init__(self, clock: Callable[[], float], abort_after: int | None) -> None:
+    def __init__(self, clock: Callable[[], float], abort_after: int | None,
+                 max_tokens: int | None = None) -> None:
         self.clock = clock
         self.t0 = self.t0_unix = 0.0
         self.abort_after = abort_after
+        # the answer's bounds (`token_budget`, `byte_budget`): past them it is an `overrun`
+        self.max_events = None if max_tokens is None else token_budget(max_tokens)
+        self.max_bytes = None if max_tokens is None else byte_budget(max_tokens)
+        self.n_bytes = self.n_chunks = 0  # body bytes and chunks fed so far
+        self.idle_cut = False  # the idle watch cut it (`_IdleWatch`)
         self.content: list[Any] = []
         self.reasoning: list[Any] = []
         self.n_tokens = self.n_content = self.n_reasoning = 0
@@ -341,6 +366,24 @@ class _Stream:
         self.n_tokens += 1
         if self.abort_after is not None and self.n_tokens >= self.abort_after:
             self.aborted = True
+            return True
+        if self.max_events is not None and self.n_tokens > self.max_events:
+            self.fail("overrun", f"the engine sent more than {self.max_events:,} token events "
+                      "for this request's max_tokens; the rest was not read", self.status)
+            return True
+        return False
+
+    def over_bytes(self, size: int, line: int) -> bool:
+        """Count `size` more body bytes; with the line being read now `line` bytes long.
+        Output: True (an `overrun` recorded) when the body or one line is past its bound."""
+        self.n_bytes += size
+        if self.max_bytes is not None and self.n_bytes > self.max_bytes:
+            self.fail("overrun", f"the answer is over {self.max_bytes:,} bytes for this "
+                      "request's max_tokens; the rest was not read", self.status)
+            return True
+        if line > MAX_LINE_BYTES:
+            self.fail("overrun", f"an SSE line is over {MAX_LINE_BYTES:,} bytes without its end; "
+                      "the rest was not read", self.status)
             return True
         return False
 
@@ -521,6 +564,7 @@ async def send(
     clock: Callable[[], float] = time.perf_counter,
     wallclock: Callable[[], float] = time.time,
     then: Callable[[Answer], Awaitable[None] | None] | None = None,
+    on_cancel: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
     """Input: a shared httpx client, the endpoint, one request, optionally `request` already made
     from it by `build` (whose timeouts are then at least `req.deadline_s`), (for tests) the
@@ -529,8 +573,11 @@ async def send(
     it; when it returns an awaitable (it sent what comes next and asks to wait), the `Outcome`
     is made once that is done. It must not raise. Output: the request's `Outcome`. Never
     raises for transport/HTTP/stream problems; only `asyncio.CancelledError` propagates (the
-    connection is closed first)."""
-    state = _Stream(clock, req.abort_after)
+    connection is closed first), after `on_cancel` was given what the request measured until
+    then (error `interrupted`) when it had been sent. An answer past its bounds
+    (`token_budget`, `byte_budget`, `MAX_LINE_BYTES`) is cut as an `overrun`; one that sends
+    nothing for `endpoint.idle_timeout_s` after its first token is cut as `idle`."""
+    state = _Stream(clock, req.abort_after, req.max_tokens)
     try:
         request = request or build(endpoint, req)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol, TypeError, ValueError) as exc:
@@ -539,9 +586,22 @@ async def send(
         return state.outcome(endpoint, req.id, wallclock(), state.t0)
     sent = request.extensions.get("wl_sent")  # written already (the transport's `send_now`)
     elapsed = clock() - sent[1] if sent is not None and sent[0] is clock else 0.0
-    cut = await within(max(0.0, req.deadline_s - elapsed),
-                       _exchange(client, request, state, wallclock, then))
-    if cut and not state.done:  # after [DONE] only the body's end was left
+    try:
+        with _IdleWatch(state, endpoint.idle_timeout_s):
+            cut = await within(max(0.0, req.deadline_s - elapsed),
+                               _exchange(client, request, state, wallclock, then))
+    except asyncio.CancelledError:
+        if not state.idle_cut:
+            if on_cancel is not None and state.t0:
+                state.fail("interrupted", "the run was stopped while the request was in flight",
+                           state.status)
+                on_cancel(state.outcome(endpoint, req.id, state.t0_unix, state.t_end or clock()))
+            raise
+        cut = False
+    if state.idle_cut and not state.done:
+        state.fail("idle", f"no token for {endpoint.idle_timeout_s:g}s after the first "
+                   "(--idle-timeout); the request was cut", state.status)
+    elif cut and not state.done:  # after [DONE] only the body's end was left
         state.fail("timeout", f"the run's time budget ran out {req.deadline_s:g}s after the send "
                    "(--time-budget)" if req.budget_cut else
                    f"total deadline of {req.deadline_s:g}s exceeded", state.status)
@@ -550,6 +610,42 @@ async def send(
         if hold is not None:
             await hold
     return state.outcome(endpoint, req.id, state.t0_unix, state.t_end or clock())
+
+
+class _IdleWatch:
+    """Cuts the request (cancels its task, `state.idle_cut` set) when its answer has sent
+    nothing for `seconds` after its first token. One timer per request, looking every quarter
+    of `seconds` whether chunks came since: nothing on the path of each chunk but a counter."""
+
+    def __init__(self, state: _Stream, seconds: float | None) -> None:
+        self.state, self.seconds = state, seconds
+        self.task = asyncio.current_task()
+        self.timer: asyncio.TimerHandle | None = None
+        self.seen, self.quiet_since = -1, 0.0
+
+    def __enter__(self) -> "_IdleWatch":
+        if self.seconds is not None and self.task is not None:
+            self.timer = asyncio.get_running_loop().call_later(self.seconds / 4, self._look)
+        return self
+
+    def _look(self) -> None:
+        loop, state = asyncio.get_running_loop(), self.state
+        now = loop.time()
+        if state.ttft is None or state.n_chunks != self.seen:
+            self.seen, self.quiet_since = state.n_chunks, now
+        elif now - self.quiet_since >= self.seconds:
+            state.idle_cut = True
+            self.timer = None
+            self.task.cancel()  # type: ignore[union-attr]
+            return
+        self.timer = loop.call_later(self.seconds / 4, self._look)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.state.idle_cut and kind is asyncio.CancelledError:
+            if hasattr(self.task, "uncancel"):  # Python 3.11+: the task is not being cancelled
+                self.task.uncancel()  # type: ignore[union-attr]
 
 
 def _answered(state: _Stream) -> bool:
@@ -659,13 +755,15 @@ async def _read_response(response: httpx.Response, state: _Stream,
     if "json" in ctype and "event-stream" not in ctype:  # maybe the server ignored `stream`
         async for chunk in chunks:
             head += chunk
-            if head.strip():
+            if head.strip() or state.over_bytes(len(chunk), len(head)):
                 break
+        if state.error is not None and state.error.kind == "overrun":
+            return
         if head.lstrip()[:1] in (b"{", b"["):
-            async for chunk in chunks:
-                head += chunk
-            _read_json_body(head, state)
-            state.check_abort_target()
+            body = await _read_json_whole(chunks, head, state)
+            if body is not None:
+                _read_json_body(body, state)
+                state.check_abort_target()
             return
     if stamps is not None and state.abort_after is None:
         stamps.on_read(lambda: _take_reads(state, stamps, then))
@@ -741,10 +839,17 @@ def _feed_chunk(chunk: bytes, state: _Stream, stamps: Any) -> bool:
     when reading must stop (then `state.stopped`)."""
     if stamps is not None:
         state.arrival = stamps.arrival
-    buf = state.buf + chunk if state.buf else chunk
+    state.n_chunks += 1
     if b"\n" not in chunk and b"\r" not in chunk:
-        state.buf = buf
+        if state.over_bytes(len(chunk), len(state.buf) + len(chunk)):
+            state.stopped = True
+            return True
+        state.buf = state.buf + chunk if state.buf else chunk
         return False
+    if state.over_bytes(len(chunk), 0):
+        state.stopped = True
+        return True
+    buf = state.buf + chunk if state.buf else chunk
     lines = buf.splitlines()
     buf = state.buf = b"" if buf[-1] in (10, 13) else lines.pop()
     first = stamps is not None and state.ttft is None
@@ -772,6 +877,18 @@ def _check_first_read(state: _Stream, doubt: float, more: bool) -> None:
     packet and its stamp is its own."""
     if more and doubt > _LATE_READ_S:
         state.ttft_late = doubt
+
+
+async def _read_json_whole(chunks: AsyncIterator[bytes], head: bytes,
+                           state: _Stream) -> bytes | None:
+    """Output: a non-streamed JSON body read to its end (its chunks joined once), or None when
+    it is past the answer's byte bound (an `overrun` is recorded; the rest is not read)."""
+    parts = [head]
+    async for chunk in chunks:
+        if state.over_bytes(len(chunk), 0):
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _read_json_body(body: bytes, state: _Stream) -> None:

@@ -101,23 +101,44 @@ def _token_count(payload: Any) -> int | None:
     return len(tokens) if isinstance(tokens, list) else None
 
 
-async def _fetch(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    """Output: the response, read whole. A pooled connection the server had already closed
-    (keep-alive expiry) gets one retry on a fresh one: these calls (/models, /props, /tokenize)
-    are idempotent."""
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The most of an answer to /models, /props, /tokenize or /metrics that is read (a /tokenize
+of a long prompt lists its tokens: about 8 bytes each): beyond it the answer is refused."""
+
+
+class AnswerTooLarge(Exception):
+    """An answer past `MAX_ANSWER_BYTES` (or the cap given): not read further."""
+
+
+async def read_capped(response: httpx.Response, cap: int = MAX_ANSWER_BYTES) -> bytes:
+    """Output: the body of a streamed `response`, read to its end. Raises `AnswerTooLarge`
+    past `cap` bytes (the rest is not read)."""
+    parts, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            raise AnswerTooLarge(f"the answer is over {cap:,} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def _fetch(client: httpx.AsyncClient, request: httpx.Request) -> tuple[httpx.Response, bytes]:
+    """Output: the response and its body (at most `MAX_ANSWER_BYTES`: `AnswerTooLarge`). A
+    pooled connection the server had already closed (keep-alive expiry) gets one retry on a
+    fresh one: these calls (/models, /props, /tokenize) are idempotent."""
     try:
         return await _fetch_once(client, request)
     except httpx.RemoteProtocolError:
         return await _fetch_once(client, request)
 
 
-async def _fetch_once(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+async def _fetch_once(client: httpx.AsyncClient,
+                      request: httpx.Request) -> tuple[httpx.Response, bytes]:
     response = await dispatch(client, request)
     try:
-        await response.aread()
+        return response, await read_capped(response)
     finally:
         await response.aclose()
-    return response
 
 
 async def _request_json(
@@ -130,7 +151,10 @@ async def _request_json(
     if content is not None:
         request_headers["Content-Type"] = "application/json"
     try:
-        response = await _fetch(client, build_request(method, url, request_headers, content, timeout))
+        response, answer = await _fetch(client, build_request(method, url, request_headers,
+                                                              content, timeout))
+    except AnswerTooLarge as exc:
+        raise EndpointError("bad_payload", f"{url}: {exc}", url=url) from None
     except httpx.TimeoutException as exc:
         raise EndpointError("unreachable", f"{url}: timed out after {timeout:g}s ({type(exc).__name__})", url=url) from None
     except httpx.HTTPError as exc:
@@ -138,12 +162,12 @@ async def _request_json(
     if response.status_code >= 400:
         key = headers.get("Authorization", "").removeprefix("Bearer ")  # never print an echoed key
         raise EndpointError(
-            "http", f"{url}: HTTP {response.status_code}: {redact(engine_message(response.content), key)}",
+            "http", f"{url}: HTTP {response.status_code}: {redact(engine_message(answer), key)}",
             url=url, status=response.status_code,
         )
     try:
-        return json.loads(response.content)
-    except ValueError:
+        return json.loads(answer)
+    except (ValueError, RecursionError):
         raise EndpointError("bad_payload", f"{url}: the answer is not JSON", url=url) from None
 
 

@@ -55,7 +55,7 @@ from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, body_parts, build,
                                      dumps_kept, head_of, send, warm_up)
 from workloadlang.run.contention import Slots
-from workloadlang.run.errors import EndpointError
+from workloadlang.run.errors import EndpointError, ErrorInfo
 from workloadlang.run.transport import (StartWrites, content_length, open_connections,
                                         ready_to_write, responses_ended, send_now,
                                         wire_transport, write_payload)
@@ -212,6 +212,7 @@ class Executor:
         self.on_phase = on_phase
         self.by_id = plan.by_id()
         self.outcomes: dict[str, Outcome] = {}
+        self.cut: dict[str, Outcome] = {}  # in flight when the run was stopped (`fill_unrun`)
         self.records: dict[str, Record] = {}
         self.stopped: dict[str, int] = {}
         self.stop_all: str | None = None
@@ -421,7 +422,8 @@ class Executor:
 
         try:
             outcome = await send(self.client, self.endpoint, wire, request=request,
-                                 clock=self.clock, then=then if after is not None else None)
+                                 clock=self.clock, then=then if after is not None else None,
+                                 on_cancel=lambda o: self.cut.__setitem__(req.id, o))
         finally:
             if not chained:
                 self.sem.release()
@@ -724,9 +726,34 @@ class Executor:
             self.stop_all = f"fail-fast: miss at {rec.id}"
 
     def fill_unrun(self) -> None:
+        """A record for every request without one, given to the sink too (in plan order): one
+        in flight when the run was stopped is a sent request with error `interrupted` and what
+        it measured until then; one written ahead but never read likewise, from its write; the
+        rest were not sent (skipped)."""
         for r in self.plan.requests:
-            if r.id not in self.records:
-                self.records[r.id] = skipped_record(r, self.stop_all or "not run (interrupted)")
+            if r.id in self.records:
+                continue
+            o = self.cut.get(r.id) or self._written_outcome(r.id)
+            rec = self._record(r, o) if o is not None else \
+                skipped_record(r, self.stop_all or "not run (interrupted)")
+            self.records[r.id] = rec
+            try:
+                self.sink.record(rec)
+            except Exception as exc:  # noqa: BLE001 (the run is ending: kept for run_plan)
+                self.sink_error = self.sink_error or exc
+
+    def _written_outcome(self, rid: str) -> Outcome | None:
+        """An `interrupted` outcome for a request written ahead (start writes, `_chain`) whose
+        session never read its answer; None when it was not written."""
+        if rid not in self.written:
+            return None
+        ahead = self.built.get(rid)
+        sent = ahead[1].extensions.get("wl_sent") if ahead is not None else None
+        t_send, t_unix = (sent[1], sent[2]) if sent is not None and sent[0] is self.clock \
+            else (self.t0, 0.0)
+        return Outcome(id=rid, t_send=t_send, t_send_unix=t_unix, e2e_s=self.clock() - t_send,
+                       error=ErrorInfo(kind="interrupted", message="the run was stopped after "
+                                       "the request was written, before its answer was read"))
 
     def _incomplete(self) -> str | None:
         if self.stop_all and not self.stop_all.startswith("fail-fast"):

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from .client import auth_headers, root_of
+from .discover import AnswerTooLarge, read_capped
 
 # family -> (queries metric, hits metric, queries also add the hits)
 FAMILIES: tuple[tuple[str, str, str, bool], ...] = (
@@ -109,17 +110,31 @@ async def read(
     headers = auth_headers(api_key)
     try:
         try:
-            response = await client.get(metrics_url, headers=headers, timeout=timeout)
+            status, text = await _get(client, metrics_url, headers, timeout)
         except httpx.RemoteProtocolError:
-            response = await client.get(metrics_url, headers=headers, timeout=timeout)
+            status, text = await _get(client, metrics_url, headers, timeout)
     except httpx.HTTPError as exc:
         return None, f"GET {metrics_url}: {type(exc).__name__}"
-    if response.status_code >= 400:
-        return None, f"GET {metrics_url}: HTTP {response.status_code}"
-    counters = parse_counters(response.text)
+    except AnswerTooLarge as exc:
+        return None, f"GET {metrics_url}: {exc}"
+    if status >= 400:
+        return None, f"GET {metrics_url}: HTTP {status}"
+    counters = parse_counters(text)
     if counters is None:
         return None, f"GET {metrics_url}: no prefix-cache counters this tool knows"
     return counters, None
+
+
+async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str],
+               timeout: float) -> tuple[int, str]:
+    """Output: the status and the text of a GET, read up to `discover.MAX_ANSWER_BYTES`."""
+    request = client.build_request("GET", url, headers=headers, timeout=timeout)
+    response = await client.send(request, stream=True)
+    try:
+        body = await read_capped(response)
+    finally:
+        await response.aclose()
+    return response.status_code, body.decode("utf-8", errors="replace")
 
 
 def delta(before: PrefixCounters, after: PrefixCounters) -> tuple[int, int, float | None]:

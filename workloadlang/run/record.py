@@ -115,6 +115,8 @@ class Record(BaseModel):
     expect_ok: bool | None = None
     reply_excerpt: str = ""
     suspicious: list[str] = []
+    # counts no engine can report (`impossible_counts`): they were set aside as unknown
+    impossible: str | None = None
     engine_log: dict[str, Any] | None = None
 
     @property
@@ -167,6 +169,37 @@ def speeds(o: Any, uncached: int | None) -> tuple[float | None, float | None]:
     return pp, tg
 
 
+IMPOSSIBLE_PROMPT_FACTOR = 10
+"""A prompt count over this many times the planned prompt (plus `IMPOSSIBLE_PROMPT_SLACK`) is
+no count of that prompt: the engine's tokenizer sizes the text within tens of percent."""
+IMPOSSIBLE_PROMPT_SLACK = 1000
+
+
+def impossible_counts(req: PRequest, o: Any) -> tuple[Any, str | None]:
+    """Input: a planned request and its `Outcome`. Output: the outcome with every count no engine
+    can report set to unknown (None) — a negative count, cached tokens above the prompt, a
+    prompt of 0 or far beyond the planned one — and why, naming the engine's numbers (None
+    when every count is possible). An impossible count is no evidence: with it unknown, the
+    request is neither a hit nor a miss."""
+    prompt, cached, completion = o.prompt_tokens, o.cached_tokens, o.completion_tokens
+    why, update = [], {}
+    if prompt is not None and (prompt <= 0 or prompt > IMPOSSIBLE_PROMPT_FACTOR
+                               * req.prompt_tokens + IMPOSSIBLE_PROMPT_SLACK):
+        why.append(f"prompt_tokens {prompt:,} for a prompt planned at {req.prompt_tokens:,}")
+        update.update(prompt_tokens=None, cached_tokens=None, cached_source="none")
+    if cached is not None and cached < 0:
+        why.append(f"{o.cached_source} is negative ({cached:,})")
+    elif cached is not None and prompt is not None and cached > prompt:
+        why.append(f"{o.cached_source} {cached:,} > prompt_tokens {prompt:,}")
+    if completion is not None and completion < 0:
+        why.append(f"completion_tokens is negative ({completion:,})")
+        update["completion_tokens"] = None
+    if not why:
+        return o, None
+    update.update(cached_tokens=None, cached_source="none")  # none of its counts is evidence
+    return o.model_copy(update=update), "; ".join(why)
+
+
 def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | None,
                  hit_ratio: float, ref: TtftReference, t0: float,
                  contended_s: float | None = None,
@@ -174,6 +207,10 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
     """Everything one request showed, with its verdict-bearing numbers derived. `contended_s`:
     how long other requests of the run were in flight during its TTFT (`run.contention`);
     `prefill_contended_s`: the same within the engine's own prefill time."""
+    suspicious = list(getattr(o, "suspicious", []) or [])  # of the numbers as reported
+    o, impossible = impossible_counts(req, o)
+    if src is not None and src_req is not None:
+        src = impossible_counts(src_req, src)[0]
     err = None if o.error is None else ErrorDetail(kind=o.error.kind, message=o.error.message,
                                                    status=getattr(o.error, "status", None))
     rec = dict(base_record(req), prompt_tokens=o.prompt_tokens, cached_tokens=o.cached_tokens,
@@ -186,10 +223,12 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                e2e_s=o.e2e_s,
                aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
-               suspicious=list(getattr(o, "suspicious", []) or []))
+               suspicious=suspicious, impossible=impossible)
     if err is None:
         rec.update(evidence(req, o, src_req, src, hit_ratio, ref, contended_s,
                             prefill_contended_s))
+    if impossible:  # no evidence, not even the timing's: the engine's numbers are not sound
+        rec.update(hit=None, hit_basis=None)
     rec["expect_ok"] = expectations_met(req, o)
     return Record(**rec)
 

@@ -36,6 +36,7 @@ from workloadlang.plan.model import Plan
 from workloadlang.plan.realise import Realiser
 from workloadlang.run import calibrate, metrics
 from workloadlang.run.client import Endpoint
+from workloadlang.run.errors import mentions, redact_value
 from workloadlang.run.executor import Executor, RunResult, Sink
 from workloadlang.run.record import Record, TtftReference
 
@@ -67,6 +68,7 @@ class Results(BaseModel):
     verdicts: dict[str, str]
     report: dict[str, Any]
     report_format: dict[str, str] = {}
+    impossible: int = 0  # records whose counts no engine can report (`Record.impossible`)
     records: list[Record]
 
     def to_json(self) -> str:
@@ -230,18 +232,36 @@ class JsonlWriter:
 
 
 class Tee:
-    """The executor's sink: the JSONL file first, then the person watching."""
+    """The executor's sink: the JSONL file first, then the person watching. With the API key
+    (`secret`), whatever came from the engine and holds it (a reply that echoes it, a model
+    id) is redacted before either sees it."""
 
-    def __init__(self, writer: JsonlWriter, view: Sink):
-        self.writer, self.view = writer, view
+    def __init__(self, writer: JsonlWriter, view: Sink, secret: str | None = None):
+        self.writer, self.view, self.secret = writer, view, secret
 
     def record(self, rec: Record) -> None:
-        self.writer.write(rec.model_dump(mode="json"))
+        data = rec.model_dump(mode="json")
+        if self.secret and mentions(orjson.dumps(data), self.secret):
+            data = redact_value(data, self.secret)
+            rec = Record.model_validate(data)
+        self.writer.write(data)
         self.view.record(rec)
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
+        data = redact_value(data, self.secret)
         self.writer.write({"type": kind, **data})
         self.view.event(kind, data)
+
+
+def redacted(results: Results, secret: str | None) -> Results:
+    """`results` with the API key redacted from every string in it (records, engine, notes):
+    what is written and printed. The same object when the key is nowhere in it."""
+    if not secret:
+        return results
+    data = results.model_dump(mode="json")
+    if not mentions(orjson.dumps(data), secret):
+        return results
+    return Results.model_validate(redact_value(data, secret))
 
 
 def exit_code(run: RunResult | None, gates: list[GateResult], interrupted: bool) -> int:
@@ -300,9 +320,10 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
         exit_code=exit_code(run, gates, interrupted), gates=gates,
         verdicts=session_verdicts(plan, gates), report=evaluate_report(plan, records, env),
         report_format={item.name: item.fmt for item in plan.report},
-        records=records)
+        impossible=sum(1 for r in records if r.impossible), records=records)
     sink.event("summary", {"exit_code": results.exit_code, "incomplete": results.incomplete,
-                           "verdicts": results.verdicts, "report": results.report})
+                           "verdicts": results.verdicts, "report": results.report,
+                           "impossible": results.impossible})
     return results
 
 

@@ -53,6 +53,8 @@ def record_line(r: Record) -> str:
         parts.append("TTFT-DISAGREES")
     if r.error:
         parts.append(f"err={r.error.kind}: {r.error.message[:80]}")
+    if r.impossible:
+        parts.append(f"IMPOSSIBLE (evidence unknown): {r.impossible[:120]}")
     return "  ".join(parts)
 
 
@@ -261,6 +263,11 @@ def footer(results: Any) -> str:
         upto = f" up to {most:.1f} ms" if most is not None else ""
         line += (f" · NOTE: {late} first token(s) came in one read with more of the stream:"
                  f" their TTFT may be{upto} too long (ttft_late_s)")
+    impossible = [r for r in results.records if r.impossible]
+    if impossible:
+        line += (f" · NOTE: {len(impossible)} request(s) reported counts no engine can (e.g. "
+                 f"{impossible[0].id}: {impossible[0].impossible[:80]}): their cache evidence "
+                 "is unknown")
     raced = after_abort_misses(results.records, (results.engine or {}).get("slots"))
     if raced:
         least, most_gap = fmt_gap(min(g for _, g in raced)), fmt_gap(max(g for _, g in raced))
