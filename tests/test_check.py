@@ -134,8 +134,8 @@ def test_codes(params: str, body: str, expected: list[str]):
     ("", "session s { user filler 1k needle at 150%; reply 1 }", ["WL305"]),
     ("", f"calibrate ttft_threshold tokens 0 repeat 2 {SESSION}", ["WL305"]),
     ("", f"{SESSION} gates {{ g: overall ttft{{t, last 0}} < 1s }}", ["WL305"]),
-    ("", "", ["WL215"]),
-    ("", "doc \"nothing\"", ["WL215"]),
+    ("", "", ["WL216"]),
+    ("", "doc \"nothing\"", ["WL216"]),
     # the edges that are fine
     ("", "session s { repeat 0 { reply 1 } reply 1 abort after 0; wait 0s }", []),
     ("", "session s { user filler 0; reply 1 }", []),

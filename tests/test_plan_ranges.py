@@ -1,5 +1,5 @@
 """Values known only at plan time are range-checked like constants are by `check`: a param that
-makes `concurrency` 0, a `wait` negative, `max_tokens` 0, or the plan empty is a WL401 / WL409
+makes `concurrency` 0, a `wait` negative, `max_tokens` 0, or the plan empty is a WL401 / WL410
 diagnostic with a location, never a plan that silently changes what is measured.
 """
 
@@ -69,7 +69,7 @@ def test_a_plan_without_requests_is_an_error(params: dict[str, int]):
     text = ("workload w { params { n: int = 2; k: int = 1 }\n"
             "  session s repeat $n { repeat $k { user \"x\"; reply 1 } } }")
     diags = errors(text, params)
-    assert [d.code for d in diags] == ["WL409"]
+    assert [d.code for d in diags] == ["WL410"]
     assert diags[0].span.line == 2 and "no request" in diags[0].message
 
 

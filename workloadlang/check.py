@@ -475,7 +475,7 @@ class _Checker:
 
     def check_sessions(self) -> None:
         if not self.wl.sessions:
-            self.err("WL215", f"workload `{self.wl.name}` has no session, so it sends nothing",
+            self.err("WL216", f"workload `{self.wl.name}` has no session, so it sends nothing",
                      self.wl.span, "add `session NAME { user \"...\"; reply N }`")
         self.unique(self.wl.sessions, "session")
         for s in self.wl.sessions:

@@ -365,7 +365,7 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
     b.options = options_value(b, wl.options, root)
     sessions = plan_sessions(b, wl, root)
     if not b.requests and not b.diags:
-        b.error("WL409", "the plan has no request: with these params no session sends anything",
+        b.error("WL410", "the plan has no request: with these params no session sends anything",
                 wl.sessions[0].span if wl.sessions else wl.span,
                 "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
     settings = plan_settings(b, wl, root, len(sessions))
