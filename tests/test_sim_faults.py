@@ -120,6 +120,31 @@ def test_degraded_reports_cache_but_pays_full_prefill(sim):
     assert honest["timings"]["prompt_ms"] < 0.1 * cold["timings"]["prompt_ms"]
 
 
+def test_degraded_host_pays_a_prefill_only_for_what_came_back_from_the_host(sim):
+    """A device that holds one 800-token context, a host tier behind it: the first context,
+    pushed out by the second, comes back from the host reported cached; under `degraded_host`
+    it costs the prefill of its positions, a device hit stays cheap."""
+    h = sim("degraded_host@slow", prefill_us_per_token=200.0, prefill_ctx_scale=0,
+            device_tokens=1024, host_tokens=8192, host_restore_us_per_token=1.0)
+    first, second = msgs("f", 800), msgs("s", 800)
+    cold = chat(h, first, session="slow#0")
+    on_device = chat(h, first, session="slow#0")
+    chat(h, second, session="slow#0")  # pushes `first` to the host
+    restored = chat(h, first, session="slow#0")
+    n = cold["usage"]["prompt_tokens"]
+    assert cached(restored) == cached(on_device) == (n - 1) // 16 * 16
+    back = restored["timings"]["host_restored_n"]
+    assert back > 0.5 * cached(restored)  # the tail went to the host, the head stayed
+    paid = (back + n - cached(restored)) / n * cold["timings"]["prompt_ms"]
+    assert restored["timings"]["prompt_ms"] == pytest.approx(paid, rel=0.05)
+    assert on_device["timings"]["prompt_ms"] < 0.1 * cold["timings"]["prompt_ms"]
+    chat(h, first, session="fast#0")  # out of scope: a restore costs its restore price
+    chat(h, second, session="fast#0")
+    honest = chat(h, first, session="fast#0")
+    assert honest["timings"]["host_restored_n"] > 0
+    assert honest["timings"]["prompt_ms"] < 0.1 * cold["timings"]["prompt_ms"]
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_no_cached_report_omits_fields(sim, stream):
     h = sim("no_cached_report")

@@ -56,6 +56,7 @@ from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, bod
                                      dumps_kept, head_of, send, warm_up)
 from workloadlang.run.contention import Slots
 from workloadlang.run.errors import EndpointError, ErrorInfo
+from workloadlang.run.isolation import Isolation
 from workloadlang.run.transport import (StartWrites, content_length, open_connections,
                                         ready_to_write, responses_ended, send_now,
                                         wire_transport, write_payload)
@@ -206,6 +207,8 @@ class Executor:
         self.ref = ref or TtftReference()
         self.concurrency = concurrency or plan.concurrency
         self.sem = Slots(self.concurrency, clock)  # and who was in flight when (`_record`)
+        # `isolated` requests: timed with nothing else of the run in flight (run.isolation)
+        self.isolation = Isolation(lambda: self.sem.held > 0 or self.queued > 0, clock)
         self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
         self.time_budget_s = time_budget_s
         self.max_errors = max_consecutive_errors
@@ -305,8 +308,8 @@ class Executor:
         out = []
         for req in firsts:
             ahead = self.built.get(req.id)
-            if ahead is None or req.wait_before or req.phase:  # a phase starts at a barrier
-                continue
+            if ahead is None or req.wait_before or req.phase or req.isolated:
+                continue  # a phase starts at a barrier; an isolated request waits its turn
             if ready_to_write(self.client, ahead[1]):
                 out.append(req)
         return out
@@ -350,6 +353,7 @@ class Executor:
                 free = max(free, barrier.opened_at[at] or free)
                 at += 1
             free = await self._one(req, mine[i + 1] if i + 1 < len(mine) else None, free)
+        self.isolation.leave(sid, None)
         while at <= len(self.plan.phases):
             await barrier.arrive(at)
             at += 1
@@ -371,6 +375,7 @@ class Executor:
         if reason:
             self.built.pop(req.id, None)
             self._emit(skipped_record(req, reason))
+            self.isolation.leave(req.session, after)
             return max(free, self.clock())
         if after is not None:  # at a quiet moment while this one is in flight
             self.ahead.append(after)
@@ -380,6 +385,7 @@ class Executor:
             await asyncio.sleep(req.wait_before)
         wire, request = self._wire(req)
         outcome, slot_wait = await self._send(req, wire, request, self._chainable(req, after))
+        self.isolation.leave(req.session, after)
         self.last_answer = asyncio.get_running_loop().time()
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
@@ -396,20 +402,22 @@ class Executor:
 
     async def _send(self, req: PRequest, wire: WireRequest, request: httpx.Request | None,
                     after: PRequest | None) -> tuple[Outcome, float]:
-        """Output: the outcome and how long the request waited for a concurrency slot. A request
-        written ahead (`written`) holds its slot already. With `after`, the session's next
-        request is written the moment this answer has been read (`_chain`), and then keeps the
-        slot."""
+        """Output: the outcome and how long the request waited for its turn: for the run's
+        isolation (`Isolation.enter`) and for a concurrency slot. A request written ahead
+        (`written`) holds its slot already. With `after`, the session's next request is written
+        the moment this answer has been read (`_chain`), and then keeps the slot."""
         slot_wait = 0.0
         if req.id in self.written:
             self.written.discard(req.id)
         else:
             t_queue = self.clock()
+            await self.isolation.enter(req)
             self.queued += 1
             try:
                 await self.sem.acquire()
             finally:
                 self.queued -= 1
+                self.isolation.poke()
             slot_wait = self.clock() - t_queue
         chained = False
 
@@ -427,6 +435,7 @@ class Executor:
         finally:
             if not chained:
                 self.sem.release()
+                self.isolation.poke()
         return outcome, slot_wait
 
     def _chainable(self, req: PRequest, after: PRequest | None) -> PRequest | None:
@@ -434,9 +443,9 @@ class Executor:
         no planned wait and no phase barrier before it, nothing about it waits for `req`'s
         record (see `_decides`), and no planned abort (its session may be held a moment before
         reading its answer, `_hold`, and an abort is exact only when read at once). Else None."""
-        if (after is None or after.wait_before or after.abort_after
+        if (after is None or after.wait_before or after.abort_after or after.isolated
                 or (after.phase and after.phase != req.phase)):
-            return None
+            return None  # an isolated request waits for the run to drain (`_send`)
         return None if self._decides(req) else after
 
     def _chain(self, req: PRequest, after: PRequest, answer: Answer) -> bool:
@@ -447,7 +456,7 @@ class Executor:
         together (an engine ending a batch), each session's next request is out before any
         of them is recorded. Output: True when written (it is then in `written`)."""
         if (not self.writes_bytes or self.queued or self.sink_error is not None
-                or self._skip_reason(after)):
+                or self.isolation.claimed(after.session) or self._skip_reason(after)):
             return False
         try:
             ahead = self.built.get(after.id)
@@ -605,7 +614,9 @@ class Executor:
         src = self.outcomes.get(req.prefix_source) if req.prefix_source else None
         rec = build_record(req, o, src_req=src_req, src=src, hit_ratio=self.plan.hit_ratio,
                            ref=self._reference(), t0=self.t0, contended_s=self._contended(o),
-                           prefill_contended_s=self._prefill_contended(o))
+                           prefill_contended_s=self._prefill_contended(o),
+                           isolation=(req.isolated, self.isolation.waited.get(req.id),
+                                      self.isolation.held.get(req.id)))
         self._learn_cold_speed(rec)
         return rec
 
@@ -838,6 +849,9 @@ class Executor:
             # the collector's longest pause during the run, and its generation
             "gc_pause_max_ms": ms(self.gcs.longest[0] if self.gcs.longest else None),
             "gc_pause_max_generation": self.gcs.longest[1] if self.gcs.longest else None,
+            # what `isolated` requests cost (run.isolation): count, drain waits, others held
+            # back, and the time the run went one request at a time
+            **self.isolation.summary(),
         }
         e2e = [o.e2e_s for o in self.outcomes.values() if o.e2e_s]
         health["client_bottleneck"] = bottleneck(

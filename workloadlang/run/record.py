@@ -94,6 +94,12 @@ class Record(BaseModel):
     # of the engine's own prefill time (`prefill_source: server`), how long other requests of
     # the run were in flight: time its batches may have shared (0 on a one-slot engine)
     prefill_contended_s: float | None = None
+    # `isolated`: timed alone (run.isolation): it waited `isolation_wait_s` for the run's
+    # requests in flight to end; `isolation_held_s`: how long another session's isolation
+    # held this request back
+    isolated: bool = False
+    isolation_wait_s: float | None = None
+    isolation_held_s: float | None = None
     e2e_s: float | None = None
     aborted: bool = False
     error: ErrorDetail | None = None
@@ -132,7 +138,7 @@ def base_record(req: PRequest) -> dict[str, Any]:
                 planned_prompt_tokens=req.prompt_tokens,
                 planned_expected_cached=req.expected_cached, new_tokens=req.new_tokens,
                 max_tokens=req.max_tokens, abort_after=req.abort_after,
-                prefix_source=req.prefix_source)
+                prefix_source=req.prefix_source, isolated=req.isolated)
 
 
 def skipped_record(req: PRequest, reason: str) -> Record:
@@ -203,10 +209,13 @@ def impossible_counts(req: PRequest, o: Any) -> tuple[Any, str | None]:
 def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | None,
                  hit_ratio: float, ref: TtftReference, t0: float,
                  contended_s: float | None = None,
-                 prefill_contended_s: float | None = None) -> Record:
+                 prefill_contended_s: float | None = None,
+                 isolation: tuple[bool, float | None, float | None] = (False, None, None)
+                 ) -> Record:
     """Everything one request showed, with its verdict-bearing numbers derived. `contended_s`:
     how long other requests of the run were in flight during its TTFT (`run.contention`);
-    `prefill_contended_s`: the same within the engine's own prefill time."""
+    `prefill_contended_s`: the same within the engine's own prefill time; `isolation`:
+    (timed alone, its wait for the run to drain, how long others' isolation held it)."""
     suspicious = list(getattr(o, "suspicious", []) or [])  # of the numbers as reported
     o, impossible = impossible_counts(req, o)
     if src is not None and src_req is not None:
@@ -220,7 +229,8 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
                ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s,
                ttft_contended_s=contended_s, prefill_contended_s=prefill_contended_s,
-               e2e_s=o.e2e_s,
+               isolated=isolation[0], isolation_wait_s=isolation[1],
+               isolation_held_s=isolation[2], e2e_s=o.e2e_s,
                aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
                suspicious=suspicious, impossible=impossible)

@@ -16,6 +16,7 @@ FaultName = Literal[
     "evict_over_concurrency",
     "drop_aborted",
     "degraded",
+    "degraded_host",
     "no_cached_report",
     "omit_cached_when_zero",
     "no_timings",

@@ -78,6 +78,7 @@ class Job:
     plan: ReplyPlan
     units: int = 1
     degraded: bool = False
+    degraded_host: bool = False
     no_report: bool = False
     omit_zero: bool = False
     no_timings: bool = False
@@ -278,6 +279,7 @@ class Simulator:
             plan=plan,
             units=2 if cfg.fault("duplicate_blocks", session) else 1,
             degraded=cfg.fault("degraded", session) is not None,
+            degraded_host=cfg.fault("degraded_host", session) is not None,
             no_report=cfg.fault("no_cached_report", session) is not None,
             omit_zero=cfg.fault("omit_cached_when_zero", session) is not None,
             no_timings=cfg.fault("no_timings", session) is not None,
@@ -327,9 +329,14 @@ class Simulator:
         start = 0 if job.degraded else job.cached
         counters.computed_tokens += n - start
         cost = prefill_seconds(start, n, cfg.prefill_us_per_token, cfg.prefill_ctx_scale)
-        if not job.degraded:
-            cost += restore_seconds(job.restored_tokens, cfg.host_restore_us_per_token)
-        return cost
+        if job.degraded:
+            return cost
+        if job.degraded_host:  # what came back from the host is reported cached, paid as a prefill
+            restored_from = max(0, job.cached - job.restored_tokens)
+            counters.computed_tokens += job.cached - restored_from
+            return cost + prefill_seconds(restored_from, job.cached, cfg.prefill_us_per_token,
+                                          cfg.prefill_ctx_scale)
+        return cost + restore_seconds(job.restored_tokens, cfg.host_restore_us_per_token)
 
     def _prefilled(self, job: Job) -> None:
         """Prefill done: insert the prompt's remaining full blocks, pinned."""
