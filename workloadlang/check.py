@@ -24,7 +24,7 @@ from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, NON_NEGATIVE, constant
 from workloadlang.parse import FLAGS
 
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
-                     "prefill_time")
+                     "prefill_time", "isolation_wait")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
                    "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg",
                    "prefill_work")

@@ -67,6 +67,7 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "tg": lambda r: r.tg_tps,
     "ttft_per_uncached": lambda r: r.ttft_per_uncached,
     "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
+    "isolation_wait": lambda r: r.isolation_wait_s if r.isolated else None,
 }
 
 
@@ -116,6 +117,20 @@ def _tg_span(r: Record) -> Span | None:
         return None
     earliest = max(0.0, r.ttft_s - (r.ttft_late_s or 0.0))
     return Span(r.tg_tps * (r.e2e_s - r.ttft_s) / (r.e2e_s - earliest), r.tg_tps, r.tg_tps)
+
+
+# yes/no metrics: an unknown one may be either
+BOOLEAN = frozenset({"hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
+                     "ttft_agrees", "ttft_disagrees"})
+
+
+def unknown_value(metric: str) -> Span:
+    """Output: every value an unknown `metric` could have had (no value as stamped): either
+    answer for a yes/no metric, 0..1 for `reuse`, else any non-negative number. A gate over
+    it is judged only when every such value judges the same."""
+    if metric in BOOLEAN:
+        return Span(False, True, None)  # type: ignore[arg-type]
+    return Span(0.0, 1.0 if metric == "reuse" else math.inf, None)  # type: ignore[arg-type]
 
 
 # metrics read from the first token's stamp: their range when that stamp may be late, and
@@ -183,16 +198,24 @@ def flag_of(r: Record, flag: str) -> bool:
 
 
 class ScopeResult(BaseModel):
+    """One scope of a gate. Of the values it read: `exact` ones, `ranges` (a first-token stamp
+    that may be late, a prefill that may hold others' work: `Span`), `unknown` ones (not
+    reported, errored, not judged: `unknown_ids`). The gate is judged over every value the
+    ranges and the unknown values allow."""
     scope: str
     status: Status
     value: Any = None
     threshold: Any = None
     reads: int = 0
-    unknown: int = 0  # values read that were unknown (an aggregate leaves them out)
+    exact: int = 0
+    ranges: int = 0
+    unknown: int = 0
+    unknown_ids: list[str] = []
     detail: str = ""
 
 
 class GateResult(BaseModel):
+    """A gate over all its scopes; `exact`, `ranges`, `unknown`: the values read, summed."""
     name: str
     scope: str
     severity: str
@@ -200,6 +223,9 @@ class GateResult(BaseModel):
     line: int
     status: Status
     results: list[ScopeResult]
+    exact: int = 0
+    ranges: int = 0
+    unknown: int = 0
 
     @property
     def passed(self) -> bool:
@@ -217,22 +243,48 @@ class Judge:
     """Evaluates gate expressions over one scope's records."""
 
     def __init__(self, plan: Plan, records: list[Record], env: Mapping[str, Any],
-                 by_id: Mapping[str, Any] | None = None):
+                 by_id: Mapping[str, Any] | None = None, unknown_flags: bool = False):
         self.plan, self.env = plan, env
         self.by_id = by_id if by_id is not None else plan.by_id()
         self.records = [r for r in records if not r.skipped]
         self.reads: set[str] = set()
-        self.unknown = 0  # metric values read that were None
+        self.exact = self.ranges = 0
+        self.unknown_ids: list[str] = []  # requests whose value read was unknown
+        # `hit` / `miss` in a selector: a request whose outcome is unknown is left out, or
+        # (`unknown_flags`) taken in; `flag_unknown` counts such requests met
+        self.unknown_flags, self.flag_unknown = unknown_flags, 0
+
+    @property
+    def unknown(self) -> int:
+        return len(self.unknown_ids)
 
     def picked(self, ref: ir.MetricRef) -> list[Record]:
-        rs = select(self.records, ref.selector, self.env, lambda r: self.by_id[r.id], flag_of)
+        rs = select(self.records, ref.selector, self.env, lambda r: self.by_id[r.id],
+                    self._flag)
         self.reads.update(r.id for r in rs)
         return rs
 
+    def _flag(self, r: Record, flag: str) -> bool:
+        if flag in ("hit", "miss") and r.hit is None and r.error is None:
+            self.flag_unknown += 1
+            return self.unknown_flags
+        return flag_of(r, flag)
+
     def values(self, ref: ir.MetricRef) -> list[Any]:
-        vals = [metric_value(ref.metric, r) for r in self.picked(ref)]
-        self.unknown += sum(v is None for v in vals)
-        return vals
+        """Output: the selected values; an unknown one as every value it could have had
+        (`unknown_value`), counted with the exact ones and the ranges."""
+        out = []
+        for r in self.picked(ref):
+            v = metric_value(ref.metric, r)
+            if v is None:
+                self.unknown_ids.append(r.id)
+                v = unknown_value(ref.metric)
+            elif isinstance(v, Span):
+                self.ranges += 1
+            else:
+                self.exact += 1
+            out.append(v)
+        return out
 
     def scalar(self, e: ir.GExpr) -> Any:
         if isinstance(e, ir.GNum):
@@ -246,7 +298,9 @@ class Judge:
             vals = self.values(e)
             if len(vals) != 1:
                 raise Unknown(f"`{e.metric}` selects {len(vals)} values where one is needed")
-            return known(vals[0])
+            if isinstance(vals[0], Span) and vals[0].at is None:
+                raise Unknown(f"not reported: {', '.join(self.unknown_ids[-1:])}")
+            return vals[0]
         if isinstance(e, ir.GCall):
             vals = [self.scalar(a) for a in e.args]
             pick = max if e.func == "max" else min
@@ -254,12 +308,6 @@ class Judge:
                            pick(stamped(v) for v in vals))
         left, right = self.scalar(e.left), self.scalar(e.right)
         return arith(e.op, left, right)
-
-
-def known(v: Any) -> Any:
-    if v is None:
-        raise Unknown("not reported")
-    return v
 
 
 def arith(op: str, a: Any, b: Any) -> Any:
@@ -312,6 +360,8 @@ def quantile(xs: list[float], q: float) -> float:
     pos = q * (len(s) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(s) - 1)
+    if s[hi] == s[lo]:  # also two unbounded ends (inf - inf is not a number)
+        return s[lo]
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
@@ -347,25 +397,58 @@ def undecided(value: Any, threshold: Any) -> str:
 
 
 def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
+    """Output: the gate judged on one scope's records (`j`). When its selectors met requests
+    whose hit or miss is unknown, it is judged again with them taken in: if that changes the
+    outcome, the outcome is unknown."""
+    out = judge_once(j, g, scope)
+    if not j.flag_unknown or out.status == "unknown":
+        return out
+    again = judge_once(Judge(j.plan, j.records, j.env, j.by_id, unknown_flags=True), g, scope)
+    if again.status == out.status:
+        return out
+    return out.model_copy(update={"status": "unknown", "detail": (
+        f"{j.flag_unknown} request(s) whose hit or miss is unknown could change it "
+        f"({out.status} without them, {again.status} with them)")})
+
+
+def judge_once(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     try:
         if isinstance(g.left, ir.MetricRef) and g.op is not None:
             return judge_each(j, g, scope)
         value = j.scalar(g.left)
         if g.op is None:
-            value = stamped(value)
-            status: Status = "pass" if value else "fail"
-            return ScopeResult(scope=scope, status=status, value=value, reads=len(j.reads),
-                               unknown=j.unknown)
+            lo, hi = ends(value)
+            if bool(lo) != bool(hi):
+                return scope_result(j, scope, "unknown", stamped(value), None,
+                                    detail=left_out(j, decides=True))
+            return scope_result(j, scope, "pass" if lo else "fail", stamped(value), None)
         threshold = j.scalar(g.right)
         ok = compare(g.op, value, threshold)
         if ok is None:
-            return ScopeResult(scope=scope, status="unknown", value=stamped(value),
-                               threshold=stamped(threshold), reads=len(j.reads),
-                               unknown=j.unknown, detail=undecided(value, threshold))
-        return ScopeResult(scope=scope, status="pass" if ok else "fail", value=stamped(value),
-                           threshold=stamped(threshold), reads=len(j.reads), unknown=j.unknown)
+            why = left_out(j, decides=True) if j.unknown else undecided(value, threshold)
+            return scope_result(j, scope, "unknown", stamped(value), stamped(threshold), why)
+        return scope_result(j, scope, "pass" if ok else "fail", stamped(value),
+                            stamped(threshold))
     except Unknown as e:
-        return ScopeResult(scope=scope, status="unknown", reads=len(j.reads), detail=str(e))
+        why = "; ".join([str(e)] + ([left_out(j, decides=True)] if j.unknown else []))
+        return scope_result(j, scope, "unknown", None, None, why)
+
+
+def scope_result(j: Judge, scope: str, status: Status, value: Any, threshold: Any,
+                 detail: str = "") -> ScopeResult:
+    """Output: a `ScopeResult` with the judge's counts of exact, range and unknown values."""
+    if not detail and j.unknown:
+        detail = left_out(j, decides=False)
+    return ScopeResult(scope=scope, status=status, value=value, threshold=threshold,
+                       reads=len(j.reads), exact=j.exact, ranges=j.ranges, unknown=j.unknown,
+                       unknown_ids=j.unknown_ids[:20], detail=detail)
+
+
+def left_out(j: Judge, decides: bool) -> str:
+    """Output: what the unknown values were and whether they could change the outcome."""
+    ids = ", ".join(j.unknown_ids[:5]) + (", ..." if j.unknown > 5 else "")
+    effect = "could change the outcome" if decides else "cannot change the outcome"
+    return f"{j.unknown} value(s) not known ({ids}) {effect}"
 
 
 def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
@@ -375,6 +458,9 @@ def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     if not picked:
         raise Unknown("no data: the selector matched no completed request")
     threshold = j.scalar(g.right)
+    j.exact += sum(v is not None and not isinstance(v, Span) for v in vals)
+    j.ranges += sum(isinstance(v, Span) for v in vals)
+    j.unknown_ids += [r.id for r, v in zip(picked, vals) if v is None]
     held = [None if v is None else compare(g.op, v, threshold) for v in vals]
     fails = [(r.id, v) for r, v, ok in zip(picked, vals, held) if ok is False]
     unknown = [r.id for r, v in zip(picked, vals) if v is None]
@@ -384,16 +470,14 @@ def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     worst = stamped(fails[0][1]) if fails else (pick(known_vals) if known_vals else None)
     if fails:
         detail = ", ".join(f"{rid}={fmt(stamped(v))}" for rid, v in fails[:5])
-        return ScopeResult(scope=scope, status="fail", value=worst, threshold=stamped(threshold),
-                           reads=len(picked), detail=detail)
+        return scope_result(j, scope, "fail", worst, stamped(threshold), detail)
     if unknown or open_:
         why = "; ".join(
             ([errors_or_unreported(j, unknown)] if unknown else [])
             + [f"{rid}: {undecided(v, threshold)}" for rid, v in open_[:3]])
-        return ScopeResult(scope=scope, status="unknown", value=None if unknown else worst,
-                           threshold=stamped(threshold), reads=len(picked), detail=why)
-    return ScopeResult(scope=scope, status="pass", value=worst, threshold=stamped(threshold),
-                       reads=len(picked))
+        return scope_result(j, scope, "unknown", None if unknown else worst,
+                            stamped(threshold), why)
+    return scope_result(j, scope, "pass", worst, stamped(threshold))
 
 
 def errors_or_unreported(j: Judge, ids: list[str]) -> str:
@@ -426,7 +510,10 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
             "unknown" if any(r.status == "unknown" for r in results) else "pass"
         out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"
                               else "overall", severity=g.severity, verdict=g.verdict,
-                              line=g.span.line, status=status, results=results))
+                              line=g.span.line, status=status, results=results,
+                              exact=sum(r.exact for r in results),
+                              ranges=sum(r.ranges for r in results),
+                              unknown=sum(r.unknown for r in results)))
     return out
 
 

@@ -40,6 +40,9 @@ class Calibration(BaseModel):
     threshold_tokens: int | None = None
     cold_ttft_s: list[float] = []
     hit_ttft_s: list[float] = []
+    # prefill speed (uncached tokens per second of the engine's own prefill time, else of the
+    # TTFT) of each cold twin whose time is its own to 5 % (`cold_speed`)
+    cold_prefill_tps: list[float] = []
     separation: float | None = None
     notes: list[str] = []
 
@@ -87,6 +90,9 @@ async def ttft_threshold(client: httpx.AsyncClient, endpoint: Endpoint, sizer: S
         cold = await send(client, endpoint, probe(f"calibrate/ttft/{k}/cold", text))
         hot = await send(client, endpoint, probe(f"calibrate/ttft/{k}/hit", text))
         outcomes += [cold, hot]
+        speed = cold_speed(cold)
+        if speed is not None:
+            cal.cold_prefill_tps.append(speed)
         if cold.error or hot.error or cold.ttft_s is None or hot.ttft_s is None:
             cal.notes.append(f"threshold probe {k} failed: {(cold.error or hot.error)}")
             continue
@@ -99,6 +105,20 @@ async def ttft_threshold(client: httpx.AsyncClient, endpoint: Endpoint, sizer: S
         cal.hit_ttft_s.append(hot.ttft_s)
     decide_threshold(cal, tokens)
     return outcomes
+
+
+def cold_speed(o: Outcome) -> float | None:
+    """Output: a cold twin's prefill speed in uncached tokens per second: over the engine's
+    own prefill time when it reports one, else over the TTFT when its stamp is not late by more
+    than 5 % of it (nothing else is in flight during calibration); None when unknown."""
+    if o.error is not None or not o.prompt_tokens:
+        return None
+    uncached = o.prompt_tokens - (o.cached_tokens or 0)
+    if o.server_prefill_ms:
+        return uncached / (o.server_prefill_ms / 1000)
+    if not o.ttft_s or (o.ttft_late_s or 0.0) > 0.05 * o.ttft_s:
+        return None
+    return uncached / o.ttft_s
 
 
 def decide_threshold(cal: Calibration, tokens: int) -> None:

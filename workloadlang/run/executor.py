@@ -811,10 +811,22 @@ class Executor:
         return self.sem.overlap(max(o.t_send, first - o.server_prefill_ms / 1000), first)
 
     def _learn_cold_speed(self, rec: Record) -> None:
+        """Keep the prefill speed of a cold request (nothing served from cache, at least 256
+        tokens) whose prefill time is its own: no other request of the run was in flight in it
+        (`prefill_contended_s` / `ttft_contended_s` 0, as for an isolated request) and its
+        first-token stamp is not late by more than 5 % of it. A prefill that shared the engine
+        looks slower than a cold prefill is, and a recompute would then pass for a hit."""
         cold = rec.cached_tokens is not None and rec.prompt_tokens and \
             rec.cached_tokens <= 0.1 * rec.prompt_tokens
-        if cold and rec.error is None and rec.prefill_s and (rec.uncached_tokens or 0) >= 256:
-            self.cold_pp.append(rec.uncached_tokens / rec.prefill_s)
+        if not (cold and rec.error is None and rec.prefill_s
+                and (rec.uncached_tokens or 0) >= 256):
+            return
+        server = rec.prefill_source == "server"
+        shared = rec.prefill_contended_s if server else rec.ttft_contended_s
+        late = 0.0 if server else (rec.ttft_late_s or 0.0)
+        if (shared or 0.0) > 0 or late > 0.05 * rec.prefill_s:
+            return
+        self.cold_pp.append(rec.uncached_tokens / rec.prefill_s)
 
     def _reference(self) -> TtftReference:
         """Output: the timing reference for the next record: the calibrated one, its cold

@@ -341,9 +341,11 @@ async def threshold_reference(plan: Plan, client, endpoint, sizer, cal,
         tokens = int(evaluate(c.tokens, plan.params)) if c.tokens is not None else 1024
         repeat = int(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
         await calibrate.ttft_threshold(client, endpoint, sizer, salt, tokens, repeat, cal)
-    cold = [cal.threshold_tokens / t for t in cal.cold_ttft_s if t] if cal.threshold_tokens else []
+    # the fastest cold twin: whatever else slowed one down (the machine, the network) only
+    # adds time, and a slower cold reference would let a recompute pass for a hit
+    cold = max(cal.cold_prefill_tps, default=None)
     return TtftReference(threshold_s=cal.threshold_s, threshold_tokens=cal.threshold_tokens,
-                         cold_prefill_tps=sorted(cold)[len(cold) // 2] if cold else None)
+                         cold_prefill_tps=cold)
 
 
 def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:

@@ -112,12 +112,13 @@ def gate_rows(results: Any) -> list[list[Any]]:
         detail = "; ".join(f"{r.scope}: {r.status}" + (f" ({r.detail})" if r.detail else "")
                            for r in worst[:4])
         unknown = sum(r.unknown for r in g.results if r.status != "unknown")
-        if unknown:  # left out of an aggregate: judged without them
-            detail = "; ".join(filter(None, [detail, f"{unknown} value(s) unknown, left out"]))
+        if unknown:  # not known, and shown not to change the outcome
+            detail = "; ".join(filter(None, [detail, f"{unknown} value(s) not known, "
+                                                     "none could change it"]))
         shown = worst[0] if worst else g.results[0]
         status = g.status.upper() if g.severity == "fail" else f"{g.status.upper()} (warn)"
         rows.append([g.name, g.scope, status, fmt_val(shown.value), fmt_val(shown.threshold),
-                     f"line {g.line}", detail or "–"])
+                     f"{g.exact}/{g.ranges}/{g.unknown}", f"line {g.line}", detail or "–"])
     return rows
 
 
@@ -131,7 +132,8 @@ def fmt_val(v: Any) -> str:
 
 def summary_text(results: Any) -> str:
     parts = ["", "── gates ──", tabulate(gate_rows(results), headers=[
-        "gate", "scope", "result", "value", "threshold", "source", "detail"],
+        "gate", "scope", "result", "value", "threshold", "exact/range/unknown", "source",
+        "detail"],
         tablefmt="simple", disable_numparse=True)]
     if results.verdicts:
         bad = {s: v for s, v in results.verdicts.items() if v != "ok"}
