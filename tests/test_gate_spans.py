@@ -124,16 +124,31 @@ def test_time_shared_with_other_requests_doubts_a_prefill_not_a_ttft() -> None:
     assert metric_value("prefill_time", server) == 0.01
 
 
-def test_values_left_out_of_an_aggregate_are_counted() -> None:
+def test_a_gate_is_unknown_when_values_it_could_not_read_could_change_it() -> None:
+    """An unknown value stands for every value it could have had: a gate whose outcome one of
+    them could change is unknown (its detail names how many and which), one whose outcome none
+    of them can change is judged, and either way they are counted."""
     source = Source(name="w.wl", text=WL.replace(
         "fast: overall p95(ttft{step}) < 100ms", "fast: overall p95(ttft{step}) < 100ms\n"
-        "    judged: overall count(hit{step}) == 0"))
+        "    judged: overall count(hit{step}) == 0\n"
+        "    floor: overall min(ttft{step}) < 100s\n"
+        "    some: overall count(hit{step}) >= 0"))
     p = make_plan(parse_checked(source), source, {}, salt="t")
     recs = records(p, {})
     recs[0] = recs[0].model_copy(update={"ttft_s": None, "pp_tps": None, "prefill_s": None})
     by = {g.name: g for g in evaluate_gates(p, recs, {})}
-    assert by["judged"].status == "pass" and by["judged"].results[0].unknown == 8  # hit: None
-    assert by["fast"].results[0].unknown == 1
+    judged = by["judged"].results[0]  # hit: None on all 8: each could be a hit
+    assert judged.status == "unknown" and judged.unknown == 8 and judged.exact == 0
+    assert "8 value(s) not known" in judged.detail and recs[0].id in judged.detail
+    assert judged.unknown_ids == [r.id for r in recs]
+    fast = by["fast"].results[0]  # the unknown TTFT could be the slowest
+    assert (fast.status, fast.unknown, fast.exact) == ("unknown", 1, 7)
+    assert recs[0].id in fast.detail
+    floor = by["floor"].results[0]  # ...but not below the fastest known one
+    assert (floor.status, floor.unknown) == ("pass", 1)
+    assert "cannot change" in floor.detail
+    assert by["some"].status == "pass"
+    assert (by["fast"].exact, by["fast"].ranges, by["fast"].unknown) == (7, 0, 1)
 
 
 def test_the_engines_own_prefill_time_reaches_down_by_the_time_it_was_shared() -> None:

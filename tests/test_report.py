@@ -307,8 +307,8 @@ def test_per_session_gate_lists_failing_scopes():
     survival = next(r for r in rows if r["name"] == "survival")
     cell = survival["cells"][0]
     assert cell["state"] == "fail" and cell["summary"] == "1 of 3 scopes did not pass"
-    assert cell["scopes"] == ["main#2: 0.08 vs 0.66 fail"]
-    assert survival["code"].startswith("survival: each session reuse{finalize}")
+    assert cell["scopes"] == ["main#2: no fail"]
+    assert survival["code"].startswith("survival: each session all(hit{finalize})")
 
 
 def test_gate_missing_in_one_run_is_shown_as_such():

@@ -141,15 +141,13 @@ def agent(sessions: int = 3, steps: int = 10, subs: int = 2, step_tokens: int = 
     recs.sort(key=lambda r: r.t_start_s or 0)
     recs = [r.model_copy(update={"seq": k}) for k, r in enumerate(recs)]
     verdicts = {f"main#{s}": "evicted" if s in evicted else "ok" for s in range(1, sessions + 1)}
-    scopes = [(sid, "fail" if v != "ok" else "pass", 0.08 if v != "ok" else 1.0)
-              for sid, v in verdicts.items()]
+    scopes = [(sid, "fail" if v != "ok" else "pass", v == "ok") for sid, v in verdicts.items()]
     return results("agent_sim", "agent-sim.wl", recs, params={
         "sessions": sessions, "main_tokens": steps * step_tokens, "step_tokens": step_tokens,
         "sub_tokens": 40000, "sub_windows": subs, "finalize_tokens": 2000, "max_tokens": 64,
         "miss_threshold": 0.66, "ttft_ratio": 1.75, "max_concurrency": sessions,
         "thinking": False},
-        gates=[gate("survival", "fail" if evicted else "pass", threshold=0.66,
-                    verdict="evicted", scopes=scopes),
+        gates=[gate("survival", "fail" if evicted else "pass", verdict="evicted", scopes=scopes),
                gate("speed", "pass", threshold=1.75, verdict="degraded",
                     scopes=[(sid, "pass", 1.1) for sid in verdicts]),
                gate("main_reuse", "pass", 1.0, 0.9, severity="warn",

@@ -146,7 +146,8 @@ def scope_text(r: Any) -> str:
     if r.status == "unknown":
         return f"{r.scope}: unknown ({r.detail})" if r.detail else f"{r.scope}: unknown"
     extra = f" — {r.detail}" if r.detail else ""
-    return f"{r.scope}: {fmt_num(r.value)} vs {fmt_num(r.threshold)} {r.status}{extra}"
+    versus = "" if r.threshold is None else f" vs {fmt_num(r.threshold)}"  # a yes/no gate
+    return f"{r.scope}: {fmt_num(r.value)}{versus} {r.status}{extra}"
 
 
 def gate_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,83 @@
+"""Ground truth for degradation: an engine that reports cached tokens it pays for like a
+prefill is `degraded` (exit 1), a healthy two-tier one is `ok` (exit 0), at 1, 2 and 8
+sessions, with the engine's own prefill times and without them (the client's TTFT then being
+the only one, as with vLLM and SGLang).
+
+Two forms of the lie, on the simulator: `degraded` recomputes the whole prompt on every request,
+`degraded_host` only the blocks it restores from its host tier (a host tier as slow as a
+recompute). The device holds every session's main context while it grows, and the sub-agents
+push it out to the host, so each finalize restores its context from there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runhelp import gate, records, verdicts, wl_run
+
+
+def small(sessions: int) -> list[str]:
+    """agent-sim at `sessions` sessions, sized so each session's sub-agents (2 x 6k) push its
+    8k main context out of a device that holds every main context (10k a session)."""
+    return ["--sessions", str(sessions), "--main-tokens", "8k", "--step-tokens", "1k",
+            "--sub-tokens", "6k", "--finalize-tokens", "500", "--max-tokens", "16",
+            "--sim-prefill-us-per-token", "10", "--sim-decode-us-per-token", "100",
+            "--sim-device-tokens", str(sessions * 10_000 + 2_000),
+            "--sim-host-tokens", "400000", "--sim-host-restore-us-per-token", "0.2"]
+
+
+def survival_agrees_with_its_report(res: dict) -> None:
+    """`survival` (per session) and `finalize_survival` (the report) read one definition of a
+    hit: the report is the share of sessions that pass, and a finalize printed MISS fails."""
+    scopes = gate(res, "survival")["results"]
+    passed = sum(r["status"] == "pass" for r in scopes)
+    assert res["report"]["finalize_survival"] == pytest.approx(passed / len(scopes))
+    for fin in records(res, "finalize"):
+        scope = next(r for r in scopes if r["scope"] == fin["session"])
+        assert (scope["status"] == "pass") == (fin["hit"] is True), (fin["id"], scope)
+
+
+@pytest.mark.parametrize("timings", ["engine", "client"])
+@pytest.mark.parametrize("fault", [None, "degraded", "degraded_host"])
+@pytest.mark.parametrize("sessions", [1, 2, 8])
+def test_agent_sim_degradation_ground_truth(tmp_path, sessions, fault, timings):
+    args = small(sessions)
+    if fault:
+        args += ["--sim-fault", fault]
+    if timings == "client":
+        args += ["--sim-fault", "no_timings"]
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *args)
+    want = "degraded" if fault else "ok"
+    assert set(verdicts(res).values()) == {want}, (res["gates"], verdicts(res))
+    assert code == (1 if fault else 0)
+    for g in res["gates"]:
+        if g["severity"] == "fail":
+            assert g["status"] != "unknown" and g["unknown"] == 0, g
+    source = "server" if timings == "engine" else "client_ttft"
+    timed = records(res, "finalize") + records(res, "baseline") + records(res, "cached")
+    assert all(r["isolated"] and r["prefill_source"] == source for r in timed)
+    assert all(r["ttft_contended_s"] == 0 for r in timed), "alone, by construction"
+    if fault == "degraded_host":  # the finalize came back from the host: the restore gate
+        assert {r["status"] for r in gate(res, "restore")["results"]} == {"fail"}
+        assert all(r["cached_tokens"] > 0.9 * r["expected_cached"]
+                   for r in records(res, "finalize")), "reported as cached"
+    if fault == "degraded":  # everything recomputed: the cached re-read is as slow as cold
+        assert {r["status"] for r in gate(res, "timing")["results"]} == {"fail"}
+    survival_agrees_with_its_report(res)
+
+
+# the issue's case, as a new user would try it: 2 sessions whose main contexts do not both
+# fit the device, a host tier that restores at the cost of a prefill
+ISSUE = ["--sessions", "2", "--main-tokens", "20000", "--step-tokens", "2000",
+         "--sub-tokens", "8000", "--finalize-tokens", "1000", "--sim-device-tokens", "30000",
+         "--sim-host-tokens", "300000", "--sim-prefill-us-per-token", "20", "--salt", "demo"]
+
+
+@pytest.mark.parametrize("timings", [[], ["--sim-fault", "no_timings"]], ids=["engine", "client"])
+@pytest.mark.parametrize("restore_us, want", [("20", "degraded"), ("0.2", "ok")])
+def test_a_host_tier_as_slow_as_a_recompute_is_degraded(tmp_path, timings, restore_us, want):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *ISSUE,
+                       "--sim-host-restore-us-per-token", restore_us, *timings)
+    assert set(verdicts(res).values()) == {want}, res["gates"]
+    assert code == (1 if want == "degraded" else 0)
+    survival_agrees_with_its_report(res)
