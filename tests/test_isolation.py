@@ -104,3 +104,22 @@ def test_sessions_take_the_isolation_in_turn_and_others_wait_for_it():
 
     # a's block first (asked first), b next (it asked before c went), c last
     assert asyncio.run(go()) == ["a1", "a2", "b1", "c1"]
+
+
+PHASED = """
+workload phased {
+  concurrency = 2
+  session main repeat 2 {
+    phase one { user filler 300; reply 4 isolated }
+    phase two { user filler 300; reply 4 isolated; reply 4 }
+  }
+}
+"""
+
+
+def test_an_isolated_request_before_a_phase_barrier_gives_the_isolation_back(tmp_path):
+    """Each session's isolated requests sit on both sides of a barrier: kept across it, the
+    first session to reach the barrier would keep the other from reaching it."""
+    code, res = wl_run_text(tmp_path, PHASED, "--sim", "--time-budget", "20")
+    assert code == 0, res.get("incomplete")
+    assert sum(r["isolated"] for r in res["records"]) == 4

@@ -16,6 +16,7 @@ workload agent_sim {
     ttft_ratio: float = 1.75 in 1.. doc "finalize prefill time vs its baseline (a warning)"
     max_concurrency: int = $sessions in 1.. doc "requests in flight at once"
     thinking: bool = false doc "let the model think (off sends reasoning_effort none)"
+    baselines: int = 3 in 1.. doc "isolated baseline samples per session (the fastest counts)"
   }
   concurrency = $max_concurrency
   # one definition of a hit for the printed HIT/MISS, the `survival` gate and the report
@@ -35,11 +36,11 @@ workload agent_sim {
     # back to the device (a host tier may hold part of it); read again at once, the context
     # costs what a cached context costs here (`cached`: an engine that recomputes is as slow as
     # a cold prefill). The finalize's like-with-like baseline: forks of the main context with a
-    # suffix of the finalize's size, so the same positions are prefilled; three of them, since
-    # noise only adds time, and the fastest is the baseline.
+    # suffix of the finalize's size, so the same positions are prefilled; several, since
+    # noise only adds time, and the fastest is the baseline (`baselines`).
     probe isolated label warmup
     probe isolated label cached
-    spawn 3 fork isolated label baseline {
+    spawn $baselines fork isolated label baseline {
       user filler $finalize_tokens
       reply $max_tokens
     }

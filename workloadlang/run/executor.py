@@ -57,7 +57,7 @@ from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, bod
 from workloadlang.run.contention import Slots
 from workloadlang.run.errors import EndpointError, ErrorInfo
 from workloadlang.run.isolation import Isolation
-from workloadlang.run.transport import (StartWrites, content_length, open_connections,
+from workloadlang.run.transport import (StartWrites, alone, content_length, open_connections,
                                         ready_to_write, responses_ended, send_now,
                                         wire_transport, write_payload)
 from workloadlang.run.record import Record, TtftReference, build_record, skipped_record
@@ -208,7 +208,8 @@ class Executor:
         self.concurrency = concurrency or plan.concurrency
         self.sem = Slots(self.concurrency, clock)  # and who was in flight when (`_record`)
         # `isolated` requests: timed with nothing else of the run in flight (run.isolation)
-        self.isolation = Isolation(lambda: self.sem.held > 0 or self.queued > 0, clock)
+        self.isolation = Isolation(lambda: self.sem.held > 0 or self.queued > 0, clock,
+                                   on_alone=alone)
         self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
         self.time_budget_s = time_budget_s
         self.max_errors = max_consecutive_errors
@@ -292,6 +293,7 @@ class Executor:
             for t in tasks:
                 t.cancel()
             lag_task.cancel()
+            alone(False)  # a run stopped in an isolated stretch leaves the reader as it was
             gc.unfreeze()
             self.ahead.clear()  # nothing is sent any more
             self._flush()
@@ -375,7 +377,7 @@ class Executor:
         if reason:
             self.built.pop(req.id, None)
             self._emit(skipped_record(req, reason))
-            self.isolation.leave(req.session, after)
+            self.isolation.leave(req.session, _same_phase(req, after))
             return max(free, self.clock())
         if after is not None:  # at a quiet moment while this one is in flight
             self.ahead.append(after)
@@ -385,7 +387,7 @@ class Executor:
             await asyncio.sleep(req.wait_before)
         wire, request = self._wire(req)
         outcome, slot_wait = await self._send(req, wire, request, self._chainable(req, after))
-        self.isolation.leave(req.session, after)
+        self.isolation.leave(req.session, _same_phase(req, after))
         self.last_answer = asyncio.get_running_loop().time()
         own = (outcome.t_send - free - req.wait_before) - slot_wait
         self.delays.append(max(0.0, own))
@@ -903,6 +905,13 @@ def defer_wait(now: float, last_answer: float, since: float) -> float:
     Output: seconds to wait before doing deferred work: 0 once no answer came in for `_QUIET_S`
     or once the work waited `_DEFER_MAX_S`, else until the sooner of the two."""
     return max(0.0, min(_QUIET_S - (now - last_answer), _DEFER_MAX_S - (now - since)))
+
+
+def _same_phase(req: PRequest, after: PRequest | None) -> PRequest | None:
+    """Output: `after` when no phase barrier lies between it and `req`: a session keeps the
+    isolation for its next isolated request only then (holding it at a barrier would keep the
+    other sessions from reaching it)."""
+    return after if after is not None and after.phase == req.phase else None
 
 
 def stop_condition(on: str | None, rec: Record) -> bool:

@@ -1,7 +1,9 @@
 """Isolated requests: a request marked `isolated` is timed alone.
 
 Input: the planned requests as the executor reaches them (`enter`, `leave`), whether anything of
-the run is still in flight or queued for a slot (`busy`, the executor's), and a clock.
+the run is still in flight or queued for a slot (`busy`, the executor's), a clock, and what to
+call when an isolated stretch begins and ends (`on_alone`: the transport reads its one stream
+at normal priority then).
 Output: the moment each request may go on, and what isolation cost: per request how long it
 waited for the run's requests in flight to end (`waited`) or was held back by another
 session's isolation (`held`), and the run's total time with an isolation in force (`summary`).
@@ -28,8 +30,9 @@ from workloadlang.plan.model import PRequest
 class Isolation:
     """The run's isolation: at most one session holds it at a time (see the module)."""
 
-    def __init__(self, busy: Callable[[], bool], clock: Callable[[], float]):
-        self.busy, self.clock = busy, clock
+    def __init__(self, busy: Callable[[], bool], clock: Callable[[], float],
+                 on_alone: Callable[[bool], Any] = lambda on: None):
+        self.busy, self.clock, self.on_alone = busy, clock, on_alone
         self.owner: str | None = None  # the session holding the isolation
         self.queue: deque[tuple[str, asyncio.Future]] = deque()  # sessions asking for it
         self.changed: asyncio.Event | None = None  # set when something may have ended
@@ -67,6 +70,7 @@ class Isolation:
         if self.owner == session and (after is None or not after.isolated):
             self.active_s += self.clock() - self.since
             self.owner = None
+            self.on_alone(False)
             self._next_owner()
             self.poke()
 
@@ -110,6 +114,7 @@ class Isolation:
     async def _drained(self) -> None:
         while self.busy():
             await self._poke_wait()
+        self.on_alone(True)
 
     async def _poke_wait(self) -> None:
         if self.changed is None:

@@ -923,6 +923,7 @@ class _Reader:
             self.epoll.unregister(fd)
 
     def _run(self) -> None:
+        self.tid = threading.get_native_id()
         _reader_priority()
         floor = float("-inf")  # when the last round began whose poll reported every ready socket
         while True:
@@ -969,6 +970,24 @@ class _Reader:
 
 
 READER_NICE = 19  # the reader thread's nice value
+
+
+def alone(on: bool) -> None:
+    """The run has one request in flight, timed alone (`isolated`), while `on`: the reader
+    thread then runs at normal priority, so that it reads each packet of that answer as it
+    lands (at nice 19 other processes on its CPU, the engine's among them, can keep it from
+    running until the first token's packet has company, and the TTFT is then a range). With
+    one stream nothing is lost: nice 19 is for many streams, where a reader preempting the
+    loop's thread costs the client its turnaround. Without the right to raise a thread's
+    priority (not root, no CAP_SYS_NICE) it stays at nice 19."""
+    reader = _READER
+    tid = getattr(reader, "tid", None)
+    if tid is None:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, 0 if on else READER_NICE)
+    except (AttributeError, OSError):
+        pass
 
 
 def _reader_priority() -> None:
