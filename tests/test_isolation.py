@@ -123,3 +123,29 @@ def test_an_isolated_request_before_a_phase_barrier_gives_the_isolation_back(tmp
     code, res = wl_run_text(tmp_path, PHASED, "--sim", "--time-budget", "20")
     assert code == 0, res.get("incomplete")
     assert sum(r["isolated"] for r in res["records"]) == 4
+
+
+def test_the_reader_thread_is_scheduled_first_while_a_request_is_timed_alone():
+    """While a request is timed alone the socket reader runs real-time, so it reads the first
+    token's packet before the next one lands (merged, the first would get the second's stamp);
+    after, it is back at nice 19. Without the right to do so (not root), nothing changes."""
+    import os
+    import time
+
+    import pytest
+
+    from workloadlang.run import transport
+
+    reader = transport._reader()
+    deadline = time.monotonic() + 5
+    while getattr(reader, "tid", None) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tid = reader.tid
+    transport.alone(True)
+    try:
+        if os.sched_getscheduler(tid) != os.SCHED_FIFO:
+            pytest.skip("no right to raise a thread's priority here")
+    finally:
+        transport.alone(False)
+    assert os.sched_getscheduler(tid) == os.SCHED_OTHER
+    assert os.getpriority(os.PRIO_PROCESS, tid) == transport.READER_NICE

@@ -974,20 +974,28 @@ READER_NICE = 19  # the reader thread's nice value
 
 def alone(on: bool) -> None:
     """The run has one request in flight, timed alone (`isolated`), while `on`: the reader
-    thread then runs at normal priority, so that it reads each packet of that answer as it
-    lands (at nice 19 other processes on its CPU, the engine's among them, can keep it from
-    running until the first token's packet has company, and the TTFT is then a range). With
-    one stream nothing is lost: nice 19 is for many streams, where a reader preempting the
-    loop's thread costs the client its turnaround. Without the right to raise a thread's
-    priority (not root, no CAP_SYS_NICE) it stays at nice 19."""
-    reader = _READER
-    tid = getattr(reader, "tid", None)
+    thread is then scheduled first (real-time `SCHED_FIFO`, else normal priority), so that it
+    reads each packet of that answer the moment it lands. At nice 19 other processes on its CPU
+    (the engine's among them) can keep it from running until the first token's packet has
+    company: the kernel then merges them and keeps the newer stamp, and the TTFT is a range.
+    The thread only reads and hands over, so it holds a CPU for microseconds a packet. With one
+    stream nothing is lost: nice 19 is for many streams, where a reader preempting the loop's
+    thread costs the client its turnaround. Without the right to raise a thread's priority (not
+    root, no CAP_SYS_NICE) it stays at nice 19."""
+    tid = getattr(_READER, "tid", None)
     if tid is None:
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, tid, 0 if on else READER_NICE)
+        if on:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(1))
+        else:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, tid, READER_NICE)
     except (AttributeError, OSError):
-        pass
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, 0 if on else READER_NICE)
+        except (AttributeError, OSError):
+            pass
 
 
 def _reader_priority() -> None:
