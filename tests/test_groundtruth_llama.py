@@ -25,6 +25,7 @@ def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
     fins = records(res, "finalize")
     assert all(f["cached_source"] == "usage.prompt_tokens_details.cached_tokens" for f in fins)
     assert all(f["prefill_source"] == "server" for f in fins)
+    every_gate_is_known(res)
     # the engine's own counters, read before and after (the last read comes on a pooled
     # connection the server may have closed: the retry on a fresh connection must get it)
     m = res["metrics"]
@@ -32,6 +33,15 @@ def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
     assert m["engine_queries_tokens"] == m["records_prompt_tokens"]
     assert m["engine_hits_tokens"] == m["records_cached_tokens"]
     assert code == 0
+
+
+def every_gate_is_known(res: dict) -> None:
+    """Every gate, `speed` included, judged for every session: the requests they read were
+    timed alone, so no value is a range and none is unknown."""
+    for g in res["gates"]:
+        assert g["status"] != "unknown" and g["unknown"] == 0, g
+    for name in ("restore", "speed", "timing"):
+        assert all(r["status"] == "pass" for r in gate(res, name)["results"]), gate(res, name)
 
 
 def test_abort_sim_healthy_llama_server_passes(tmp_path, llama_server):
@@ -82,6 +92,8 @@ def test_a_multi_slot_llama_server_shares_its_batches_and_is_not_called_degraded
     assert shared, "two sessions in lockstep share the engine's batches"
     assert all(r["prefill_contended_s"] <= r["server_prefill_ms"] / 1000 + 1e-6 for r in shared)
     assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
+    every_gate_is_known(res)  # its finalize and baselines were timed alone: nothing shared
+    assert all(r["prefill_contended_s"] == 0 for r in records(res, "finalize"))
     assert code == 0
 
 
