@@ -162,3 +162,37 @@ def test_the_engines_own_prefill_time_reaches_down_by_the_time_it_was_shared() -
     almost = rec.model_copy(update={"prefill_contended_s": 0.3 - 5e-12})
     assert metric_value("prefill_time", almost) == Span(0.0, 0.3, 0.3)
     assert metric_value("pp", records(p, {0: 0.3}, busy={0: 0.3 - 5e-12})[0]).hi == math.inf
+
+
+def test_survival_and_finalize_survival_cannot_disagree() -> None:
+    """agent-sim's `survival` gate and its `finalize_survival` report item read one definition
+    of a hit (the record's `hit`, reuse >= hit_ratio = miss_threshold): over any reuse the
+    engine reports, a finalize that is a hit passes, one that is not fails, and the report is
+    the share of finalizes that are hits."""
+    import random
+
+    from workloadlang.gates import evaluate_report
+    from workloadlang.resources import bundled_workload_path
+    from workloadlang.run.record import skipped_record
+
+    path = bundled_workload_path("agent-sim")
+    source = Source(name="workloads/agent-sim.wl", text=path.read_text(encoding="utf-8"))
+    p = make_plan(parse_checked(source), source, {"sessions": "4", "main_tokens": "4k", "step_tokens": "1k",
+                               "sub_tokens": "1k", "finalize_tokens": "500"}, salt="t")
+    assert p.hit_ratio == p.params["miss_threshold"]
+    rng = random.Random(7)
+    for _ in range(50):
+        recs = []
+        for r in p.requests:
+            reuse = rng.choice([0.0, 0.5, 0.65, 0.66, 0.67, 0.9, 1.0, None])
+            hit = None if reuse is None else reuse >= p.hit_ratio
+            recs.append(skipped_record(r, "").model_copy(update={
+                "skipped": None, "reuse": reuse, "hit": hit, "prompt_tokens": r.prompt_tokens}))
+        survival = next(g for g in evaluate_gates(p, recs, {}) if g.name == "survival")
+        fins = {r.session: r for r in recs if r.label == "finalize"}
+        for scope in survival.results:
+            want = {True: "pass", False: "fail", None: "unknown"}[fins[scope.scope].hit]
+            assert scope.status == want, (scope, fins[scope.scope].reuse)
+        known = [f.hit for f in fins.values() if f.hit is not None]
+        report = evaluate_report(p, recs, {})["finalize_survival"]
+        assert report == (sum(known) / len(known) if known else None)
