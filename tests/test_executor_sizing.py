@@ -533,16 +533,22 @@ def test_the_learnt_cold_prefill_speed_is_the_median_so_far_and_made_once_per_sa
     executor = Executor(plan, Realiser(plan), httpx.AsyncClient(),
                         Endpoint(base_url="http://engine/v1", model="m"), ListSink())
 
-    def seen(uncached: int, seconds: float, cached: int = 0) -> None:
+    def seen(uncached: int, seconds: float, cached: int = 0, shared: float = 0.0,
+             late: float | None = None, source: str = "server") -> None:
         executor._learn_cold_speed(SimpleNamespace(
             cached_tokens=cached, prompt_tokens=uncached + cached, error=None,
-            prefill_s=seconds, uncached_tokens=uncached))
+            prefill_s=seconds, uncached_tokens=uncached, prefill_source=source,
+            prefill_contended_s=shared if source == "server" else None,
+            ttft_contended_s=shared if source != "server" else None, ttft_late_s=late))
 
     assert executor._reference().cold_prefill_tps is None
     seen(1000, 1.0)
     seen(3000, 1.0)
     seen(2000, 1.0, cached=2000)  # half cached: not a cold prefill
     seen(100, 1.0)  # too few tokens to time
+    seen(500, 1.0, shared=0.1)  # another request was in flight: it looks slower than it is
+    seen(500, 1.0, shared=0.1, source="client_ttft")
+    seen(500, 1.0, late=0.1, source="client_ttft")  # a stamp that may be 10 % late
     first = executor._reference()
     assert first.cold_prefill_tps in (1000, 3000) and executor._reference() is first
     seen(2000, 1.0)

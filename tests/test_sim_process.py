@@ -42,5 +42,6 @@ def test_wl_run_sim_does_not_serve_from_its_own_process(tmp_path, monkeypatch) -
 
     monkeypatch.setattr(sim_server, "start_in_thread", in_thread)
     code, res = wl_run(tmp_path, "agent-sim", "--sim", "--sessions", "1", "--main-tokens", "2k",
-                       "--step-tokens", "500", "--sub-tokens", "500", "--finalize-tokens", "300")
+                       "--step-tokens", "500", "--sub-tokens", "500", "--finalize-tokens", "300",
+                       "--sim-prefill-us-per-token", "40")  # timing can tell a recompute
     assert code == 0 and res["records"], res.get("incomplete")

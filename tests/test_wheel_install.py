@@ -110,7 +110,9 @@ def test_installed_wl_runs_a_benchmark_on_its_simulator_process(installed: Path,
     out = outside / "r.json"
     r = run([str(installed / "wl"), "run", "agent-sim", "--sim", "--no-viz", "--sessions", "1",
              "--main-tokens", "2k", "--step-tokens", "500", "--sub-tokens", "500",
-             "--finalize-tokens", "300", "--output", str(out)], cwd=outside)
+             "--finalize-tokens", "300", "--output", str(out),
+             # a context whose cold prefill takes long enough for timing to tell a recompute
+             "--sim-prefill-us-per-token", "40"], cwd=outside)
     assert r.returncode == 0, r.stderr
     assert "simulator: http://127.0.0.1:" in r.stderr and "Traceback" not in r.stderr
     assert json.loads(out.read_text())["records"]
