@@ -196,3 +196,13 @@ def test_survival_and_finalize_survival_cannot_disagree() -> None:
         known = [f.hit for f in fins.values() if f.hit is not None]
         report = evaluate_report(p, recs, {})["finalize_survival"]
         assert report == (sum(known) / len(known) if known else None)
+
+
+def test_a_timing_check_that_cannot_judge_says_why() -> None:
+    from workloadlang.run.record import TtftReference, why_not_judged
+
+    ref = TtftReference(cold_prefill_tps=10_000)
+    assert "no cold prefill speed" in why_not_judged(5000, 10, 0.01, TtftReference())
+    assert "under 256" in why_not_judged(200, 10, 0.01, ref)
+    assert "timing cannot tell" in why_not_judged(300, 10, 0.01, ref)  # 30 ms vs 8 x 5 ms
+    assert "other requests' work" in why_not_judged(5000, 10, 0.01, ref)

@@ -250,6 +250,7 @@ class Judge:
         self.reads: set[str] = set()
         self.exact = self.ranges = 0
         self.unknown_ids: list[str] = []  # requests whose value read was unknown
+        self.why: dict[str, str] = {}  # of those, why their record says it is unknown
         # `hit` / `miss` in a selector: a request whose outcome is unknown is left out, or
         # (`unknown_flags`) taken in; `flag_unknown` counts such requests met
         self.unknown_flags, self.flag_unknown = unknown_flags, 0
@@ -278,6 +279,8 @@ class Judge:
             v = metric_value(ref.metric, r)
             if v is None:
                 self.unknown_ids.append(r.id)
+                if ref.metric in ("ttft_agrees", "ttft_disagrees") and r.ttft_agrees_note:
+                    self.why[r.id] = r.ttft_agrees_note
                 v = unknown_value(ref.metric)
             elif isinstance(v, Span):
                 self.ranges += 1
@@ -445,10 +448,12 @@ def scope_result(j: Judge, scope: str, status: Status, value: Any, threshold: An
 
 
 def left_out(j: Judge, decides: bool) -> str:
-    """Output: what the unknown values were and whether they could change the outcome."""
+    """Output: what the unknown values were and whether they could change the outcome (with
+    why the first of them was not known, when its record says)."""
     ids = ", ".join(j.unknown_ids[:5]) + (", ..." if j.unknown > 5 else "")
     effect = "could change the outcome" if decides else "cannot change the outcome"
-    return f"{j.unknown} value(s) not known ({ids}) {effect}"
+    why = j.why.get(j.unknown_ids[0])
+    return f"{j.unknown} value(s) not known ({ids}) {effect}" + (f": {why}" if why else "")
 
 
 def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:

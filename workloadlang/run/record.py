@@ -113,6 +113,7 @@ class Record(BaseModel):
     hit: bool | None = None
     hit_basis: str | None = None
     ttft_agrees: bool | None = None
+    ttft_agrees_note: str | None = None  # why `ttft_agrees` could not be judged
     pp_tps: float | None = None
     tg_tps: float | None = None
     ttft_per_uncached: float | None = None
@@ -271,6 +272,8 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
         own = doubt if out["prefill_source"] == "client_ttft" else (prefill_contended_s or 0.0)
         out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref, own)
+        if out["ttft_agrees"] is None:
+            out["ttft_agrees_note"] = why_not_judged(prompt, uncached, out["prefill_s"], ref)
     elif cached is None and warm:
         out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s, doubt)
         out["hit_basis"] = None if out["hit"] is None else "ttft"
@@ -284,6 +287,22 @@ def prefill_time(o: Any) -> tuple[float | None, str | None]:
     if o.server_prefill_ms is not None:
         return o.server_prefill_ms / 1000, "server"
     return o.ttft_s, None if o.ttft_s is None else "client_ttft"
+
+
+def why_not_judged(prompt: int, uncached: int, prefill: float | None,
+                   ref: TtftReference) -> str:
+    """Output: why `ttft_agrees` could not judge a request (the same tests, in its order)."""
+    if prefill is None:
+        return "no prefill time"
+    if not ref.cold_prefill_tps:
+        return "no cold prefill speed (calibration or a cold request timed alone)"
+    if prompt < 256:
+        return "a prompt under 256 tokens"
+    cold, warm = prompt / ref.cold_prefill_tps, uncached / ref.cold_prefill_tps
+    if cold < 8 * max(warm, 0.005):
+        return (f"a cold prefill of it ({cold * 1000:.0f} ms) would cost under 8x the claimed "
+                f"work ({max(warm, 0.005) * 1000:.0f} ms at least): timing cannot tell")
+    return "a time that may hold other requests' work could go either way"
 
 
 def ttft_agrees(hit: bool, prompt: int, uncached: int, ttft: float | None,
