@@ -8,7 +8,7 @@ build before `isolated` existed) the finalize and the last three warm main turns
 session, what its gates read. Prints, per engine: runs, decisive requests, of them ranges (and
 the share), the largest range as a share of its TTFT, and the same over every request.
 
-Usage: python bench/ttft_ranges.py [--wl PATH_TO_wl] [--runs 3] [--no-llama]
+Usage: python -m bench.ttft_ranges [--wl PATH_TO_wl] [--runs 3] [--main-tokens 40k] [--no-llama]
 `--wl` runs another install (a venv's `bin/wl`), to compare builds on the same machine.
 """
 
@@ -22,10 +22,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-AGENT = ["--sessions", "3", "--main-tokens", "40k", "--step-tokens", "4k", "--sub-tokens", "10k",
-         "--finalize-tokens", "2k", "--max-tokens", "32"]
+AGENT = ["--sessions", "3", "--step-tokens", "4k", "--sub-tokens", "10k", "--finalize-tokens", "2k",
+         "--max-tokens", "32"]
 
 
 def run(wl: str, args: list[str], salt: str) -> dict:
@@ -59,6 +58,7 @@ def engines(no_llama: bool) -> list[tuple[str, list[str], object]]:
         ("simulator (200 us decode)", ["--sim"], None),
         ("simulator (1 ms decode)", ["--sim", "--sim-decode-us-per-token", "1000"], None)]
     if not no_llama:
+        sys.path.insert(0, str(ROOT / "tests"))  # the tests' llama-server helper
         from llama import find_llama
         binary, model, _ = find_llama()
         if binary is not None and model is not None:
@@ -70,6 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--wl", default=str(Path(sys.executable).parent / "wl"))
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--main-tokens", default="40k", help="agent-sim's main context on the simulator")
     ap.add_argument("--no-llama", action="store_true")
     ns = ap.parse_args()
     print("| engine | runs | decisive TTFTs that are ranges | every TTFT |")
@@ -77,11 +78,13 @@ def main() -> None:
     for name, args, llama in engines(ns.no_llama):
         server = None
         if llama is not None:
-            from llama import start_llama_server
+            from llama import start_llama_server  # on the path: `engines`
             server = start_llama_server(*llama, Path(tempfile.mkdtemp()) / "llama.log")
             args = ["--base-url", server.base_url, "--main-tokens", "3k", "--step-tokens",
                     "500", "--sub-tokens", "1500", "--finalize-tokens", "500",
                     "--sessions", "2"]
+        else:
+            args = [*args, "--main-tokens", ns.main_tokens]
         try:
             results = [run(ns.wl, args, f"ranges-{k}") for k in range(ns.runs)]
         finally:

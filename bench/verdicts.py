@@ -7,7 +7,7 @@ Each run is `wl run ... --no-viz --output F` in a child process, at small sizes 
 table takes a few minutes. llama-server runs when scripts/build-llama-server.sh has built it
 (or `WL_LLAMA_SERVER` and `WL_LLAMA_MODEL` name one).
 
-Usage: python bench/verdicts.py [--only agent-sim] [--no-llama]
+Usage: python -m bench.verdicts [--only agent-sim] [--faults healthy,degraded] [--no-llama]
 Output: a markdown table on stdout.
 """
 
@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 # small sizes per benchmark (the ground-truth tests' shapes)
 SIM = {
@@ -91,6 +90,7 @@ def row(workload: str, engine: str, code: int, res: dict) -> str:
 
 
 def llama_rows(only: str | None) -> list[str]:
+    sys.path.insert(0, str(ROOT / "tests"))  # the tests' llama-server helper
     from llama import find_llama, start_llama_server
 
     binary, model, why = find_llama()
@@ -112,15 +112,19 @@ def llama_rows(only: str | None) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="one benchmark")
+    ap.add_argument("--faults", help="comma-separated simulator faults ('healthy' for none); "
+                    "default: healthy and every fault")
     ap.add_argument("--no-llama", action="store_true")
     ns = ap.parse_args()
+    faults = FAULTS if ns.faults is None else [
+        None if f == "healthy" else f for f in ns.faults.split(",")]
     print("| benchmark | engine | exit | verdicts | fail gates (status exact/range/unknown) "
           "| warn gates | decisive TTFT ranges |")
     print("|---|---|---|---|---|---|---|")
     for wl, args in SIM.items():
         if ns.only not in (None, wl):
             continue
-        for fault in FAULTS:
+        for fault in faults:
             extra = ["--sim-fault", fault] if fault else []
             code, res = run(wl, ["--sim", *args, *extra])
             print(row(wl, f"sim {fault or 'healthy'}", code, res), flush=True)

@@ -181,3 +181,22 @@ def test_fuzz_runs_small() -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "total: 8 examples" in out.stdout
+
+
+def test_verdicts_runs_small() -> None:
+    """The verdict table's bench, one benchmark healthy and degraded on the simulator."""
+    r = subprocess.run([sys.executable, "-m", "bench.verdicts", "--only", "abort-sim",
+                        "--faults", "healthy,drop_aborted", "--no-llama"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| abort-sim")]
+    assert [row.split(" | ")[2] for row in rows] == ["0", "1"], r.stdout
+
+
+def test_ttft_ranges_runs_small() -> None:
+    r = subprocess.run([sys.executable, "-m", "bench.ttft_ranges", "--runs", "1",
+                        "--main-tokens", "8k", "--no-llama"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| simulator")]
+    assert len(rows) == 2 and all("/" in row for row in rows), r.stdout
