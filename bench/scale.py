@@ -2,7 +2,8 @@
 subprocess) against the simulator in another process.
 
 Each session: 20 main steps of 500 tokens, 2 sub-agents of 1k, a 500-token finalize and 16-token
-replies (23 requests a session, 5,888 in all, concurrency 256). The simulator uses the agent-sim
+replies, with agent-sim's warm-up, re-read and baselines sent with the others (`--no-isolation`:
+this measures the client under load, not verdicts). The simulator uses the agent-sim
 preset's time model with an 8M-token device cache (no evictions) and 64 slots; `--decode-us`
 sets its decode cost per token (the preset's 200 us makes the client the only limit; 25,000 us,
 40 tokens/s a stream, makes the engine the limit, as a large model under load is).
@@ -116,7 +117,9 @@ def wl_args(args: argparse.Namespace, base_url: str, out_dir: str) -> list[str]:
             "--records", os.path.join(out_dir, "records.jsonl"),
             "--sessions", str(args.sessions), "--main-tokens", str(args.steps * args.step_tokens),
             "--step-tokens", str(args.step_tokens), "--sub-tokens", "1k", "--sub-windows", "2",
-            "--finalize-tokens", "500", "--max-tokens", "16"]
+            "--finalize-tokens", "500", "--max-tokens", "16",
+            # a load test: the requests agent-sim times alone go out with the others
+            "--no-isolation"]
 
 
 def run_once(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:

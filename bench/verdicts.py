@@ -7,7 +7,7 @@ Each run is `wl run ... --no-viz --output F` in a child process, at small sizes 
 table takes a few minutes. llama-server runs when scripts/build-llama-server.sh has built it
 (or `WL_LLAMA_SERVER` and `WL_LLAMA_MODEL` name one).
 
-Usage: python -m bench.verdicts [--only agent-sim] [--faults healthy,degraded] [--no-llama]
+Usage: python -m bench.verdicts [--only agent-sim] [--faults healthy,degraded] [--no-llama|--no-sim]
 Output: a markdown table on stdout.
 """
 
@@ -115,8 +115,9 @@ def main() -> None:
     ap.add_argument("--faults", help="comma-separated simulator faults ('healthy' for none); "
                     "default: healthy and every fault")
     ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--no-sim", action="store_true", help="llama-server's rows only")
     ns = ap.parse_args()
-    faults = FAULTS if ns.faults is None else [
+    faults = [] if ns.no_sim else FAULTS if ns.faults is None else [
         None if f == "healthy" else f for f in ns.faults.split(",")]
     print("| benchmark | engine | exit | verdicts | fail gates (status exact/range/unknown) "
           "| warn gates | decisive TTFT ranges |")

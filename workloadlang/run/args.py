@@ -41,6 +41,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="cut an answer that sends nothing this long after its first token "
                         "(default: %(default)g)")
     p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="send the requests marked `isolated` with the others (a load test: "
+                        "the verdicts that read them may then be unknown)")
     from workloadlang.sim import add_sim_arguments
 
     # --sim-preset (default: the workload's name when it is a preset), --sim-<field>, --sim-fault

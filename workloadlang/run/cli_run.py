@@ -181,6 +181,8 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         for note in info.notes:
             eprint(f"note: {redact(note, secret)}")
         _, _, plan = load_and_plan(args, extra, {"max_context": info.max_context})
+        if args.no_isolation:
+            plan = without_isolation(plan)
         endpoint = Endpoint(base_url=base, root_url=root_of(base), model=info.model, api_key=key,
                             cached_zero_when_absent=args.cached_zero_when_absent,
                             idle_timeout_s=args.idle_timeout)
@@ -227,6 +229,13 @@ class Redacting:
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
+
+
+def without_isolation(plan):
+    """Output: `plan` with no request marked `isolated` (`--no-isolation`)."""
+    reqs = tuple(r.model_copy(update={"isolated": False}) if r.isolated else r
+                 for r in plan.requests)
+    return plan.model_copy(update={"requests": reqs})
 
 
 def write_outputs(results, args) -> tuple[Delivery | None, Delivery | None]:
