@@ -38,6 +38,7 @@ from workloadlang.run import calibrate, metrics
 from workloadlang.run.client import Endpoint
 from workloadlang.run.errors import mentions, redact_value
 from workloadlang.run.executor import Executor, RunResult, Sink
+from workloadlang.run.transport import alone
 from workloadlang.run.record import Record, TtftReference
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_ENDPOINT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -288,7 +289,11 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
     executor = None
     try:
         sizer = await calibrate.sizer_for(client, endpoint, tokenizer, plan.salt, cal)
-        ref = await threshold_reference(plan, client, endpoint, sizer, cal, fresh_salt())
+        alone(True)  # calibration sends one request at a time: read its stamps at once
+        try:
+            ref = await threshold_reference(plan, client, endpoint, sizer, cal, fresh_salt())
+        finally:
+            alone(False)
         sink.event("calibration", cal.model_dump())
         await snapshot(client, metrics_url, endpoint, "start", snaps, sink)
 

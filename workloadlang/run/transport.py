@@ -895,6 +895,7 @@ class _Reader:
         self.conns: dict[int, _Connection] = {}
         thread = threading.Thread(target=self._run, name="wl-socket-reader", daemon=True)
         thread.start()
+        self.tid = thread.native_id  # for `alone`
 
     def add(self, conn: "_Connection") -> None:
         """Start reading `conn` (from the loop thread)."""
@@ -923,7 +924,6 @@ class _Reader:
             self.epoll.unregister(fd)
 
     def _run(self) -> None:
-        self.tid = threading.get_native_id()
         _reader_priority()
         floor = float("-inf")  # when the last round began whose poll reported every ready socket
         while True:
@@ -982,9 +982,7 @@ def alone(on: bool) -> None:
     stream nothing is lost: nice 19 is for many streams, where a reader preempting the loop's
     thread costs the client its turnaround. Without the right to raise a thread's priority (not
     root, no CAP_SYS_NICE) it stays at nice 19."""
-    tid = getattr(_READER, "tid", None)
-    if tid is None:
-        return
+    tid = _reader().tid
     try:
         if on:
             os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(1))
