@@ -32,26 +32,28 @@ workload agent_sim {
       user filler $step_tokens
       reply $max_tokens replay
     }
-    # Timed alone, before the sub-agents: the warm-up brings every block of the main context
-    # back to the device (a host tier may hold part of it); read again at once, the context
-    # costs what a cached context costs here (`cached`: what a request costs beyond its prefill;
-    # an engine that recomputes is as slow as a cold prefill). The finalize's like-with-like
-    # baseline: forks of the main context with a
-    # suffix of the finalize's size, so the same positions are prefilled; several, since
-    # noise only adds time, and the fastest is the baseline (`baselines`).
-    probe isolated label warmup
-    repeat 3 isolated label cached { probe }
-    spawn $baselines fork isolated label baseline {
-      user filler $finalize_tokens
-      reply $max_tokens
-    }
     spawn $sub_windows cold label sub {
       system "You are a helpful assistant."
       user filler $sub_tokens
       reply $max_tokens
     }
-    # back to the main context after the sub-agents, timed alone
-    turn finalize isolated {
+    # Back to the main context after the sub-agents, and then, in the same stretch timed alone
+    # (nothing else of the run in flight or in between), what a cached main context costs
+    # here. The finalize is a fork, so the main context stays as it was for what follows. The
+    # warm-up brings every block of the main context to the device (the finalize has, unless
+    # a host tier keeps part of it); read again at once, it costs what a cached context costs
+    # (`cached`: what a request costs beyond its prefill; an engine that recomputes is as slow
+    # as a cold prefill). The finalize's like-with-like baseline: forks of the main context
+    # with a suffix of the finalize's size, so the same positions are prefilled; several, since
+    # noise only adds time, and the fastest is the baseline (`baselines`). Measured after the
+    # finalize, none of them can push the main context out before it.
+    spawn 1 fork isolated label finalize {
+      user filler $finalize_tokens
+      reply $max_tokens
+    }
+    probe isolated label warmup
+    repeat 3 isolated label cached { probe }
+    spawn $baselines fork isolated label baseline {
       user filler $finalize_tokens
       reply $max_tokens
     }
