@@ -45,17 +45,22 @@ workload agent_sim {
     # (`cached`: what a request costs beyond its prefill; an engine that recomputes is as slow
     # as a cold prefill). The finalize's like-with-like baseline: forks of the main context
     # with a suffix of the finalize's size, so the same positions are prefilled; several, since
-    # noise only adds time, and the fastest is the baseline (`baselines`). Measured after the
-    # finalize, none of them can push the main context out before it.
-    spawn 1 fork isolated label finalize {
-      user filler $finalize_tokens
-      reply $max_tokens
+    # noise only adds time, and the fastest is the baseline (`baselines`). Measured after every
+    # session's finalize, none of them can push a main context out before its finalize.
+    # Phases: every session's finalize comes before any session's baselines.
+    phase back {
+      spawn 1 fork isolated label finalize {
+        user filler $finalize_tokens
+        reply $max_tokens
+      }
     }
-    probe isolated label warmup
-    repeat 3 isolated label cached { probe }
-    spawn $baselines fork isolated label baseline {
-      user filler $finalize_tokens
-      reply $max_tokens
+    phase measure {
+      probe isolated label warmup
+      repeat 3 isolated label cached { probe }
+      spawn $baselines fork isolated label baseline {
+        user filler $finalize_tokens
+        reply $max_tokens
+      }
     }
   }
 
