@@ -29,7 +29,7 @@ def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
     # the engine's own counters, read before and after (the last read comes on a pooled
     # connection the server may have closed: the retry on a fresh connection must get it)
     m = res["metrics"]
-    assert [s["at"] for s in m["snapshots"]] == ["start", "end"]
+    assert [s["at"] for s in m["snapshots"]] == ["start", "after back", "after measure", "end"]
     assert m["engine_queries_tokens"] == m["records_prompt_tokens"]
     assert m["engine_hits_tokens"] == m["records_cached_tokens"]
     assert code == 0

@@ -71,12 +71,13 @@ workload agent_sim {
     # baseline (the same main context and suffix size, cached on the device, timed alone). A
     # token costs the baseline's prefill time less a re-read's (what any request costs beyond
     # its prefill), per uncached token of the baseline: the price at the dearest positions, so
-    # a generous one. The finalize may cost a re-read, its uncached tokens at that price (more
-    # when its prefill_work says they sit later), and less than half of recomputing its cached
-    # tokens at that price; more, and what came back was paid like a recompute. Never below
-    # ttft_ratio x the baseline: within that the finalize is at most `slow`.
+    # a generous one. The finalize may cost a re-read, its uncached tokens at ttft_ratio x that
+    # price (more when its prefill_work says they sit later; the ratio for noise, so a finalize
+    # that honestly recomputed a lost context is not called degraded), and less than half of
+    # recomputing its cached tokens at that price; more, and what came back was paid like a
+    # recompute. Never below ttft_ratio x the baseline: within that it is at most `slow`.
     # prefill_time is the engine's own prefill time when it reports one, else the TTFT.
-    restore: each session prefill_time{finalize} < max($ttft_ratio * min(prefill_time{baseline}), min(prefill_time{cached}) + (min(prefill_time{baseline}) - min(prefill_time{cached})) / median(uncached_tokens{baseline}) * (max(uncached_tokens{finalize}, median(uncached_tokens{baseline}) * prefill_work{finalize} / median(prefill_work{baseline})) + 0.5 * cached_tokens{finalize})) -> degraded
+    restore: each session prefill_time{finalize} < max($ttft_ratio * min(prefill_time{baseline}), min(prefill_time{cached}) + (min(prefill_time{baseline}) - min(prefill_time{cached})) / median(uncached_tokens{baseline}) * ($ttft_ratio * max(uncached_tokens{finalize}, median(uncached_tokens{baseline}) * prefill_work{finalize} / median(prefill_work{baseline})) + 0.5 * cached_tokens{finalize})) -> degraded
     # The original's slowdown check, like with like: a warning, not a verdict.
     speed: each session prefill_time{finalize} < $ttft_ratio * min(prefill_time{baseline}) * max(1, uncached_tokens{finalize} / median(uncached_tokens{baseline}), prefill_work{finalize} / median(prefill_work{baseline})) -> slow warn
     # An engine that recomputes everything it reports cached is slow in the baseline too: the
