@@ -449,7 +449,7 @@ def test_the_worst_delay_says_when_and_how_many_sends_went_first() -> None:
 
     class SlowRealiser(Realiser):
         def encoded(self, req: Any, replies: Any, encode: Any) -> list[Any]:
-            if len(req.messages) > 1:  # the second request of a session: after its first answer
+            if len(self.plan.message_ids(req)) > 1:  # the second request of a session: after its first answer
                 now[0] += 0.02
             return super().encoded(req, replies, encode)
 
@@ -501,7 +501,7 @@ def test_the_worst_delay_says_how_much_of_it_the_collector_ran() -> None:
 
     class CollectingRealiser(Realiser):
         def encoded(self, req: Any, replies: Any, encode: Any) -> list[Any]:
-            if len(req.messages) > 1:
+            if len(self.plan.message_ids(req)) > 1:
                 now[0] += 0.02
                 collecting[0] = True
                 try:

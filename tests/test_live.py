@@ -42,7 +42,7 @@ def agent_plan(sessions: int = 1, steps: int = 4, subs: int = 2, hit_ratio: floa
             reqs.append(PRequest(
                 id=f"{sid}/{label}/{i}", seq=len(reqs), session=sid, session_name="s", **{COPY: k},
                 phase=phases[0] if phases else "", label=label, index=i, kind="reply",
-                messages=(), new_tokens=prompt - exp, prompt_tokens=prompt, expected_cached=exp,
+                last_message=None, new_tokens=prompt - exp, prompt_tokens=prompt, expected_cached=exp,
                 max_tokens=64, span=SPAN))
         infos.append(SessionInfo(id=sid, name="s", requests=len(mine), peak_tokens=0, **{COPY: k}))
     totals = Totals(requests=len(reqs), prompt_tokens=0, cold_tokens=0, expected_cached_tokens=0,

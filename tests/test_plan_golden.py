@@ -19,7 +19,7 @@ import pytest
 
 from workloadlang import cli
 from workloadlang.plan.model import Plan
-from workloadlang.plan.planner import plan_hash
+from workloadlang.plan.assemble import plan_hash
 from workloadlang.resources import bundled_workloads
 
 GOLDEN = Path(__file__).parent / "golden" / "plan"

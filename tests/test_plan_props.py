@@ -152,7 +152,7 @@ def test_conversations_never_share_filler_unless_forked(shape: Shape, salt: str)
     assert len(keys) == len(set(keys)), "a filler key in two messages"
     per_session = {s.id: set() for s in plan.sessions}
     for r in plan.requests:
-        per_session[r.session].update(r.messages)
+        per_session[r.session].update(plan.message_ids(r))
     sessions = list(per_session.values())
     for i, a in enumerate(sessions):
         for b in sessions[i + 1:]:
@@ -160,18 +160,18 @@ def test_conversations_never_share_filler_unless_forked(shape: Shape, salt: str)
     for s in plan.sessions:
         main, subs = by_label(plan, s.id, "main"), by_label(plan, s.id, "sub")
         (fin,) = by_label(plan, s.id, "finalize")
-        parent = fin.messages[:len(main[-1].messages) + (shape.mode != "drop")]
-        own = [set(r.messages) - set(parent) for r in subs]
+        parent = plan.message_ids(fin)[:len(plan.message_ids(main[-1])) + (shape.mode != "drop")]
+        own = [set(plan.message_ids(r)) - set(parent) for r in subs]
         for i, a in enumerate(own):
             assert filler_keys(plan, a), "each sub-agent has its own filler"
             for b in own[i + 1:]:
                 assert filler_keys(plan, a).isdisjoint(filler_keys(plan, b))
-            assert filler_keys(plan, a).isdisjoint(filler_keys(plan, fin.messages))
+            assert filler_keys(plan, a).isdisjoint(filler_keys(plan, plan.message_ids(fin)))
         for r in subs:
             if shape.spawn == "fork":
-                assert r.messages[:len(parent)] == parent
+                assert plan.message_ids(r)[:len(parent)] == parent
             else:
-                assert filler_keys(plan, r.messages).isdisjoint(filler_keys(plan, parent))
+                assert filler_keys(plan, plan.message_ids(r)).isdisjoint(filler_keys(plan, parent))
 
 
 @settings(max_examples=60, deadline=None)
@@ -261,17 +261,16 @@ def test_bundled_conversations_never_share_filler(name: str):
     plan = bundled_plan(name, "props")
     keys = [s.key for m in plan.messages for s in m.segs if s.kind == "filler"]
     assert keys and len(keys) == len(set(keys))
-    fill = [filler_keys(plan, r.messages) for r in plan.requests]
+    fill = [filler_keys(plan, plan.message_ids(r)) for r in plan.requests]
     for i, a in enumerate(plan.requests):
         for j in range(i + 1, len(plan.requests)):
             b = plan.requests[j]
-            same = a.messages == b.messages[:len(a.messages)] or \
-                b.messages == a.messages[:len(b.messages)]
+            ma, mb = plan.message_ids(a), plan.message_ids(b)
+            same = ma == mb[:len(ma)] or mb == ma[:len(mb)]
             common = 0
-            while common < min(len(a.messages), len(b.messages)) and \
-                    a.messages[common] == b.messages[common]:
+            while common < min(len(ma), len(mb)) and ma[common] == mb[common]:
                 common += 1
-            own_a = filler_keys(plan, a.messages[common:])
-            own_b = filler_keys(plan, b.messages[common:])
+            own_a = filler_keys(plan, ma[common:])
+            own_b = filler_keys(plan, mb[common:])
             assert same or (own_a.isdisjoint(fill[j]) and own_b.isdisjoint(fill[i])), \
                 (a.id, b.id)

@@ -38,7 +38,7 @@ def labelled(plan: Plan, label: str) -> list[PRequest]:
 
 
 def filler_messages(plan: Plan, req: PRequest) -> set[int]:
-    return {i for i in req.messages if any(s.kind == "filler" for s in plan.messages[i].segs)}
+    return {i for i in plan.message_ids(req) if any(s.kind == "filler" for s in plan.messages[i].segs)}
 
 
 # ---------------------------------------------------------------- spawn, fork, growth
@@ -60,8 +60,8 @@ def test_spawn_cold_leaves_the_parent_untouched():
     assert len(main) == 3 and len(subs) == 2
     # The finalize continues the main conversation exactly: its prompt starts with the last main
     # step's prompt, then that step's reply; nothing of the sub-agents is in it.
-    assert fin.messages[:len(last.messages)] == last.messages
-    assert not set(fin.messages) & {i for s in subs for i in s.messages}
+    assert plan.message_ids(fin)[:len(plan.message_ids(last))] == plan.message_ids(last)
+    assert not set(plan.message_ids(fin)) & {i for s in subs for i in plan.message_ids(s)}
     assert fin.expected_cached == last.prompt_tokens + last.max_tokens
     assert fin.prefix_source == last.id
     assert fin.deps == (subs[-1].id, last.id)
@@ -74,7 +74,7 @@ def test_cold_sub_agents_share_only_the_literal_system_prompt():
         # The system message, and the header of the user message that follows it.
         assert sub.expected_cached == system + HEADER_TOKENS == 14
         assert not filler_messages(plan, sub) & {i for r in labelled(plan, "main")
-                                                 for i in r.messages}
+                                                 for i in plan.message_ids(r)}
     a, b = labelled(plan, "sub")
     assert not filler_messages(plan, a) & filler_messages(plan, b)
 
@@ -98,18 +98,18 @@ def test_fork_shares_the_parent_prefix_and_leaves_the_parent_untouched():
     } }""")
     (first,), (back,) = labelled(plan, "first"), labelled(plan, "back")
     sides = labelled(plan, "side")
-    parent = first.messages + (first.messages[-1] + 1,)  # the prompt, then first's reply
+    parent = plan.message_ids(first) + (plan.message_ids(first)[-1] + 1,)  # prompt, reply
     assert plan.messages[parent[-1]].segs[0].key == first.id
     for side in sides:
-        assert side.messages[:len(parent)] == parent
+        assert plan.message_ids(side)[:len(parent)] == parent
     assert sides[0].expected_cached == first.prompt_tokens + first.max_tokens
     # The second fork asks the same literal question: its prompt is the first fork's, byte for byte.
     assert sides[1].prompt_tokens == sides[0].prompt_tokens
     assert sides[1].expected_cached == sides[0].prompt_tokens - 1
-    assert set(sides[0].messages[len(parent):]).isdisjoint(sides[1].messages)
-    assert back.messages[:len(parent)] == parent
-    forked = sides[0].messages[len(parent):] + sides[1].messages[len(parent):]
-    assert not set(back.messages) & set(forked)
+    assert set(plan.message_ids(sides[0])[len(parent):]).isdisjoint(plan.message_ids(sides[1]))
+    assert plan.message_ids(back)[:len(parent)] == parent
+    forked = plan.message_ids(sides[0])[len(parent):] + plan.message_ids(sides[1])[len(parent):]
+    assert not set(plan.message_ids(back)) & set(forked)
     # From the last fork's prompt: the parent's prompt and reply, then the reply's end marker and
     # the next user header (the fork's question differs from there on).
     assert back.expected_cached == first.prompt_tokens + first.max_tokens + END_TOKENS + \
@@ -139,7 +139,7 @@ def test_reply_modes_decide_what_the_next_request_can_reuse(mode: str, cached_pa
     assert a.reply_kept == mode
     # A synthetic stand-in is not what the engine generated: only the assistant header is cached.
     assert b.expected_cached == a.prompt_tokens + cached_past_prompt
-    kept = [s for i in b.messages for s in plan.messages[i].segs if s.kind == "reply"]
+    kept = [s for i in plan.message_ids(b) for s in plan.messages[i].segs if s.kind == "reply"]
     assert [(s.key, s.tokens, s.synthetic) for s in kept] == (
         [] if mode == "drop" else [(a.id, 16, mode == "synthetic")])
 
@@ -153,7 +153,7 @@ def test_fresh_and_sessions_start_empty():
         assert r.expected_cached in (0, HEADER_TOKENS), r.id
     by_session = {}
     for r in plan.requests:
-        by_session.setdefault(r.session, set()).update(r.messages)
+        by_session.setdefault(r.session, set()).update(plan.message_ids(r))
     assert by_session["a#0"].isdisjoint(by_session["a#1"])
 
 
@@ -198,7 +198,7 @@ def test_resend_sends_the_same_messages_again():
     for r in labelled(plan, "verify"):
         src = ctx[r.index]
         assert r.kind == "resend" and r.max_tokens == 2
-        assert r.messages == src.messages and r.prompt_tokens == src.prompt_tokens
+        assert plan.message_ids(r) == plan.message_ids(src) and r.prompt_tokens == src.prompt_tokens
         assert r.new_tokens == 0
         assert r.expected_cached == src.prompt_tokens - 1  # all of it, but one to compute
         assert r.prefix_source == src.id and src.id in r.deps
@@ -294,7 +294,7 @@ def test_abort_appends_a_partial_reply_segment():
         user "Step back."; probe label reprompt } }""")
     (prime,), (re,) = labelled(plan, "prime"), labelled(plan, "reprompt")
     assert (prime.abort_after, prime.max_tokens, prime.reply_kept) == (100, 2000, "partial")
-    partial = plan.messages[re.messages[len(prime.messages)]]
+    partial = plan.messages[plan.message_ids(re)[len(plan.message_ids(prime))]]
     assert partial.role == "assistant"
     assert [(s.kind, s.key, s.tokens) for s in partial.segs] == [("partial", prime.id, 100)]
     assert re.expected_cached == prime.prompt_tokens + 100
@@ -307,7 +307,7 @@ def test_abort_with_drop_appends_nothing():
         user filler 1k; reply 2k abort after 100 drop label prime; probe label again } }""")
     (prime,), (again,) = labelled(plan, "prime"), labelled(plan, "again")
     assert (prime.abort_after, prime.reply_kept) == (100, "drop")
-    assert again.messages == prime.messages
+    assert plan.message_ids(again) == plan.message_ids(prime)
     assert again.expected_cached == prime.prompt_tokens - 1
 
 

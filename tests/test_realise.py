@@ -159,7 +159,7 @@ def test_exact_sizer_through_the_realiser_sizes_every_filler():
     realiser = Realiser(plan, ExactSizer(count, tokens_per_word=1.0))
     last = [r for r in plan.requests if r.session == "main#0" and r.label == "finalize"][0]
     asyncio.run(realiser.prepare(last))
-    fillers = [(m, s) for i in last.messages for m in [plan.messages[i]] for s in m.segs
+    fillers = [(m, s) for i in plan.message_ids(last) for m in [plan.messages[i]] for s in m.segs
                if s.kind == "filler"]
     assert len(fillers) == 6
     realised = realiser.messages(last, replies_for(plan))
@@ -262,7 +262,7 @@ def test_realising_the_default_agent_sim_plan_sizes_every_prompt():
     for r in _requests(plan, "finalize") + _requests(plan, "sub"):
         msgs = realiser.messages(r, replies)
         users = sum(len(m["content"].split()) for m in msgs if m["role"] == "user")
-        planned = sum(s.tokens for i in r.messages for s in plan.messages[i].segs
+        planned = sum(s.tokens for i in plan.message_ids(r) for s in plan.messages[i].segs
                       if s.kind == "filler" and plan.messages[i].role == "user")
         assert users == planned
 

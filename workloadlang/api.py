@@ -21,7 +21,9 @@ from workloadlang.diagnostics import Diagnostic, WorkloadError
 from workloadlang.evaluate import resolve_params
 from workloadlang.parse import parse
 from workloadlang.plan.model import Plan
-from workloadlang.plan.planner import build_plan
+from workloadlang.plan.assemble import build_plan
+from workloadlang.plan.limits import Limits
+from workloadlang.plan.model import CacheModel
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 
 
@@ -77,13 +79,29 @@ def fresh_salt() -> str:
 
 
 def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
-              salt: str | None = None, env: Mapping[str, Any] | None = None) -> Plan:
+              salt: str | None = None, env: Mapping[str, Any] | None = None, *,
+              limits: Limits | None = None, cache: CacheModel | None = None) -> Plan:
+    """Resolve the params, load the traces the workload's sessions replay, plan.
+    `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
+    figures the plan carries (`--cache-tokens`)."""
     env = {"max_context": None, **(env or {})}
     params, diags = resolve_params(wl, overrides, env)
     errors = [d for d in diags if d.severity == "error"]
     if errors:
         raise WorkloadError(errors)
-    return build_plan(wl, params, salt or fresh_salt(), source=source.name, env=env)
+    limits = limits or Limits()
+    return build_plan(wl, params, salt or fresh_salt(), source=source.name, env=env,
+                      limits=limits, traces=load_traces(wl, {**env, **params}, limits),
+                      cache=cache)
+
+
+def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
+    """The trace of each trace session, read here (the planner reads no file)."""
+    if not any(getattr(s, "trace", None) is not None for s in wl.sessions):
+        return {}
+    from workloadlang import trace
+
+    return trace.load_for(wl, env, limits)
 
 
 def warnings(wl: ir.Workload) -> list[Diagnostic]:

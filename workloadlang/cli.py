@@ -87,7 +87,8 @@ def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
     try:
         wl = api.parse_checked(source)
         overrides = param_overrides(wl, extra, args.param or [])
-        plan = api.make_plan(wl, source, overrides, salt=args.salt, env=env)
+        plan = api.make_plan(wl, source, overrides, salt=args.salt, env=env,
+                             limits=plan_limits(args), cache=cache_model(args))
     except WorkloadError as e:
         show_diags(e.diagnostics, source, getattr(args, "format", "text"))
         raise SystemExit(EXIT_USAGE)
@@ -131,8 +132,11 @@ def cmd_plan(args, extra) -> int:
 
     env = {"max_context": args.max_context}
     _, _, plan = load_and_plan(args, extra, env)
-    if args.json:
-        print(plan.model_dump_json(indent=2))
+    if args.json:  # bytes straight out: a 50,000-request plan's JSON is 100 MB
+        from workloadlang.plan.assemble import PLAN_JSON
+
+        sys.stdout.flush()
+        sys.stdout.buffer.write(PLAN_JSON.dump_json(plan, indent=2) + b"\n")
     else:
         print(render_plan(plan, full=args.full), end="")
     return EXIT_OK
@@ -242,7 +246,41 @@ def positive_int(text: str) -> int:
     return value
 
 
+def token_count(text: str) -> int:
+    """An argparse type: a whole number of tokens, units allowed (`3M`, `512`, `64Ki`)."""
+    from workloadlang.evaluate import split_number
+
+    parsed = split_number(text.strip())
+    if parsed is None or parsed[1] != "number" or parsed[0] < 1 or parsed[0] != int(parsed[0]):
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens (e.g. 3M), got "
+                                         f"`{text}`")
+    return int(parsed[0])
+
+
+def plan_limits(args) -> Any:
+    from workloadlang.plan.limits import Limits
+
+    return Limits(requests=args.max_requests, request_tokens=args.max_request_tokens,
+                  total_tokens=args.max_total_tokens)
+
+
+def cache_model(args) -> Any:
+    """The LRU cache of `--cache-tokens` / `--cache-block`, or None."""
+    from workloadlang.plan.model import CacheModel
+
+    if args.cache_tokens is None:
+        if args.cache_block is not None:
+            raise UsageError("--cache-block needs --cache-tokens")
+        return None
+    return CacheModel(tokens=args.cache_tokens, block=args.cache_block or DEFAULT_CACHE_BLOCK)
+
+
+DEFAULT_CACHE_BLOCK = 16
+
+
 def add_plan_args(p: argparse.ArgumentParser) -> None:
+    from workloadlang.plan import limits
+
     p.add_argument("workload", help="a .wl file or a bundled workload name (wl list)")
     p.add_argument("--salt", type=salt_text,
                    help="replay a run exactly (default: fresh per run, printed)")
@@ -250,6 +288,18 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="set a param (every param is also a flag: kv_size -> --kv-size)")
     p.add_argument("--max-context", type=positive_int,
                    help="the engine's context limit, in tokens")
+    p.add_argument("--cache-tokens", type=token_count, metavar="C",
+                   help="also give what an LRU prefix cache of C tokens would serve each request")
+    p.add_argument("--cache-block", type=token_count, metavar="B",
+                   help=f"its block size in tokens (default {DEFAULT_CACHE_BLOCK})")
+    p.add_argument("--max-requests", type=token_count, default=limits.DEFAULT_REQUESTS,
+                   metavar="N", help="refuse a plan of more requests (default %(default)s)")
+    p.add_argument("--max-request-tokens", type=token_count,
+                   default=limits.DEFAULT_REQUEST_TOKENS, metavar="N",
+                   help="refuse a request of more tokens (default %(default)s)")
+    p.add_argument("--max-total-tokens", type=token_count, default=limits.DEFAULT_TOTAL_TOKENS,
+                   metavar="N", help="refuse a plan whose prompts add up to more tokens "
+                   "(default %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,8 +5,11 @@ salt. Output: printed as the dry-run (`workloadlang.plan.render`), serialised to
 --json`), realised into text lazily (`workloadlang.plan.realise`) and executed by
 `workloadlang.run`.
 
-Conversations are stored once: every message lives in `Plan.messages` and a request's prompt is a
-tuple of indices into it, so a conversation that grows by 30 steps costs 30 messages, not 465.
+Conversations are stored once: every message lives in `Plan.messages` and names the message it
+follows in its conversation (`after`); a request's prompt is its last message
+(`PRequest.last_message`) and the chain before it (`Plan.message_ids`). A conversation that grows
+by 4,000 turns costs 8,000 messages and 4,000 requests, not 16 million message references, in
+memory and in the JSON.
 """
 
 from __future__ import annotations
@@ -39,8 +42,11 @@ class Seg(Frozen):
 
 
 class PMessage(Frozen):
+    """One message; `after` is the message before it in its conversation (None: the first)."""
+
     role: Literal["system", "user", "assistant"]
     segs: tuple[Seg, ...]
+    after: int | None = None
 
 
 class Expectation(Frozen):
@@ -56,10 +62,16 @@ RequestKind = Literal["reply", "probe", "resend"]
 class PRequest(Frozen):
     """One planned request, in schedule order.
 
-    `expected_cached` is what a perfect prefix cache would serve, `prefix_source` the earlier
-    request whose prompt (and reply) provides that prefix. `stop_group`/`stop_iter`: the loop
-    instance with an `until` condition this request belongs to, and its iteration.
-    `isolated`: nothing else of the run is in flight from its send to its end.
+    `last_message`: the last message of its prompt (`Plan.message_ids` gives them all).
+    `expected_cached` is what a perfect prefix cache would serve from the requests certainly
+    finished before this one is sent, `prefix_source` the earlier request whose prompt (and
+    reply) provides that prefix; `expected_cached_max`, when set, what it could serve if
+    requests of concurrent sessions finished first (see `Plan.assumptions`). `lru_cached`: what
+    an LRU cache of `Plan.cache_model` would serve (with `--cache-tokens`). `send_at`: the
+    planned send time in seconds from the run's start (trace requests), not sent earlier.
+    `stop_group`/`stop_iter`: the loop instance with an `until` condition this request belongs
+    to, and its iteration. `isolated`: nothing else of the run is in flight from its send to
+    its end.
     """
 
     id: str
@@ -73,11 +85,13 @@ class PRequest(Frozen):
     kind: RequestKind
     name: str | None = None
     deps: tuple[str, ...] = ()
-    messages: tuple[int, ...]
+    last_message: int | None
     new_tokens: int
     prompt_tokens: int
     expected_cached: int
     prefix_source: str | None = None
+    expected_cached_max: int | None = None
+    lru_cached: int | None = None
     max_tokens: int
     abort_after: int | None = None
     reply_kept: Literal["replay", "synthetic", "drop", "partial"] = "drop"
@@ -90,6 +104,7 @@ class PRequest(Frozen):
     # timed alone: the runner lets the run's other requests end first and starts none until
     # this one has ended (docs/language.md "isolated")
     isolated: bool = False
+    send_at: float | None = None
     span: Span
 
 
@@ -110,13 +125,41 @@ class GatePlan(Frozen):
 
 
 class Totals(Frozen):
+    """Sums over the requests. `expected_cached_max_tokens`: with what concurrent sessions could
+    add (when any could); `lru_cached_tokens`: what the LRU cache of `Plan.cache_model` serves."""
+
     requests: int
     prompt_tokens: int
     cold_tokens: int
     expected_cached_tokens: int
+    expected_cached_max_tokens: int | None = None
+    lru_cached_tokens: int | None = None
     max_tokens: int
     peak_inflight_tokens: int
     working_set_tokens: int
+
+
+class CacheModel(Frozen):
+    """The LRU cache the plan's `lru_cached` figures are for: `tokens` of capacity in blocks of
+    `block` tokens."""
+
+    tokens: int
+    block: int
+
+
+class TraceInfo(Frozen):
+    """A trace file a session replays: where it was read, its format and content hash, how
+    many records it holds and how many the plan took (after offset, limit and sampling)."""
+
+    session: str
+    path: str
+    format: Literal["mooncake", "workloadlang"]
+    sha256: str
+    records: int
+    selected: int
+    sessions: int
+    block_tokens: int
+    time_scale: float
 
 
 class Plan(Frozen):
@@ -139,10 +182,24 @@ class Plan(Frozen):
     gates: tuple[GatePlan, ...]
     report: tuple[ReportItem, ...]
     totals: Totals
+    assumptions: tuple[str, ...] = ()
+    cache_model: CacheModel | None = None
+    traces: tuple[TraceInfo, ...] = ()
+
+    def message_ids(self, req: PRequest) -> tuple[int, ...]:
+        """The indices of a request's prompt messages, in order (walks its `after` chain)."""
+        out: list[int] = []
+        i = req.last_message
+        messages = self.messages
+        while i is not None:
+            out.append(i)
+            i = messages[i].after
+        out.reverse()
+        return tuple(out)
 
     def prompt_messages(self, req: PRequest) -> list[PMessage]:
         """The messages of a request's prompt, in order."""
-        return [self.messages[i] for i in req.messages]
+        return [self.messages[i] for i in self.message_ids(req)]
 
     def by_id(self) -> dict[str, PRequest]:
         return {r.id: r for r in self.requests}

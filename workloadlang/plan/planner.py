@@ -1,37 +1,30 @@
-"""The planner: a pure function `(IR, params, salt, env) -> Plan`.
+"""The planner's walk: statements to planned messages and request drafts.
 
 Input: an `ir.Workload` that passed `check`, resolved param values (`evaluate.resolve_params`), a
-salt, and the environment (`max_context`: the engine's context limit, or None).
-Output: a `plan.model.Plan`, or `WorkloadError` with every plan-time diagnostic (WL4xx).
+salt, the environment (`max_context`: the engine's context limit, or None), `Limits` and the
+traces its sessions replay (loaded by the caller: the planner reads no file).
+Output: through `build_plan` (`plan/assemble.py`), a `plan.model.Plan`, or `WorkloadError` with
+every plan-time diagnostic (WL4xx).
 
 No I/O, no clock, no global RNG: the same inputs give byte-identical plans and the same hash.
-Each request's `expected_cached` is computed by replaying the schedule against a perfect prefix
-cache over planned segments (see `prefix.py`).
+Messages are made once and name the message they follow, so a conversation that forks or is
+re-sent shares its messages by reference; a request is drafted here and its `expected_cached`
+filled in afterwards by replaying the plan against a perfect prefix cache (`prefix.py`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from workloadlang import ir, limits
-from workloadlang.diagnostics import Diagnostic, WorkloadError
+from workloadlang.diagnostics import Diagnostic
 from workloadlang.evaluate import EvalError, evaluate, refs_in
 from workloadlang.plan import synth
-from workloadlang.plan.model import (
-    Expectation,
-    GatePlan,
-    Plan,
-    PMessage,
-    PRequest,
-    Seg,
-    SessionInfo,
-    Totals,
-)
-from workloadlang.plan.prefix import PrefixIndex, atoms_of, message_weight
-from workloadlang.select import gate_metric_refs, select_static
+from workloadlang.plan.limits import Budget, Limits
+from workloadlang.plan.model import Expectation, PMessage, Seg
+from workloadlang.plan.prefix import GEN_PROMPT_TOKENS, message_weight
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_HIT_RATIO = 0.9
@@ -39,52 +32,93 @@ DEFAULT_HIT_RATIO = 0.9
 
 @dataclass
 class Conv:
-    """A conversation being built: message indices and the last request sent on it."""
+    """A conversation being built: its last message (the chain before it is the rest), its
+    tokens so far, the last request sent on it and the tokens added since."""
 
-    msgs: list[int] = field(default_factory=list)
+    last: int | None = None
+    tokens: int = 0
     last_request: str | None = None
     new_tokens: int = 0
 
 
-@dataclass(frozen=True)
 class Ctx:
-    """Where the walk is: session, phase, label, iteration index, stable path, bindings."""
+    """Where the walk is: session, phase, label, iteration index, stable path, bindings, the
+    `until` loop instance around it, whether it is in an `isolated` block. Immutable by
+    convention: `at` and `replace` make a changed copy (a plain class: the walk makes one per
+    statement, and a dataclass `replace` cost a third of a 60,000-request plan's time)."""
 
-    session: str
-    session_name: str
-    copy: int
-    phase: str
-    label: str | None
-    index: int
-    path: str
-    env: Mapping[str, Any]
-    stop: tuple[str, str, int] | None = None
-    isolated: bool = False  # inside an `isolated` block
+    __slots__ = ("session", "session_name", "copy", "phase", "label", "index", "path", "env",
+                 "stop", "isolated")
+
+    def __init__(self, session: str, session_name: str, copy: int, phase: str,
+                 label: str | None, index: int, path: str, env: Mapping[str, Any],
+                 stop: tuple[str, str, int] | None = None, isolated: bool = False):
+        self.session, self.session_name, self.copy, self.phase = session, session_name, copy, phase
+        self.label, self.index, self.path, self.env = label, index, path, env
+        self.stop, self.isolated = stop, isolated
+
+    def replace(self, **kw: Any) -> "Ctx":
+        new = object.__new__(Ctx)
+        new.session, new.session_name, new.copy = self.session, self.session_name, self.copy
+        new.phase, new.label, new.index, new.path = self.phase, self.label, self.index, self.path
+        new.env, new.stop, new.isolated = self.env, self.stop, self.isolated
+        for name, v in kw.items():
+            setattr(new, name, v)
+        return new
 
     def at(self, path: str, **kw: Any) -> "Ctx":
-        return replace(self, path=f"{self.path}/{path}", **kw)
+        return self.replace(path=f"{self.path}/{path}", **kw)
+
+
+@dataclass(slots=True)
+class Draft:
+    """A planned request before the cache pass: `fields` are its `PRequest` fields but the
+    expectation's; `group` is who it runs in order with (its session, or `trace` for every
+    trace request), `candidates` the requests to name first as its prefix's source, `resend_of`
+    the request it re-sends, `generated` the tokens its reply leaves in a cache."""
+
+    fields: dict[str, Any]
+    group: str
+    candidates: tuple[str, ...]
+    resend_of: str | None
+    generated: int
 
 
 class Builder:
     """Accumulates messages, requests, names and diagnostics during one walk."""
 
-    def __init__(self, wl: ir.Workload, salt: str, options: dict[str, Any]):
+    def __init__(self, wl: ir.Workload, salt: str, options: dict[str, Any],
+                 limits: Limits | None = None):
         self.wl, self.salt, self.options = wl, salt, options
         self.messages: list[PMessage] = []
-        self.requests: list[PRequest] = []
+        self.upto: list[int] = []  # tokens of each message's conversation up to it
+        self.drafts: list[Draft] = []
+        self.by_id: dict[str, int] = {}  # request id -> its draft
         self.names: dict[tuple[str, str], dict[int, str]] = {}
-        self.ids: set[str] = set()
+        self.id_next: dict[str, int] = {}  # request id base -> the next suffix to try
         self.phases: list[str] = []
         self.last_in_session: dict[str, str] = {}
         self.pending_wait: dict[str, float] = {}
-        self.prefix = PrefixIndex()
+        self.texts: dict[int, Seg] = {}  # id of a literal part of the IR -> its segment
         self.diags: list[Diagnostic] = []
+        self.budget = Budget(limits or Limits())
         # request id -> the params its generation budget (`max_tokens`) was written with
         self.budget_params: dict[str, tuple[str, ...]] = {}
         self.param_names = frozenset(p.name for p in wl.params)
 
     def error(self, code: str, message: str, span: ir.Span, hint: str | None = None) -> None:
         self.diags.append(Diagnostic(code=code, message=message, span=span, hint=hint))
+
+    def append(self, conv: Conv, role: str, segs: tuple[Seg, ...], new: int,
+               span: ir.Span) -> None:
+        """Add a message at the end of `conv` (it names conv's last message as its `after`)."""
+        self.budget.message(span)
+        message = PMessage(role=role, segs=segs, after=conv.last)
+        self.messages.append(message)
+        conv.tokens += message_weight(message)
+        self.upto.append(conv.tokens)
+        conv.last = len(self.messages) - 1
+        conv.new_tokens += new
 
 
 # ---------------------------------------------------------------- expressions
@@ -103,10 +137,27 @@ def count(b: Builder, expr: ir.Expr, ctx: Ctx, what: str) -> int:
     v = value(b, expr, ctx)
     if v is None:
         return 0
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
         b.error("WL404", f"{what} must be a non-negative number, got {v!r}", expr.span)
         return 0
+    if v == math.inf:
+        b.error("WL404", f"{what} must be finite", expr.span)
+        return 0
     return int(math.ceil(v)) if isinstance(v, float) else v
+
+
+def tokens(b: Builder, expr: ir.Expr, ctx: Ctx, what: str) -> int:
+    """A size in tokens: a `count` no larger than one request may be (`Limits`)."""
+    n = count(b, expr, ctx, what)
+    b.budget.size(n, what, expr.span)
+    return n
+
+
+def iterations(b: Builder, expr: ir.Expr, ctx: Ctx, what: str) -> int:
+    """A loop's count: a `count` no larger than the request limit."""
+    n = count(b, expr, ctx, what)
+    b.budget.count(n, what, expr.span)
+    return n
 
 
 def seconds(b: Builder, expr: ir.Expr, ctx: Ctx) -> float:
@@ -148,21 +199,24 @@ def walk(b: Builder, body: tuple[ir.Stmt, ...], ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
-    segs = tuple(part_seg(b, p, ctx.at(str(j))) for j, p in enumerate(s.parts))
-    b.messages.append(PMessage(role=s.role, segs=segs))
-    conv.msgs.append(len(b.messages) - 1)
-    conv.new_tokens += sum(g.tokens for g in segs)
+    segs = tuple(part_seg(b, p, ctx, f"{ctx.path}/{j}") for j, p in enumerate(s.parts))
+    b.append(conv, s.role, segs, sum(g.tokens for g in segs), s.span)
 
 
-def part_seg(b: Builder, p: ir.ContentPart, ctx: Ctx) -> Seg:
+def part_seg(b: Builder, p: ir.ContentPart, ctx: Ctx, path: str) -> Seg:
+    """A message part as a planned segment; `path` names a filler (its text's key)."""
     if isinstance(p, ir.TextPart):
-        return Seg(kind="text", text=p.value, tokens=text_tokens(p.value))
+        seg = b.texts.get(id(p))  # one segment per literal, however often it is sent
+        if seg is None:
+            seg = b.texts[id(p)] = Seg(kind="text", text=p.value, tokens=text_tokens(p.value))
+        return seg
     needle = None if p.needle_at is None else value(b, p.needle_at, ctx)
     if needle is not None and not 0 <= float(needle) <= 1:
         b.error("WL401", f"needle depth must lie in 0..1, got {needle}", p.needle_at.span)
-    key = f"{ctx.session}:{ctx.path}"
-    return Seg(kind="filler", key=key, tokens=count(b, p.tokens, ctx, "filler size"),
-               needle_at=None if needle is None else float(needle))
+    key = f"{ctx.session}:{path}"
+    return Seg(kind="filler", key=key,
+                               tokens=tokens(b, p.tokens, ctx, "filler size"),
+                               needle_at=None if needle is None else float(needle))
 
 
 def text_tokens(text: str) -> int:
@@ -171,35 +225,36 @@ def text_tokens(text: str) -> int:
 
 
 def stmt_reply(b: Builder, s: ir.Reply, ctx: Ctx, conv: Conv) -> None:
-    max_tokens = count(b, s.max_tokens, ctx, "max_tokens")
+    max_tokens = tokens(b, s.max_tokens, ctx, "max_tokens")
     in_bounds(b, "max_tokens", max_tokens, s.max_tokens.span)
-    abort = None if s.abort_after is None else count(b, s.abort_after, ctx, "abort point")
+    abort = None if s.abort_after is None else tokens(b, s.abort_after, ctx, "abort point")
     kept = "partial" if abort is not None and s.mode != "drop" else s.mode
     expect = tuple(expectation(b, e, conv) for e in s.expect)
-    req = add_request(b, s, ctx, conv, kind="reply", max_tokens=max_tokens, abort=abort,
+    rid = add_request(b, s, ctx, conv, kind="reply", max_tokens=max_tokens, abort=abort,
                       kept=kept, options=options_value(b, s.options, ctx), expect=expect)
     if kept != "drop":
-        tokens = abort if abort is not None else max_tokens
-        seg = Seg(kind="partial" if kept == "partial" else "reply", key=req.id, tokens=tokens,
-                  synthetic=kept == "synthetic")
-        b.messages.append(PMessage(role="assistant", segs=(seg,)))
-        conv.msgs.append(len(b.messages) - 1)
+        size = abort if abort is not None else max_tokens
+        seg = Seg(kind="partial" if kept == "partial" else "reply", key=rid,
+                                  tokens=size, synthetic=kept == "synthetic")
+        b.append(conv, "assistant", (seg,), 0, s.span)
 
 
 def expectation(b: Builder, e: ir.Expect, conv: Conv) -> Expectation:
     if e.what == "text":
         return Expectation(what="text", text=e.text)
-    for idx in reversed(conv.msgs):
+    idx = conv.last
+    while idx is not None:
         for seg in b.messages[idx].segs:
             if seg.kind == "filler" and seg.needle_at is not None:
                 return Expectation(what="needle", text=synth.needle_code(b.salt, seg.key))
+        idx = b.messages[idx].after
     b.error("WL404", "`expect reply contains needle` but no filler in this conversation has a "
             "needle", e.span, hint="add `needle at DEPTH` to a filler before this reply")
     return Expectation(what="needle", text="")
 
 
 def stmt_probe(b: Builder, s: ir.Probe, ctx: Ctx, conv: Conv) -> None:
-    max_tokens = 1 if s.max_tokens is None else count(b, s.max_tokens, ctx, "max_tokens")
+    max_tokens = 1 if s.max_tokens is None else tokens(b, s.max_tokens, ctx, "max_tokens")
     in_bounds(b, "max_tokens", max_tokens, s.span)
     add_request(b, s, ctx, conv, kind="probe", max_tokens=max_tokens, abort=None, kept="drop",
                 options=options_value(b, s.options, ctx), expect=())
@@ -211,12 +266,15 @@ def stmt_resend(b: Builder, s: ir.Resend, ctx: Ctx, conv: Conv) -> None:
     if src_id is None:
         b.error("WL404", f"`{s.name}[{idx}]` names no earlier request in {ctx.session}", s.span)
         return
-    src = next(r for r in reversed(b.requests) if r.id == src_id)
-    max_tokens = src.max_tokens if s.max_tokens is None else count(b, s.max_tokens, ctx, "max_tokens")
+    src = b.drafts[b.by_id[src_id]].fields
+    max_tokens = (src["max_tokens"] if s.max_tokens is None
+                  else tokens(b, s.max_tokens, ctx, "max_tokens"))
     in_bounds(b, "max_tokens", max_tokens, s.span)
-    again = Conv(msgs=list(src.messages), last_request=src.id)
-    add_request(b, s, replace(ctx, index=idx), again, kind="resend", max_tokens=max_tokens,
-                abort=None, kept="drop", options=dict(src.options), expect=src.expect)
+    last = src["last_message"]
+    again = Conv(last=last, tokens=0 if last is None else b.upto[last], last_request=src_id)
+    add_request(b, s, ctx.replace(index=idx), again, kind="resend", max_tokens=max_tokens,
+                abort=None, kept="drop", options=dict(src["options"]), expect=src["expect"],
+                resend_of=src_id)
 
 
 def stmt_wait(b: Builder, s: ir.Wait, ctx: Ctx, conv: Conv) -> None:
@@ -224,7 +282,7 @@ def stmt_wait(b: Builder, s: ir.Wait, ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_turn(b: Builder, s: ir.Turn, ctx: Ctx, conv: Conv) -> None:
-    walk(b, s.body, replace(ctx, label=s.name, isolated=ctx.isolated or s.isolated), conv)
+    walk(b, s.body, ctx.replace(label=s.name, isolated=ctx.isolated or s.isolated), conv)
 
 
 def stmt_phase(b: Builder, s: ir.Phase, ctx: Ctx, conv: Conv) -> None:
@@ -232,7 +290,7 @@ def stmt_phase(b: Builder, s: ir.Phase, ctx: Ctx, conv: Conv) -> None:
         b.error("WL404", f"phase `{s.name}` is nested in phase `{ctx.phase}`", s.span)
     if s.name not in b.phases:
         b.phases.append(s.name)
-    walk(b, s.body, replace(ctx, phase=s.name), conv)
+    walk(b, s.body, ctx.replace(phase=s.name), conv)
 
 
 def stmt_for(b: Builder, s: ir.For, ctx: Ctx, conv: Conv) -> None:
@@ -242,20 +300,25 @@ def stmt_for(b: Builder, s: ir.For, ctx: Ctx, conv: Conv) -> None:
         pairs = list(enumerate(items))
     else:
         lo, hi = count(b, s.low, ctx, "loop bound"), count(b, s.high, ctx, "loop bound")
+        b.budget.count(hi - lo, "the loop's count", s.span)
         pairs = [(i, i) for i in range(lo, hi)]
     if s.reverse:
         pairs.reverse()
     group = f"{ctx.session}:{ctx.path}" if s.until else None
-    for pos, (idx, val) in enumerate(pairs):
+
+    def one(pos: int) -> None:
+        idx, val = pairs[pos]
         stop = (group, s.until, pos) if group else ctx.stop
         sub = ctx.at(f"{pos}", env={**ctx.env, s.var: val}, index=idx,
                      label=s.label or ctx.label, stop=stop, isolated=ctx.isolated or s.isolated)
         walk(b, s.body, sub, conv)
 
+    guarded(b, conv, len(pairs), one, "the loop", s.span)
+
 
 def stmt_repeat(b: Builder, s: ir.Repeat, ctx: Ctx, conv: Conv) -> None:
-    loop(b, s.body, isolating(ctx, s), conv, count(b, s.count, ctx, "repeat count"), s.var,
-         s.label)
+    n = iterations(b, s.count, ctx, "the repeat count")
+    loop(b, s.body, isolating(ctx, s), conv, n, s.var, s.label, s.span)
 
 
 def stmt_grow(b: Builder, s: ir.Grow, ctx: Ctx, conv: Conv) -> None:
@@ -263,31 +326,53 @@ def stmt_grow(b: Builder, s: ir.Grow, ctx: Ctx, conv: Conv) -> None:
     if step <= 0:
         b.error("WL401", "grow step must be positive", s.by.span)
         return
-    loop(b, s.body, isolating(ctx, s), conv, max(1, math.ceil(size / step)), s.var, s.label)
+    n = max(1, math.ceil(size / step))
+    b.budget.count(n, f"the number of grow steps ({size:,} by {step:,})", s.span)
+    loop(b, s.body, isolating(ctx, s), conv, n, s.var, s.label, s.span)
 
 
 def isolating(ctx: Ctx, s: ir.Repeat | ir.Grow) -> Ctx:
     """Output: `ctx`, marked isolated when the block `s` is."""
-    return replace(ctx, isolated=True) if s.isolated else ctx
+    return ctx.replace(isolated=True) if s.isolated else ctx
 
 
-def loop(b: Builder, body, ctx: Ctx, conv: Conv, n: int, var: str | None, label: str | None) -> None:
-    for k in range(n):
+def loop(b: Builder, body, ctx: Ctx, conv: Conv, n: int, var: str | None, label: str | None,
+         span: ir.Span) -> None:
+    def one(k: int) -> None:
         env = {**ctx.env, var: k} if var else ctx.env
         walk(b, body, ctx.at(str(k), env=env, index=k, label=label or ctx.label), conv)
 
+    guarded(b, conv, n, one, "the loop", span)
+
+
+def guarded(b: Builder, conv: Conv, n: int, one, what: str, span: ir.Span) -> None:
+    """Run `one(k)` for k in 0..n-1, counting each iteration against the limits; after the
+    first, refuse the loop when n iterations like it would pass a limit (`Budget.project`)."""
+    before = b.budget.snapshot(conv.tokens)
+    first_draft = len(b.drafts)
+    for k in range(n):
+        b.budget.step(span)
+        one(k)
+        if k == 0 and n > 1:
+            largest = max((d.fields["prompt_tokens"] + d.fields["max_tokens"]
+                           for d in b.drafts[first_draft:]), default=0)
+            b.budget.project(before, conv.tokens, largest, n, what, span)
+
 
 def stmt_spawn(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv) -> None:
-    for k in range(count(b, s.count, ctx, "spawn count")):
+    def one(k: int) -> None:
         env = {**ctx.env, s.var: k} if s.var else ctx.env
-        child = Conv(msgs=list(conv.msgs) if s.mode == "fork" else [],
-                     last_request=conv.last_request if s.mode == "fork" else None)
+        fork = s.mode == "fork"
+        child = Conv(last=conv.last if fork else None, tokens=conv.tokens if fork else 0,
+                     last_request=conv.last_request if fork else None)
         walk(b, s.body, ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
                                isolated=ctx.isolated or s.isolated), child)
 
+    guarded(b, conv, iterations(b, s.count, ctx, "the spawn count"), one, "the spawn", s.span)
+
 
 def stmt_fresh(b: Builder, s: ir.Fresh, ctx: Ctx, conv: Conv) -> None:
-    walk(b, s.body, replace(ctx, label=s.label or ctx.label,
+    walk(b, s.body, ctx.replace(label=s.label or ctx.label,
                             isolated=ctx.isolated or s.isolated), Conv())
 
 
@@ -309,182 +394,46 @@ STMT = {
 
 def request_id(b: Builder, ctx: Ctx, label: str) -> str:
     base = f"{ctx.session}/{ctx.phase + '/' if ctx.phase else ''}{label}/{ctx.index}"
-    rid, k = base, 1
-    while rid in b.ids:
-        rid, k = f"{base}.{k}", k + 1
-    b.ids.add(rid)
+    rid = base
+    if rid in b.by_id:
+        k = b.id_next.get(base, 1)
+        rid = f"{base}.{k}"
+        while rid in b.by_id:
+            k += 1
+            rid = f"{base}.{k}"
+        b.id_next[base] = k + 1
     return rid
 
 
 def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort, kept,
-                options, expect) -> PRequest:
+                options, expect, resend_of: str | None = None) -> str:
+    """Draft one request sending `conv` as it is now. Output: its id."""
     label = getattr(s, "label", None) or ctx.label or kind
     rid = request_id(b, ctx, label)
     budget = getattr(s, "max_tokens", None)
     if budget is not None:
         b.budget_params[rid] = tuple(sorted(refs_in(budget) & b.param_names))
-    msgs = [b.messages[i] for i in conv.msgs]
-    atoms = atoms_of(msgs)
-    prompt = sum(w for _, w in atoms)
-    candidates = [conv.last_request, b.last_in_session.get(ctx.session)]
-    expected, source = b.prefix.best(atoms, candidates)
-    deps = tuple(dict.fromkeys(d for d in (b.last_in_session.get(ctx.session), conv.last_request)
-                               if d))
+    prompt = conv.tokens + GEN_PROMPT_TOKENS
+    b.budget.request(rid, prompt, max_tokens, s.span)
+    last_in_session = b.last_in_session.get(ctx.session)
+    deps = tuple(dict.fromkeys(d for d in (last_in_session, conv.last_request) if d))
     stop_group, stop_on, stop_iter = ctx.stop if ctx.stop else (None, None, None)
-    req = PRequest(
-        id=rid, seq=len(b.requests), session=ctx.session, session_name=ctx.session_name,
+    fields = dict(
+        id=rid, seq=len(b.drafts), session=ctx.session, session_name=ctx.session_name,
         copy_index=ctx.copy, phase=ctx.phase, label=label, index=ctx.index, kind=kind,
         name=getattr(s, "name", None) if kind != "resend" else None, deps=deps,
-        messages=tuple(conv.msgs), new_tokens=conv.new_tokens, prompt_tokens=prompt,
-        expected_cached=min(expected, max(0, prompt - 1)), prefix_source=source,
+        last_message=conv.last, new_tokens=conv.new_tokens, prompt_tokens=prompt,
         max_tokens=max_tokens, abort_after=abort, reply_kept=kept,
-        options={**b.options, **options}, expect=expect, stop_group=stop_group, stop_on=stop_on,
+        options={**b.options, **options} if options else b.options, expect=expect, stop_group=stop_group, stop_on=stop_on,
         stop_iter=stop_iter, wait_before=b.pending_wait.pop(ctx.session, 0.0),
         isolated=ctx.isolated or getattr(s, "isolated", False), span=s.span)
-    b.requests.append(req)
     generated = abort if abort is not None else max_tokens
-    b.prefix.add(rid, atoms, generated if kept != "drop" else 0, partial=kept == "partial")
+    candidates = tuple(c for c in dict.fromkeys((conv.last_request, last_in_session)) if c)
+    b.by_id[rid] = len(b.drafts)
+    b.drafts.append(Draft(fields, ctx.session, candidates, resend_of, generated))
     b.last_in_session[ctx.session] = rid
     conv.last_request, conv.new_tokens = rid, 0
-    if req.name:
-        b.names.setdefault((ctx.session, req.name), {})[ctx.index] = rid
-    return req
-
-
-# ---------------------------------------------------------------- the whole plan
-
-
-def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str = "",
-               env: Mapping[str, Any] | None = None) -> Plan:
-    """Plan a checked workload. Raises `WorkloadError` with every plan-time diagnostic."""
-    env = dict(env or {})
-    genv = {**env, **params}
-    b = Builder(wl, salt, {})
-    root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",
-               env=genv)
-    b.options = options_value(b, wl.options, root)
-    sessions = plan_sessions(b, wl, root)
-    if not b.requests and not b.diags:
-        b.error("WL410", "the plan has no request: with these params no session sends anything",
-                wl.sessions[0].span if wl.sessions else wl.span,
-                "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
-    settings = plan_settings(b, wl, root, len(sessions))
-    check_limits(b, settings["max_context"])
-    gates = plan_gates(b, wl, genv, [s.id for s in sessions])
-    if b.diags:
-        raise WorkloadError(b.diags)
-    plan = Plan(
-        workload=wl.name, doc=wl.doc, source=source, params=dict(params), salt=salt,
-        phases=tuple(b.phases), sessions=tuple(sessions), messages=tuple(b.messages),
-        requests=tuple(b.requests), calibrations=wl.calibrations, gates=tuple(gates),
-        report=wl.report, totals=totals(b.requests, sessions, settings["concurrency"]),
-        **settings)
-    return plan.model_copy(update={"plan_hash": plan_hash(plan)})
-
-
-def plan_sessions(b: Builder, wl: ir.Workload, root: Ctx) -> list[SessionInfo]:
-    out = []
-    for s in wl.sessions:
-        n = 1 if s.repeat is None else count(b, s.repeat, root, "session repeat")
-        for k in range(n):
-            sid = f"{s.name}#{k}"
-            before = len(b.requests)
-            ctx = replace(root, session=sid, session_name=s.name, copy=k, path=sid)
-            walk(b, s.body, ctx, Conv())
-            reqs = b.requests[before:]
-            peak = max((r.prompt_tokens + r.max_tokens for r in reqs), default=0)
-            out.append(SessionInfo(id=sid, name=s.name, copy_index=k, requests=len(reqs),
-                                   peak_tokens=peak))
-    return out
-
-
-def plan_settings(b: Builder, wl: ir.Workload, root: Ctx, n_sessions: int) -> dict[str, Any]:
-    st = wl.settings
-
-    def get(expr, default, conv=lambda v: v):
-        return default if expr is None else conv(value(b, expr, root))
-
-    limit = get(st.max_context, root.env.get("max_context"))
-    for name in ("concurrency", "timeout", "hit_ratio", "max_context"):
-        expr = getattr(st, name)
-        if expr is not None and not in_bounds(b, name, value(b, expr, root), expr.span):
-            limit = None if name == "max_context" else limit
-    return {
-        "concurrency": max(1, int(get(st.concurrency, max(1, n_sessions)) or 1)),
-        "timeout_s": float(get(st.timeout, DEFAULT_TIMEOUT_S) or DEFAULT_TIMEOUT_S),
-        "fail_fast": bool(get(st.fail_fast, False)),
-        "hit_ratio": float(get(st.hit_ratio, DEFAULT_HIT_RATIO)),
-        "max_context": None if limit is None else int(limit),
-    }
-
-
-def check_limits(b: Builder, limit: int | None) -> None:
-    """WL406: a planned request whose prompt plus generation exceeds the context limit."""
-    if limit is None:
-        return
-    seen: set[tuple[int, int]] = set()
-    for r in b.requests:
-        need = r.prompt_tokens + r.max_tokens
-        if need > limit and (r.span.line, r.span.col) not in seen:
-            seen.add((r.span.line, r.span.col))
-            b.error("WL406", f"request {r.id} needs {need:,} tokens (prompt {r.prompt_tokens:,} + "
-                    f"max_tokens {r.max_tokens:,}), more than the context limit {limit:,}",
-                    r.span, hint=too_big_hint(b.budget_params.get(r.id, ())))
-
-
-def too_big_hint(budget_params: tuple[str, ...]) -> str:
-    """Output: WL406's hint, naming the flags of the params the request's `max_tokens` was
-    written with (`max_tokens` -> `--max-tokens`)."""
-    flags = " or ".join(f"--{n.replace('_', '-')}" for n in budget_params)
-    lower = f"lower the generation budget ({flags}) or the prompt" if flags else "lower the sizes"
-    return f"{lower}, or raise --max-context if the engine allows"
-
-
-def plan_gates(b: Builder, wl: ir.Workload, env: Mapping[str, Any],
-               sessions: list[str]) -> list[GatePlan]:
-    out = []
-    by_session: dict[str, list] = {}
-    for r in b.requests:
-        by_session.setdefault(r.session, []).append(r)
-    for g in wl.gates:
-        scopes = sessions if g.scope == "each_session" else ["overall"]
-        reads: dict[str, int] = {}
-        for scope in scopes:
-            pool = b.requests if scope == "overall" else by_session.get(scope, [])
-            ids: set[str] = set()
-            for ref in gate_metric_refs(g):
-                picked = select_static(pool, ref.selector, env)
-                if not picked and (scope == "overall" or scope == sessions[0]):
-                    b.error("WL405", f"gate `{g.name}`: `{ref.metric}{{...}}` matches no planned "
-                            f"request" + ("" if scope == "overall" else f" in {scope}"), ref.span)
-                ids.update(r.id for r in picked)
-            reads[scope] = len(ids)
-        out.append(GatePlan(gate=g, reads=reads))
-    return out
-
-
-def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int) -> Totals:
-    prompt = sum(r.prompt_tokens for r in reqs)
-    cached = sum(r.expected_cached for r in reqs)
-    peaks = sorted((s.peak_tokens for s in sessions), reverse=True)
-    gen = sum(r.abort_after if r.abort_after is not None else r.max_tokens for r in reqs)
-    return Totals(requests=len(reqs), prompt_tokens=prompt, cold_tokens=prompt - cached,
-                  expected_cached_tokens=cached, max_tokens=sum(r.max_tokens for r in reqs),
-                  peak_inflight_tokens=sum(peaks[:concurrency]),
-                  working_set_tokens=prompt - cached + gen)
-
-
-def plan_hash(plan: Plan) -> str:
-    """sha256 of the canonical JSON of the plan, without its hash and without the path it was
-    read from (`x.wl` and `./x.wl` are the same plan): equal plans, equal hashes. Which
-    requests are `isolated` is hashed as a list of their ids, added only when there are any,
-    so a plan without isolation keeps the hash it had before the field existed."""
-    text = plan.model_dump_json(exclude={"plan_hash": True, "source": True,
-                                         "requests": {"__all__": {"isolated"}}})
-    isolated = [r.id for r in plan.requests if r.isolated]
-    if isolated:
-        text += "\nisolated " + " ".join(isolated)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-__all__ = ["build_plan", "message_weight"]
+    name = fields["name"]
+    if name:
+        b.names.setdefault((ctx.session, name), {})[ctx.index] = rid
+    return rid

@@ -1,26 +1,35 @@
-"""A perfect prefix cache over planned segments, for `expected_cached`.
+"""A perfect prefix cache over planned segments: each request's `expected_cached`.
 
-Input: each planned request's messages (as atoms: hashable identities with token weights).
-Output: for a new request, the longest prefix (in planned tokens) it shares with what an earlier
-request left in a cache that never evicts: that request's prompt, or its prompt followed by its
-generated reply (when the reply is replayed).
+Input: the plan's messages (each names the message it follows, so conversations form a tree) and
+its requests (`Stream`s: the prompt's trie node, the node of the prompt followed by the reply
+when the reply is kept, the session group, the barrier level). Output: per request the tokens a
+cache that never evicts serves from the requests certainly finished before it is sent, the
+request that provides them, and the most that requests of concurrent sessions could add.
 
-Only requests the new one certainly follows (the last request on its conversation and the last
-in its session) are candidates: across concurrent sessions the order is not planned, so sharing
-there is not promised.
+Every prompt is a path in one trie of atoms (a message header, a segment, an end marker, the
+generation prompt), so a prompt that extends an earlier one costs only its new atoms, whatever
+the conversation's length, and the longest prefix a request shares with the earlier ones is the
+deepest node of its path that one of them reached. Which earlier requests count: a request of
+the same group sent before it (the same session, or, for trace requests, every trace request
+sent before it: the trace's order is assumed to be the order requests finish), and any request
+of an earlier barrier level (a phase whose barrier every session passed). Requests of another
+group at the same level run concurrently: what they could add is reported apart
+(`Expectation.most`), never promised.
 """
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Sequence
 
 from workloadlang.plan.model import PMessage, Seg
 
 HEADER_TOKENS = 3  # <|im_start|> role \n
 END_TOKENS = 1  # <|im_end|>
 GEN_PROMPT_TOKENS = 3  # <|im_start|> assistant \n
-
-Atom = tuple[Hashable, int]
+GEN_ATOM = ("h", "assistant")  # the generation prompt is the next assistant turn's header
+NEVER = 1 << 62  # a level no request has
+SOURCE_SLACK = 8  # atoms a named source may stop short of the shared prefix (`Prefix._source`)
 
 
 def seg_identity(s: Seg) -> Hashable:
@@ -31,52 +40,230 @@ def seg_identity(s: Seg) -> Hashable:
     return (s.kind[0], s.key, s.synthetic)
 
 
-def atoms_of(msgs: Iterable[PMessage]) -> list[Atom]:
-    """Atoms of a prompt: per message a header, its segments and an end marker, then the
-    generation prompt."""
-    out: list[Atom] = []
-    for m in msgs:
-        out.append((("h", m.role), HEADER_TOKENS))
-        out.extend((seg_identity(s), s.tokens) for s in m.segs)
-        out.append((("e",), END_TOKENS))
-    out.append((("g",), GEN_PROMPT_TOKENS))
-    return out
+def message_atoms(m: PMessage) -> list[tuple[Hashable, int]]:
+    """A message's atoms: its header, each segment, its end marker (identity, tokens)."""
+    return [(("h", m.role), HEADER_TOKENS), *((seg_identity(s), s.tokens) for s in m.segs),
+            (("e",), END_TOKENS)]
 
 
 def message_weight(m: PMessage) -> int:
     return HEADER_TOKENS + END_TOKENS + sum(s.tokens for s in m.segs)
 
 
-def common_prefix(a: list[Atom], b: list[Atom]) -> int:
-    """Tokens of the longest common run of equal atoms at the start of a and b."""
-    total = 0
-    for (ia, wa), (ib, _) in zip(a, b):
-        if ia != ib:
-            break
-        total += wa
-    return total
+class Node:
+    """A trie node: one atom after its parent's path. `start`/`end`: token offsets of the atom
+    in every prompt through the node. The other fields are the cache state (`Prefix.run`)."""
+
+    __slots__ = ("parent", "start", "end", "kids", "serial", "tin", "tout", "epoch", "grp_src",
+                 "min_level", "low_src", "lvl", "g1", "multi")
+
+    def __init__(self, parent: "Node | None", start: int, end: int, serial: int):
+        self.parent, self.start, self.end, self.serial = parent, start, end, serial
+        self.kids: dict[Hashable, Node] | None = None
+        self.tin = self.tout = 0
+        self.epoch = -1  # the last (level, group) block that reached it
+        self.grp_src = -1  # a request of that block that reached it
+        self.min_level = NEVER  # the lowest level of a request that reached it
+        self.low_src = -1  # a request of that level that reached it
+        self.lvl, self.g1, self.multi = -1, -1, False  # groups at `lvl`: one (g1) or several
 
 
-class PrefixIndex:
-    """What each planned request left in a perfect cache."""
+class Trie:
+    """Atom paths. `child` finds or makes a node; `nodes` counts them."""
 
     def __init__(self) -> None:
-        self._left: dict[str, list[list[Atom]]] = {}
+        self.root = Node(None, 0, 0, 0)
+        self.nodes = 1
 
-    def add(self, rid: str, atoms: list[Atom], generated: int, partial: bool) -> None:
-        streams = [atoms]
-        if generated:
-            # The generation prompt is the replayed assistant turn's header; the reply follows.
-            seg = ("p" if partial else "r", rid, False)
-            streams.append(atoms[:-1] + [(("h", "assistant"), HEADER_TOKENS), (seg, generated)])
-        self._left[rid] = streams
+    def child(self, node: Node, ident: Hashable, weight: int) -> Node:
+        kids = node.kids
+        if kids is None:
+            kids = node.kids = {}
+        found = kids.get(ident)
+        if found is None:
+            found = kids[ident] = Node(node, node.end, node.end + weight, self.nodes)
+            self.nodes += 1
+        return found
 
-    def best(self, atoms: list[Atom], candidates: Iterable[str | None]) -> tuple[int, str | None]:
-        """(expected cached tokens, the request that provides them)."""
-        best, source = 0, None
-        for rid in dict.fromkeys(c for c in candidates if c):
-            for stream in self._left.get(rid, ()):
-                n = common_prefix(atoms, stream)
-                if n > best:
-                    best, source = n, rid
-        return best, source
+    def walk(self, node: Node, atoms: Iterable[tuple[Hashable, int]]) -> Node:
+        for ident, weight in atoms:
+            node = self.child(node, ident, weight)
+        return node
+
+    def number(self) -> None:
+        """Give every node its DFS interval (`tin`, `tout`): a is an ancestor of b (or b)
+        when a.tin <= b.tin < a.tout."""
+        clock, stack = 0, [(self.root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                node.tout = clock
+                continue
+            node.tin = clock
+            clock += 1
+            stack.append((node, True))
+            if node.kids:
+                stack.extend((k, False) for k in node.kids.values())
+
+
+def reaches(d: Node, e: Node | None) -> bool:
+    """Does the path to `e` pass through `d`?"""
+    return e is not None and d.tin <= e.tin < d.tout
+
+
+class MessageNodes:
+    """The trie node after each message (its conversation up to and including it), made once
+    per message from the node of the message it follows."""
+
+    def __init__(self, trie: Trie, messages: Sequence[PMessage]):
+        self.trie, self.messages = trie, messages
+        self.after: list[Node | None] = []
+
+    def node(self, i: int | None) -> Node:
+        if i is None:
+            return self.trie.root
+        after = self.after
+        if len(after) < len(self.messages):
+            after.extend([None] * (len(self.messages) - len(after)))
+        chain = []
+        while i is not None and after[i] is None:
+            chain.append(i)
+            i = self.messages[i].after
+        node = self.trie.root if i is None else after[i]
+        for j in reversed(chain):
+            node = after[j] = self.trie.walk(node, message_atoms(self.messages[j]))
+        return node
+
+    def prompt(self, last: int | None) -> Node:
+        """The node of a prompt ending with message `last`: then the generation prompt."""
+        return self.trie.child(self.node(last), GEN_ATOM, GEN_PROMPT_TOKENS)
+
+    def reply(self, last: int | None, rid: str, generated: int, partial: bool) -> Node:
+        """The node of a prompt followed by its reply, as a replayed assistant turn starts."""
+        head = self.trie.child(self.node(last), ("h", "assistant"), HEADER_TOKENS)
+        return self.trie.child(head, ("p" if partial else "r", rid, False), generated)
+
+
+@dataclass(slots=True)
+class Stream:
+    """One request for the cache model: its prompt's node, its reply's node (None when the
+    reply is not kept), its group (a session, or every trace request), its barrier level, the
+    requests to name first as the source (its conversation's last request, its session's last)
+    and, for a resend, the request it re-sends."""
+
+    prompt: Node
+    reply: Node | None
+    group: Hashable
+    level: int
+    candidates: tuple[int, ...] = ()
+    resend_of: int | None = None
+
+
+@dataclass(slots=True)
+class Expectation:
+    """Expected cached tokens (`tokens`, from `source`) and, when larger, what requests of
+    concurrent groups could make it (`most`)."""
+
+    tokens: int = 0
+    source: int | None = None
+    most: int | None = None
+
+
+def order_of(streams: Sequence[Stream]) -> list[int]:
+    """The order the model replays requests in: level by level, each group's requests
+    together (groups in order of their first request), plan order within a group."""
+    rank: dict[Hashable, int] = {}
+    for s in streams:
+        rank.setdefault(s.group, len(rank))
+    return sorted(range(len(streams)), key=lambda i: (streams[i].level, rank[streams[i].group], i))
+
+
+class Prefix:
+    """The perfect-cache pass over a finished trie."""
+
+    def __init__(self, trie: Trie, streams: Sequence[Stream]):
+        self.trie, self.streams = trie, streams
+
+    def run(self) -> list[Expectation]:
+        """Output: one `Expectation` per stream, in the streams' order."""
+        self.trie.number()
+        streams, out = self.streams, [Expectation() for _ in self.streams]
+        order = order_of(streams)
+        epoch, key, level_start = -1, None, 0
+        for pos, i in enumerate(order):
+            s = streams[i]
+            if (s.level, s.group) != key:
+                if key is not None and s.level != key[0]:
+                    self._most(order[level_start:pos], out)
+                    level_start = pos
+                key, epoch = (s.level, s.group), epoch + 1
+            out[i] = self._expect(i, s, epoch)
+            self._stamp(s.prompt, i, s, epoch)
+            if s.reply is not None:
+                self._stamp(s.reply, i, s, epoch)
+        self._most(order[level_start:], out)
+        return out
+
+    def _expect(self, i: int, s: Stream, epoch: int) -> Expectation:
+        """The deepest node of the prompt's path that a request certainly finished before it
+        reached, and a request that reached it (`_source`)."""
+        n, level, root = s.prompt, s.level, self.trie.root
+        while n is not root and n.min_level >= level and n.epoch != epoch:
+            n = n.parent
+        if n is root:
+            return Expectation()
+        return Expectation(n.end, self._source(n, s, epoch))
+
+    def _source(self, d: Node, s: Stream, epoch: int) -> int:
+        """The request to name as the source of the prefix ending at `d`: the request it
+        re-sends, else its conversation's or its session's last request when one of them
+        shares all of it or all but its last few atoms (the deepest; the first on a tie: a
+        turn names the turn before it even when another request also shared the new user
+        header), else a request that reached `d`."""
+        best, best_end, root = -1, -1, self.trie.root
+        named = ((s.resend_of,) if s.resend_of is not None else ()) + s.candidates
+        for c in named:
+            cs, n = self.streams[c], d
+            for _ in range(SOURCE_SLACK + 1):
+                if reaches(n, cs.prompt) or reaches(n, cs.reply):
+                    if n.end > best_end:
+                        best, best_end = c, n.end
+                    break
+                if n.parent is None or n.parent is root:
+                    break
+                n = n.parent
+        if best >= 0:
+            return best
+        return d.grp_src if d.epoch == epoch else d.low_src
+
+    def _stamp(self, n: Node | None, i: int, s: Stream, epoch: int) -> None:
+        """Mark the path to `n` as reached by request i, upwards until a node already says all
+        of it (its ancestors then say it too)."""
+        level, group = s.level, s.group
+        while n is not None:
+            changed = False
+            if n.epoch != epoch:
+                n.epoch, n.grp_src, changed = epoch, i, True
+            if n.min_level > level:
+                n.min_level, n.low_src, changed = level, i, True
+            if n.lvl != level:
+                n.lvl, n.g1, n.multi, changed = level, group, False, True
+            elif not n.multi and n.g1 != group:
+                n.multi = changed = True
+            if not changed:
+                return
+            n = n.parent
+
+    def _most(self, level_order: list[int], out: list[Expectation]) -> None:
+        """Once a level is done: for each of its requests, the deepest node of its path that a
+        request of another group at the same level reached, when deeper than the expectation."""
+        root = self.trie.root
+        for i in level_order:
+            s, e = self.streams[i], out[i]
+            n = s.prompt
+            # every node of its path was reached at this level (by itself at least)
+            while n is not root and n.end > e.tokens and not (
+                    n.min_level < s.level or n.multi or n.g1 != s.group):
+                n = n.parent
+            if n.end > e.tokens:
+                e.most = n.end

@@ -90,14 +90,14 @@ class Realiser:
 
     async def prepare(self, req: PRequest) -> None:
         """Size every filler of this request's prompt (asks the tokenizer once per filler)."""
-        for i in req.messages:
+        for i in self.plan.message_ids(req):
             for seg in self.plan.messages[i].segs:
                 if seg.kind == "filler":
                     await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg))
 
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
-        return [self._message(i, replies) for i in req.messages]
+        return [self._message(i, replies) for i in self.plan.message_ids(req)]
 
     def encoded(self, req: PRequest, replies: Mapping[str, Reply],
                 encode: Callable[[dict[str, Any]], bytes]) -> list[dict[str, Any] | bytes]:
@@ -105,7 +105,7 @@ class Realiser:
         (see `_message`) comes as its encoding by `encode`, made once: a conversation re-sent
         with one more turn encodes only what is new."""
         out: list[dict[str, Any] | bytes] = []
-        for i in req.messages:
+        for i in self.plan.message_ids(req):
             done = self._encoded.get(i)
             if done is None:
                 m = self._message(i, replies)
@@ -121,7 +121,7 @@ class Realiser:
         (its messages are then final: a reply, once there, does not change). Looks only at
         the messages not made yet."""
         static = self._static
-        return all(k in replies for i in req.messages if i not in static
+        return all(k in replies for i in self.plan.message_ids(req) if i not in static
                    for k in self._reply_keys(i))
 
     def _reply_keys(self, i: int) -> tuple[str, ...]:

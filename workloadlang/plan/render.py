@@ -1,13 +1,15 @@
 """The dry-run: a plan as text a person can read (or its full JSON).
 
 Input: a `Plan`. Output: a string: the header, the schedule table (per request, or summarised per
-session and step when long), the totals, and each gate with the number of requests it reads.
+session and step when long; trace requests per trace session and label), the totals, what the
+expectations assume, and each gate with the number of requests it reads.
 """
 
 from __future__ import annotations
 
+import textwrap
 from itertools import groupby
-from typing import Any
+from typing import Any, Callable
 
 from tabulate import tabulate
 
@@ -34,14 +36,47 @@ def isolated_cell(rs: list[PRequest]) -> str:
     return "yes" if n == len(rs) else "–" if n == 0 else f"{n} of {len(rs)}"
 
 
+def span_cell(rs: list[PRequest], get: Callable[[PRequest], Any],
+              fmt: Callable[[Any], str] = fmt_tokens) -> str:
+    """A column of one or more requests: the first's value, or first→last."""
+    first, last = fmt(get(rs[0])), fmt(get(rs[-1]))
+    return first if len(rs) == 1 else f"{first}→{last}"
+
+
+def some_cell(rs: list[PRequest], get: Callable[[PRequest], int | None]) -> str:
+    """A column only some requests have: first→last when all do, else the largest and how
+    many have it."""
+    have = [get(r) for r in rs if get(r) is not None]
+    if len(have) == len(rs):
+        return span_cell(rs, get)
+    return "–" if not have else f"{fmt_tokens(max(have))} ({len(have)} of {len(rs)})"
+
+
+def fmt_seconds(s: float | None) -> str:
+    return "–" if s is None else f"{s:,.3f}s"
+
+
+OPTIONAL = [  # (header, after which column, present in the plan?, cell); inserted in turn
+    ("send at", "index", lambda p: any(r.send_at is not None for r in p.requests),
+     lambda rs: span_cell(rs, lambda r: r.send_at, fmt_seconds)),
+    ("LRU cached", "exp. cached", lambda p: p.cache_model is not None,
+     lambda rs: span_cell(rs, lambda r: r.lru_cached)),
+    ("exp. max", "exp. cached", lambda p: any(r.expected_cached_max is not None
+                                              for r in p.requests),
+     lambda rs: some_cell(rs, lambda r: r.expected_cached_max)),
+]
+
+
 def group_row(rs: list[PRequest]) -> list[Any]:
-    """One row for a run of requests of the same session, phase and label."""
+    """One row for a run of requests of the same session (or trace), phase and label."""
     if len(rs) == 1:
         return request_row(rs[0])
     first, last = rs[0], rs[-1]
     idx = f"{first.index}..{last.index} ({len(rs)})"
     abort = {r.abort_after for r in rs}
-    return [first.session, first.phase or "–", first.label, idx,
+    session = first.session if first.session == last.session else \
+        f"{first.session}..{last.session}"
+    return [session, first.phase or "–", first.label, idx,
             f"{fmt_tokens(sum(r.new_tokens for r in rs))} Σ",
             f"{fmt_tokens(first.prompt_tokens)}→{fmt_tokens(last.prompt_tokens)}",
             f"{fmt_tokens(first.expected_cached)}→{fmt_tokens(last.expected_cached)}",
@@ -55,10 +90,18 @@ def schedule_table(plan: Plan, full: bool) -> str:
     if full or len(reqs) <= SUMMARY_ROWS:
         groups = [[r] for r in reqs]
     else:
-        keyf = lambda r: (r.session, r.phase, r.label)  # noqa: E731
+        keyf = lambda r: (r.session_name if r.send_at is not None else r.session,  # noqa: E731
+                          r.phase, r.label)
         groups = [list(g) for _, g in groupby(reqs, key=keyf)]
     rows = [group_row(g) for g in groups]
     headers, align = list(HEADERS), ["left"] * 3 + ["right"] * 6
+    for header, after, present, cell in OPTIONAL:
+        if present(plan):
+            at = headers.index(after) + 1
+            headers.insert(at, header)
+            align.insert(at, "right")
+            for row, g in zip(rows, groups):
+                row.insert(at, cell(g))
     if any(r.isolated for r in reqs):
         rows = [row + [isolated_cell(g)] for row, g in zip(rows, groups)]
         headers.append("isolated")
@@ -75,6 +118,7 @@ def totals_block(plan: Plan) -> str:
         ["prompt tokens", f"{t.prompt_tokens:,}"],
         ["  to prefill cold", f"{t.cold_tokens:,}"],
         ["  expected from cache", f"{t.expected_cached_tokens:,} ({pct:.1f}%)"],
+        *extra_totals(plan),
         ["peak concurrent demand", f"{t.peak_inflight_tokens:,} tokens "
                                    f"({plan.concurrency} in flight)"],
         ["working set (perfect cache)", f"{t.working_set_tokens:,} tokens"],
@@ -82,6 +126,44 @@ def totals_block(plan: Plan) -> str:
     for c in plan.calibrations:
         rows.append([f"calibrate {c.what}", "at run time"])
     return tabulate(rows, tablefmt="plain")
+
+
+def share(n: int, of: int) -> str:
+    return f"{n:,} ({100 * n / of if of else 0.0:.1f}%)"
+
+
+def extra_totals(plan: Plan) -> list[list[str]]:
+    """Totals rows shown only when the plan has them: what concurrent sessions could add,
+    what the LRU cache of `--cache-tokens` serves."""
+    t, rows = plan.totals, []
+    if t.expected_cached_max_tokens is not None:
+        rows.append(["  up to (other sessions)",
+                     share(t.expected_cached_max_tokens, t.prompt_tokens)])
+    if plan.cache_model is not None and t.lru_cached_tokens is not None:
+        c = plan.cache_model
+        rows.append([f"  LRU {c.tokens:,} / {c.block:,}",
+                     share(t.lru_cached_tokens, t.prompt_tokens)])
+    return rows
+
+
+def header_lines(plan: Plan) -> list[str]:
+    """The head of the dry-run: workload, params, salt, hash, and each trace replayed."""
+    params = ", ".join(f"{k}={v}" for k, v in plan.params.items())
+    head = [f"workload {plan.workload}: {plan.doc}", f"params: {params}",
+            f"salt {plan.salt} · plan {plan.plan_hash} · concurrency {plan.concurrency}"
+            + (f" · phases {' → '.join(plan.phases)}" if plan.phases else "")]
+    for tr in plan.traces:
+        head.append(f"trace {tr.session}: {tr.path} ({tr.format}, {tr.records:,} records, "
+                    f"{tr.selected:,} taken in {tr.sessions:,} session(s), time scale "
+                    f"{tr.time_scale:g}, sha256 {tr.sha256[:16]})")
+    return head
+
+
+def assumptions_block(plan: Plan) -> str:
+    lines = ["assumes:"]
+    for a in plan.assumptions:
+        lines.append(textwrap.fill(a, width=96, initial_indent="- ", subsequent_indent="  "))
+    return "\n".join(lines)
 
 
 def gates_block(plan: Plan) -> str:
@@ -102,11 +184,9 @@ def gates_block(plan: Plan) -> str:
 
 def render_plan(plan: Plan, full: bool = False) -> str:
     """The whole dry-run text."""
-    params = ", ".join(f"{k}={v}" for k, v in plan.params.items())
-    head = [f"workload {plan.workload}: {plan.doc}", f"params: {params}",
-            f"salt {plan.salt} · plan {plan.plan_hash} · concurrency {plan.concurrency}"
-            + (f" · phases {' → '.join(plan.phases)}" if plan.phases else "")]
-    parts = ["\n".join(head), schedule_table(plan, full), totals_block(plan)]
+    parts = ["\n".join(header_lines(plan)), schedule_table(plan, full), totals_block(plan)]
+    if plan.assumptions:
+        parts.append(assumptions_block(plan))
     if plan.gates:
         parts.append(gates_block(plan))
     if not full and len(plan.requests) > SUMMARY_ROWS:

@@ -1,0 +1,306 @@
+"""The planner's front: a pure function `(IR, params, salt, env) -> Plan`.
+
+Input: an `ir.Workload` that passed `check`, resolved param values (`evaluate.resolve_params`), a
+salt, the environment (`max_context`: the engine's context limit, or None), `Limits`, the
+traces its trace sessions replay (`trace.Trace`, loaded by the caller) and optionally the LRU
+cache to model (`CacheModel`). Output: a `plan.model.Plan`, or `WorkloadError` with every
+plan-time diagnostic (WL4xx).
+
+Steps: walk the sessions (`planner.py`, `traceplan.py`) into messages and request drafts; replay
+them against a perfect prefix cache (`prefix.py`) and, when asked, an LRU cache (`lru.py`); then
+settings, the context-limit check, gates, totals and the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping, Sequence
+
+from pydantic import TypeAdapter
+
+from workloadlang import ir
+from workloadlang.diagnostics import WorkloadError
+from workloadlang.plan import lru
+from workloadlang.plan.limits import Limits, TooBig
+from workloadlang.plan.model import (CacheModel, GatePlan, Plan, PRequest, SessionInfo,
+                                     Totals, TraceInfo)
+from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Builder, Conv,
+                                       Ctx, Draft, in_bounds, iterations, options_value, value,
+                                       walk)
+from workloadlang.plan.prefix import HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie
+from workloadlang.select import gate_metric_refs, select_static
+
+
+def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str = "",
+               env: Mapping[str, Any] | None = None, *, limits: Limits | None = None,
+               traces: Mapping[str, Any] | None = None,
+               cache: CacheModel | None = None) -> Plan:
+    """Plan a checked workload. Raises `WorkloadError` with every plan-time diagnostic."""
+    env = dict(env or {})
+    genv = {**env, **params}
+    b = Builder(wl, salt, {}, limits)
+    root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",
+               env=genv)
+    b.options = options_value(b, wl.options, root)
+    try:
+        sessions, infos = plan_sessions(b, wl, root, traces or {})
+    except TooBig as e:
+        raise WorkloadError([*b.diags, e.diagnostic]) from None
+    if not b.drafts and not b.diags:
+        b.error("WL410", "the plan has no request: with these params no session sends anything",
+                wl.sessions[0].span if wl.sessions else wl.span,
+                "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
+    settings = plan_settings(b, wl, root, len(sessions))
+    if b.diags:
+        raise WorkloadError(b.diags)
+    requests = finish_requests(b, settings["concurrency"], cache)
+    check_context(b, requests, settings["max_context"])
+    gates = plan_gates(b, requests, wl, genv, [s.id for s in sessions])
+    if b.diags:
+        raise WorkloadError(b.diags)
+    plan = Plan(
+        workload=wl.name, doc=wl.doc, source=source, params=dict(params), salt=salt,
+        phases=tuple(b.phases), sessions=tuple(sessions), messages=tuple(b.messages),
+        requests=tuple(requests), calibrations=wl.calibrations, gates=tuple(gates),
+        report=wl.report, totals=totals(requests, sessions, settings["concurrency"], cache),
+        assumptions=assumptions(requests, settings["concurrency"], cache), cache_model=cache,
+        traces=tuple(infos), **settings)
+    return plan.model_copy(update={"plan_hash": plan_hash(plan)})
+
+
+def plan_sessions(b: Builder, wl: ir.Workload, root: Ctx,
+                  traces: Mapping[str, Any]) -> tuple[list[SessionInfo], list[TraceInfo]]:
+    """Walk every session copy (a trace session: its trace's sessions) in order."""
+    out, infos = [], []
+    for s in wl.sessions:
+        if getattr(s, "trace", None) is not None:
+            from workloadlang.plan import traceplan
+
+            info, made = traceplan.plan_trace(b, s, root, traces.get(s.name))
+            out.extend(made)
+            if info is not None:
+                infos.append(info)
+            continue
+        n = 1 if s.repeat is None else iterations(b, s.repeat, root, "the session repeat")
+        before = b.budget.snapshot(0)
+        for k in range(n):
+            out.append(walk_session(b, s, root, k))
+            if k == 0 and n > 1:
+                b.budget.project(before, 0, out[-1].peak_tokens, n, f"session {s.name}",
+                                 s.span)
+    return out, infos
+
+
+def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int) -> SessionInfo:
+    sid = f"{s.name}#{k}"
+    before = len(b.drafts)
+    ctx = root.replace(session=sid, session_name=s.name, copy=k, path=sid)
+    walk(b, s.body, ctx, Conv())
+    drafts = b.drafts[before:]
+    peak = max((d.fields["prompt_tokens"] + d.fields["max_tokens"] for d in drafts), default=0)
+    return SessionInfo(id=sid, name=s.name, copy_index=k, requests=len(drafts),
+                       peak_tokens=peak)
+
+
+def plan_settings(b: Builder, wl: ir.Workload, root: Ctx, n_sessions: int) -> dict[str, Any]:
+    st = wl.settings
+
+    def get(expr, default, conv=lambda v: v):
+        return default if expr is None else conv(value(b, expr, root))
+
+    limit = get(st.max_context, root.env.get("max_context"))
+    for name in ("concurrency", "timeout", "hit_ratio", "max_context"):
+        expr = getattr(st, name)
+        if expr is not None and not in_bounds(b, name, value(b, expr, root), expr.span):
+            limit = None if name == "max_context" else limit
+    return {
+        "concurrency": max(1, int(get(st.concurrency, max(1, n_sessions)) or 1)),
+        "timeout_s": float(get(st.timeout, DEFAULT_TIMEOUT_S) or DEFAULT_TIMEOUT_S),
+        "fail_fast": bool(get(st.fail_fast, False)),
+        "hit_ratio": float(get(st.hit_ratio, DEFAULT_HIT_RATIO)),
+        "max_context": None if limit is None else int(limit),
+    }
+
+
+# ---------------------------------------------------------------- the cache passes
+
+
+def levels(b: Builder) -> list[int]:
+    """Each draft's barrier level: 0 before any phase; a request of phase p is after the
+    barriers of every phase up to p (in the plan's phase order), and a session's requests
+    never go back to a lower level (the runner's barriers, `run/executor.py`)."""
+    index = {p: i + 1 for i, p in enumerate(b.phases)}
+    at: dict[str, int] = {}
+    out = []
+    for d in b.drafts:
+        f = d.fields
+        level = max(at.get(f["session"], 0), index.get(f["phase"], 0))
+        at[f["session"]] = level
+        out.append(level)
+    return out
+
+
+def streams_of(b: Builder, trie: Trie) -> list[Stream]:
+    """The cache model's view of every draft: its prompt's and its kept reply's trie nodes."""
+    nodes = MessageNodes(trie, b.messages)
+    by_id, out = b.by_id, []
+    for d, level in zip(b.drafts, levels(b)):
+        f = d.fields
+        last, kept = f["last_message"], f["reply_kept"]
+        reply = None
+        if kept != "drop" and d.generated:
+            reply = nodes.reply(last, f["id"], d.generated, kept == "partial")
+        out.append(Stream(prompt=nodes.prompt(last), reply=reply, group=d.group, level=level,
+                          candidates=tuple(by_id[c] for c in d.candidates),
+                          resend_of=None if d.resend_of is None else by_id[d.resend_of]))
+    return out
+
+
+REQUEST_FIELDS = frozenset(PRequest.model_fields)
+
+
+def finish_requests(b: Builder, concurrency: int, cache: CacheModel | None) -> list[PRequest]:
+    """The drafts as `PRequest`s, with what a perfect cache (and the LRU cache) serves."""
+    trie = Trie()
+    streams = streams_of(b, trie)
+    expect = Prefix(trie, streams).run()
+    lru_tokens: Sequence[int | None] = [None] * len(streams)
+    if cache is not None:
+        caps = [min(e.tokens, max(0, d.fields["prompt_tokens"] - 1))
+                for e, d in zip(expect, b.drafts)]
+        lru_tokens = lru.replay(trie, streams, [d.generated for d in b.drafts],
+                                [d.fields["prompt_tokens"] for d in b.drafts], caps, cache)
+    ids = [d.fields["id"] for d in b.drafts]
+    out = []
+    for i, (e, lru_n) in enumerate(zip(expect, lru_tokens)):
+        f = b.drafts[i].fields
+        b.drafts[i] = None  # type: ignore[call-overload]  # its fields go into the request
+        cap = max(0, f["prompt_tokens"] - 1)
+        most = None if e.most is None else min(e.most, cap)
+        expected = min(e.tokens, cap)
+        # built unvalidated (the walk made every value with its type) with one shared set of
+        # fields: a validated model and its own fields set cost 2 KB more per request
+        out.append(PRequest.model_construct(
+            _fields_set=REQUEST_FIELDS, **f, expected_cached=expected,
+            prefix_source=None if e.source is None else ids[e.source],
+            # a message header or less (every session's first user message) is not worth one
+            expected_cached_max=most if most is not None and most > expected + HEADER_TOKENS
+            else None, lru_cached=lru_n))
+    b.drafts = []  # what is left of them is in the requests
+    return out
+
+
+# ---------------------------------------------------------------- checks, gates, totals
+
+
+def check_context(b: Builder, requests: list[PRequest], limit: int | None) -> None:
+    """WL406: a planned request whose prompt plus generation exceeds the context limit."""
+    if limit is None:
+        return
+    seen: set[tuple[int, int]] = set()
+    for r in requests:
+        need = r.prompt_tokens + r.max_tokens
+        if need > limit and (r.span.line, r.span.col) not in seen:
+            seen.add((r.span.line, r.span.col))
+            b.error("WL406", f"request {r.id} needs {need:,} tokens (prompt {r.prompt_tokens:,} + "
+                    f"max_tokens {r.max_tokens:,}), more than the context limit {limit:,}",
+                    r.span, hint=too_big_hint(b.budget_params.get(r.id, ())))
+
+
+def too_big_hint(budget_params: tuple[str, ...]) -> str:
+    """Output: WL406's hint, naming the flags of the params the request's `max_tokens` was
+    written with (`max_tokens` -> `--max-tokens`)."""
+    flags = " or ".join(f"--{n.replace('_', '-')}" for n in budget_params)
+    lower = f"lower the generation budget ({flags}) or the prompt" if flags else "lower the sizes"
+    return f"{lower}, or raise --max-context if the engine allows"
+
+
+def plan_gates(b: Builder, requests: list[PRequest], wl: ir.Workload, env: Mapping[str, Any],
+               sessions: list[str]) -> list[GatePlan]:
+    out = []
+    by_session: dict[str, list] = {}
+    for r in requests:
+        by_session.setdefault(r.session, []).append(r)
+    for g in wl.gates:
+        scopes = sessions if g.scope == "each_session" else ["overall"]
+        reads: dict[str, int] = {}
+        for scope in scopes:
+            pool = requests if scope == "overall" else by_session.get(scope, [])
+            ids: set[str] = set()
+            for ref in gate_metric_refs(g):
+                picked = select_static(pool, ref.selector, env)
+                if not picked and (scope == "overall" or scope == sessions[0]):
+                    b.error("WL405", f"gate `{g.name}`: `{ref.metric}{{...}}` matches no planned "
+                            f"request" + ("" if scope == "overall" else f" in {scope}"), ref.span)
+                ids.update(r.id for r in picked)
+            reads[scope] = len(ids)
+        out.append(GatePlan(gate=g, reads=reads))
+    return out
+
+
+def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int,
+           cache: CacheModel | None) -> Totals:
+    prompt = sum(r.prompt_tokens for r in reqs)
+    cached = sum(r.expected_cached for r in reqs)
+    most = [r.expected_cached_max for r in reqs if r.expected_cached_max is not None]
+    peaks = sorted((s.peak_tokens for s in sessions), reverse=True)
+    gen = sum(r.abort_after if r.abort_after is not None else r.max_tokens for r in reqs)
+    return Totals(requests=len(reqs), prompt_tokens=prompt, cold_tokens=prompt - cached,
+                  expected_cached_tokens=cached,
+                  expected_cached_max_tokens=(cached + sum(most) - sum(
+                      r.expected_cached for r in reqs if r.expected_cached_max is not None))
+                  if most else None,
+                  lru_cached_tokens=None if cache is None else sum(r.lru_cached or 0
+                                                                   for r in reqs),
+                  max_tokens=sum(r.max_tokens for r in reqs),
+                  peak_inflight_tokens=sum(peaks[:concurrency]),
+                  working_set_tokens=prompt - cached + gen)
+
+
+def assumptions(reqs: list[PRequest], concurrency: int,
+                cache: CacheModel | None) -> tuple[str, ...]:
+    """What the expectations assume where the order of requests is not fixed by the plan."""
+    out = []
+    shared = [r for r in reqs if r.expected_cached_max is not None]
+    if shared:
+        more = sum(r.expected_cached_max - r.expected_cached for r in shared)
+        out.append(
+            f"{len(shared):,} request(s) share up to {more:,} more tokens with requests of "
+            f"concurrent sessions (first: {shared[0].id}); which is sent first is not planned, "
+            "so `exp. cached` counts only requests certainly finished before each one (its "
+            "own session, or before a phase barrier) and `exp. max` what it would be if the "
+            "others finished first")
+    if any(r.send_at is not None for r in reqs):
+        tail = "exact at concurrency 1" if concurrency == 1 else (
+            f"at concurrency {concurrency} up to {concurrency - 1} requests sent before one may "
+            "still be in flight when it is sent, so an engine can serve it less")
+        out.append("trace requests are assumed to finish in the order they are sent: each "
+                   f"expects what every trace request sent before it left in the cache ({tail})")
+    if cache is not None:
+        out.append(f"LRU: a cache of {cache.tokens:,} tokens in blocks of {cache.block:,} that "
+                   "also keeps generated tokens, evicting least recently used blocks, a "
+                   "prompt's last blocks first; requests taken one at a time: phase by phase, "
+                   "the sessions of a phase in turn, trace requests in send order; a request "
+                   "is served at most its `exp. cached`")
+    return tuple(out)
+
+
+def plan_hash(plan: Plan) -> str:
+    """sha256 of the canonical JSON of the plan, without its hash, without the path it was
+    read from (`x.wl` and `./x.wl` are the same plan) and without the LRU figures (an analysis
+    of the plan for a cache size, not part of what is sent): equal plans, equal hashes. Which
+    requests are `isolated` is hashed as a list of their ids, added only when there are any."""
+    digest = hashlib.sha256(PLAN_JSON.dump_json(plan, exclude={
+        "plan_hash": True, "source": True, "cache_model": True,
+        "totals": {"lru_cached_tokens"}, "requests": {"__all__": {"isolated", "lru_cached"}},
+        "assumptions": True}))  # the assumptions say in words what the requests hold
+    isolated = [r.id for r in plan.requests if r.isolated]
+    if isolated:
+        digest.update(("\nisolated " + " ".join(isolated)).encode())
+    return digest.hexdigest()[:16]
+
+
+PLAN_JSON = TypeAdapter(Plan)  # dumps the plan as bytes at once
+
+
+__all__ = ["build_plan", "plan_hash", "Draft"]
