@@ -173,12 +173,12 @@ def test_json_plan_is_the_whole_plan(capsys):
     assert r["span"]["file"] == "abort-sim.wl" and r["abort_after"] == 500
 
 
-def test_list_shows_the_five_with_doc_and_params(capsys):
+def test_list_shows_the_bundled_with_doc_and_params(capsys):
     code, out, err = main(capsys, "list")
     assert code == 0, err
     names = [line.split()[0] for line in out.splitlines()[2:] if line and not line[0].isspace()]
-    assert names == BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "needle-test",
-                                "perf-sim"]
+    assert names == BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "mooncake",
+                                "needle-test", "perf-sim"]
     assert "kv_size (required)" in out
     assert "Concurrent agent sessions" in out
 

@@ -189,6 +189,7 @@ def test_max_context_wl407():
 @pytest.mark.parametrize("name", [n for n, _ in bundled_workloads()])
 def test_bundled_defaults_resolve(name: str):
     wl = parse(dict(bundled_workloads())[name].read_text(encoding="utf-8"), f"{name}.wl")
-    overrides = {"kv_size": "64k"} if name == "cache-pressure" else {}
+    overrides = {"cache-pressure": {"kv_size": "64k"}, "mooncake": {"trace": "t.jsonl"}}.get(
+        name, {})
     values, diags = resolve_params(wl, overrides, {"max_context": 131072})
     assert diags == [] and set(values) == {p.name for p in wl.params}

@@ -33,8 +33,9 @@ def one_param(decl: str) -> ir.Param:
     return parse(f"workload w {{ params {{ {decl} }} }}", "t.wl").params[0]
 
 
-def test_all_five_bundled_workloads_are_found():
-    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "needle-test", "perf-sim"]
+def test_all_bundled_workloads_are_found():
+    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "mooncake", "needle-test",
+                       "perf-sim"]
 
 
 @pytest.mark.parametrize("name", BUNDLED)

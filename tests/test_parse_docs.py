@@ -19,6 +19,14 @@ except ImportError:  # tests/ turned into a package
 EXAMPLES = wl_examples()
 
 
+@pytest.fixture(autouse=True)
+def at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Examples that replay a trace name it relative to the repository's root."""
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).parent.parent)
+
+
 def test_the_reference_has_examples_and_a_tutorial_section():
     assert len(EXAMPLES) >= 15
     assert "## Tutorial" in LANGUAGE_DOC.read_text(encoding="utf-8")

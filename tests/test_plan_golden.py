@@ -27,8 +27,15 @@ UPDATE = os.environ.get("WL_UPDATE_GOLDEN") == "1"
 BUNDLED = [name for name, _ in bundled_workloads()]
 SALT = "golden"
 # Params a bundled workload cannot plan without (a required param, the engine's context limit).
-NEEDED = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"]}
+NEEDED = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"],
+          "mooncake": ["--trace", "tests/data/mooncake/conversation_1000.jsonl"]}
 FULL = ["agent-sim"]  # summarised by default; its --full listing is golden too
+
+
+@pytest.fixture(autouse=True)
+def at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace's path in mooncake's golden is relative to the repository's root."""
+    monkeypatch.chdir(Path(__file__).parent.parent)
 
 
 def wl_plan(capsys: pytest.CaptureFixture[str], name: str, *extra: str) -> str:
@@ -47,8 +54,9 @@ def check_golden(path: Path, got: str) -> None:
     assert got == path.read_text(encoding="utf-8"), "run with WL_UPDATE_GOLDEN=1 to accept"
 
 
-def test_the_five_bundled_workloads_have_goldens():
-    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "needle-test", "perf-sim"]
+def test_the_bundled_workloads_have_goldens():
+    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "mooncake", "needle-test",
+                       "perf-sim"]
     if not UPDATE:
         names = {p.name for p in GOLDEN.glob("*.txt")}
         assert names == {f"{n}.txt" for n in BUNDLED} | {f"{n}.full.txt" for n in FULL}

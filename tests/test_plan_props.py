@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 
 import pytest
@@ -32,15 +33,18 @@ from workloadlang.plan.prefix import GEN_PROMPT_TOKENS
 from workloadlang.resources import bundled_workloads
 
 BUNDLED = [name for name, _ in bundled_workloads()]
+SLICE = str(Path(__file__).parent / "data" / "mooncake" / "conversation_1000.jsonl")
 # Small params so a bundled plan takes milliseconds; the golden tests cover the defaults.
 SMALL = {
     "abort-sim": {"context_tokens": "2k"},
     "agent-sim": {"main_tokens": "20k", "sub_tokens": "4k", "sessions": "2"},
     "cache-pressure": {"kv_size": "64k"},
+    "mooncake": {"trace": SLICE, "limit": "60"},
     "needle-test": {"lengths": "1k,2k"},
     "perf-sim": {"context_limit": "40k"},
 }
-FLAGS = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"]}
+FLAGS = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"],
+         "mooncake": ["--trace", SLICE, "--limit", "200"]}
 
 salts = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=24)
 
@@ -252,12 +256,13 @@ def test_bundled_plan_hash_is_stable_across_processes(name: str):
     assert json.loads(r.stdout)["plan_hash"] == json.loads(cli_json(name, "golden"))["plan_hash"]
 
 
-@pytest.mark.parametrize("name", BUNDLED)
+@pytest.mark.parametrize("name", [n for n in BUNDLED if n != "mooncake"])
 def test_bundled_conversations_never_share_filler(name: str):
     """No two requests of different conversations (session copies, sub-agents, contexts, fresh
     runs) have a filler message in common, unless one request's prompt is a prefix of the
     other's (a conversation growing, or a resend), or the filler is in the part of their
-    prompts they share (forks of one conversation: agent-sim's baselines)."""
+    prompts they share (forks of one conversation: agent-sim's baselines). (A trace's requests
+    share the blocks their ids share: tests/test_trace.py.)"""
     plan = bundled_plan(name, "props")
     keys = [s.key for m in plan.messages for s in m.segs if s.kind == "filler"]
     assert keys and len(keys) == len(set(keys))

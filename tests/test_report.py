@@ -462,3 +462,36 @@ def test_ten_thousand_requests_stay_under_five_megabytes(tmp_path):
     out = write_report([res], tmp_path / "big.html")
     assert out.stat().st_size < 5e6
     assert Path(out).read_text().count("<tr") >= 10_000
+
+
+# ---------------------------------------------------------------- cache theory
+
+
+def theory_records(cached: list[int], lru: list[int | None] | None = None):
+    """Four answered requests of 1,000 prompt tokens, 600 expected from a perfect cache."""
+    lru = lru if lru is not None else [400] * len(cached)
+    return [sample.record(id=f"r{i}", seq=i, t_start_s=float(i), planned_expected_cached=600,
+                          planned_lru_cached=lru[i], **sample.warm(1000, 600, c))
+            for i, c in enumerate(cached)]
+
+
+def test_the_theory_chart_draws_measured_against_both_caches():
+    from workloadlang.report import data
+
+    recs = theory_records([0, 400, 300, 500])
+    d = data.theory(recs, {"cache_tokens": 4096, "cache_block": 16, "concurrency": 2})
+    assert d.measured == pytest.approx([0.0, 0.2, 700 / 3000, 0.3])
+    assert d.unlimited == pytest.approx([0.6] * 4) and d.lru == pytest.approx([0.4] * 4)
+    assert d.cache == "LRU 4,096 tokens / 16" and d.concurrency == 2
+    res = sample.results("mooncake", "mooncake.wl", recs, gates=[], params={})
+    res = res.model_copy(update={"cache_theory": {"cache_tokens": 4096, "cache_block": 16,
+                                                  "concurrency": 2}})
+    html = render_html([res])
+    assert "theory" in chart_keys(html) and "Cache hit rate against theory" in html
+
+
+def test_no_theory_chart_without_a_cache_model_or_a_trace():
+    from workloadlang.report import data
+
+    assert data.theory(theory_records([0, 400], lru=[None, None]), None) is None
+    assert "theory" not in chart_keys(render_html([sample.agent()]))

@@ -73,6 +73,10 @@ _BOUND_HINTS = {
     "hit_ratio": "a request is a hit when it was served at least this share of what a perfect "
                  "cache would serve",
 }
+TRACE_OPTIONS = {"time_scale": "number", "offset": "number", "limit": "number",
+                 "sample": "ratio", "block_tokens": "number", "max_tokens": "number",
+                 "label": "string"}
+"""The options of `session NAME trace PATH { ... }` and their kinds (docs/traces.md)."""
 _LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
 _NUMERIC = frozenset({"number", "ratio", "duration"})
 _DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
@@ -481,7 +485,25 @@ class _Checker:
         for s in self.wl.sessions:
             self.value(s.repeat, self.top, "number", "the `repeat` of a session",
                        "session repeat")
+            if s.trace is not None:
+                self.check_trace(s.trace)
             self.stmts(s.body, self.top)
+
+    def check_trace(self, t: ir.TraceSource) -> None:
+        """A trace session: its path is a string; its options are known (WL216) and of their
+        kinds."""
+        self.expect(t.path, self.top, "string", "the path of `trace`")
+        self.unique(t.options, "trace option", key="key")
+        for o in t.options:
+            wanted = TRACE_OPTIONS.get(o.key)
+            if wanted is None:
+                self.err("WL216", f"unknown trace option `{o.key}`", o.span,
+                         did_you_mean(o.key, TRACE_OPTIONS) or
+                         f"the options are {', '.join(sorted(TRACE_OPTIONS))}")
+            elif wanted == "ratio" and self.kind(o.value, self.top) == "number":
+                continue  # `sample = 0.1` as well as `sample = 10%`
+            else:
+                self.expect(o.value, self.top, wanted, f"the trace option `{o.key}`")
 
     def stmts(self, body: tuple, scope: _Scope) -> None:
         for stmt in body:
@@ -633,6 +655,15 @@ def _param_kind(p: ir.Param) -> str:
 
 # ---------------------------------------------------------------- declared names
 
+def trace_label(s: ir.Session) -> str:
+    """The label of a trace session's requests: its `label` option when a string, else the
+    session's name."""
+    for o in s.trace.options if s.trace else ():
+        if o.key == "label" and isinstance(o.value, ir.Str):
+            return o.value.value
+    return s.name
+
+
 class _Declared:
     """Labels, phases, sessions and request names the workload declares (for selectors and
     `resend`); duplicate request names are reported here."""
@@ -645,6 +676,8 @@ class _Declared:
         self.diags = diags
         for s in wl.sessions:
             self.walk(s.body, None)
+            if s.trace is not None:
+                self.labels.add(trace_label(s))
 
     def walk(self, body: tuple, phase: ir.Phase | None) -> None:
         for stmt in body:

@@ -132,11 +132,17 @@ def cmd_plan(args, extra) -> int:
 
     env = {"max_context": args.max_context}
     _, _, plan = load_and_plan(args, extra, env)
-    if args.json:  # bytes straight out: a 50,000-request plan's JSON is 100 MB
+    if args.json:  # bytes straight out where it can: a 50,000-request plan's JSON is 100 MB
         from workloadlang.plan.assemble import PLAN_JSON
 
-        sys.stdout.flush()
-        sys.stdout.buffer.write(PLAN_JSON.dump_json(plan, indent=2) + b"\n")
+        data = PLAN_JSON.dump_json(plan, indent=2)
+        out = getattr(sys.stdout, "buffer", None)
+        if out is None:
+            print(data.decode())
+        else:
+            sys.stdout.flush()
+            out.write(data + b"\n")
+            out.flush()
     else:
         print(render_plan(plan, full=args.full), end="")
     return EXIT_OK

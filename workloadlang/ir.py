@@ -380,12 +380,25 @@ Stmt = Annotated[
 ]
 
 
+class TraceSource(Node):
+    """`trace PATH [{ time_scale = ..., offset = ..., limit = ..., sample = ...,
+    block_tokens = ..., max_tokens = ..., label = ... }]` of a trace session: the file to
+    replay and how (docs/traces.md)."""
+
+    path: Expr
+    options: tuple[Option, ...] = ()
+    span: Span
+
+
 class Session(Node):
-    """`session NAME [repeat N] { ... }`: N concurrent copies (`NAME#0` ...), started together."""
+    """`session NAME [repeat N] { ... }`: N concurrent copies (`NAME#0` ...), started together.
+    `session NAME trace PATH [{...}]`: one copy per session of the trace, each request of the
+    trace a request, sent at its time (`trace`; no body)."""
 
     name: str
     repeat: Expr | None = None
     body: tuple[Stmt, ...]
+    trace: TraceSource | None = None
     span: Span
 
 

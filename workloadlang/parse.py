@@ -462,6 +462,13 @@ class _Lower(Transformer):
         node = ir.Session(name=str(c[0]), repeat=c[1], body=c[2], span=self.span(meta))
         return _Clause("session", node, node.span)
 
+    def trace_session(self, meta: Any, c: list) -> _Clause:
+        span = self.span(meta)
+        options = () if c[2] is None else c[2].items
+        node = ir.Session(name=str(c[0]), body=(), span=span,
+                          trace=ir.TraceSource(path=c[1], options=options, span=span))
+        return _Clause("session", node, node.span)
+
     def block(self, meta: Any, c: list) -> tuple:
         return tuple(c)
 

@@ -288,11 +288,17 @@ def assumptions(reqs: list[PRequest], concurrency: int,
 def plan_hash(plan: Plan) -> str:
     """sha256 of the canonical JSON of the plan, without its hash, without the path it was
     read from (`x.wl` and `./x.wl` are the same plan) and without the LRU figures (an analysis
-    of the plan for a cache size, not part of what is sent): equal plans, equal hashes. Which
-    requests are `isolated` is hashed as a list of their ids, added only when there are any."""
+    of the plan for a cache size, not part of what is sent): equal plans, equal hashes. A
+    trace counts by its content (its sha256), not by its path. Which requests are `isolated`
+    is hashed as a list of their ids, added only when there are any."""
+    paths = {t.path: f"sha256:{t.sha256}" for t in plan.traces}
+    if paths:  # a trace is its content wherever it was read from, a param naming it too
+        plan = plan.model_copy(update={"params": {k: paths.get(v, v) if isinstance(v, str) else v
+                                                  for k, v in plan.params.items()}})
     digest = hashlib.sha256(PLAN_JSON.dump_json(plan, exclude={
         "plan_hash": True, "source": True, "cache_model": True,
         "totals": {"lru_cached_tokens"}, "requests": {"__all__": {"isolated", "lru_cached"}},
+        "traces": {"__all__": {"path"}},  # its content is in, by its sha256
         "assumptions": True}))  # the assumptions say in words what the requests hold
     isolated = [r.id for r in plan.requests if r.isolated]
     if isolated:

@@ -40,108 +40,124 @@ def order(streams: Sequence[Stream]) -> list[int]:
     return [k[3] for k in sorted(keys)]
 
 
-class Blocks:
-    """Block identities along trie paths: the block that ends in node n at block index k is
-    `n.serial * stride + k`; generated blocks of a reply that no prompt replays are negative
-    (owned by their request)."""
+Run = tuple[Hashable, int]  # (a node's serial, or ("gen", request)) and its full blocks
 
-    def __init__(self, trie: Trie, block: int, stride: int):
-        self.root, self.block, self.stride = trie.root, block, stride
 
-    def path(self, node: Node, stop: int) -> list[int]:
-        """The identities of blocks 0..stop-1 along the path to `node`."""
-        nodes = []
-        root = self.root
-        while node is not root:
-            nodes.append(node)
-            node = node.parent
-        out: list[int] = []
-        b = self.block
-        for n in reversed(nodes):
-            k0, k1 = n.start // b, min(n.end // b, stop)
-            if k1 > k0:
-                base = n.serial * self.stride
-                out.extend(range(base + k0, base + k1))
-        return out
+def path_runs(node: Node, root: Node, block: int) -> list[Run]:
+    """The full blocks along the path to `node`, as runs: per node, the blocks whose last
+    token is in it (a node's blocks are always used together: every path through it holds
+    them all)."""
+    nodes = []
+    while node is not root:
+        nodes.append(node)
+        node = node.parent
+    out = []
+    for n in reversed(nodes):
+        k = n.end // block - n.start // block
+        if k:
+            out.append((n.serial, k))
+    return out
 
-    def generated(self, i: int, s: Stream, prompt: int, generated: int) -> list[int]:
-        """The full blocks a request's generated tokens complete, after its prompt's."""
-        b = self.block
-        k0, k1 = prompt // b, (prompt + generated) // b
-        if k1 <= k0:
-            return []
-        if s.reply is not None:
-            base = s.reply.serial * self.stride
-            return list(range(base + k0, base + k1))
-        base = -(i * self.stride) - 1
-        return list(range(base - k0, base - k1, -1))
+
+def generated_run(i: int, s: Stream, prompt: int, generated: int, block: int) -> Run | None:
+    """The full blocks a request's generated tokens complete after its prompt's: in its reply's
+    node when a later prompt replays it, else its own."""
+    k = (prompt + generated) // block - prompt // block
+    if k <= 0:
+        return None
+    return (s.reply.serial if s.reply is not None else ("gen", i)), k
 
 
 class Lru:
-    """A device tier of `units` blocks (`sim/cache.py` at one request at a time)."""
+    """The device tier of `sim/cache.py` with `units` blocks, one request at a time, kept per
+    run of blocks: `lru` maps a run's key to how many of its blocks are cached (its first
+    ones), least recently used first.
+
+    The simulator touches a request's blocks last to first when it ends, so a run's blocks
+    stay together in its LRU order, its last ones the least recent: evicting blocks from the
+    least recent run takes its last blocks first, and a run's cached blocks are always its
+    first ones. Blocks in use by the request (its runs) are never evicted for it."""
 
     def __init__(self, units: int):
         self.units = units
-        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.used = 0
+        self.lru: OrderedDict[Hashable, int] = OrderedDict()
 
-    def matched(self, blocks: list[int]) -> int:
+    def matched(self, runs: list[Run]) -> int:
+        """Blocks of `runs` cached from the first on."""
         n, lru = 0, self.lru
-        for h in blocks:
-            if h not in lru:
+        for key, k in runs:
+            have = lru.get(key, 0)
+            n += have
+            if have < k:
                 break
-            n += 1
         return n
 
-    def insert(self, blocks: list[int], pinned: set[int], held: list[int]) -> bool:
-        """Insert (or hold) each block in order; False at the first that cannot be placed."""
-        lru = self.lru
-        for h in blocks:
-            if h not in lru:
-                if not self._make_room(pinned):
-                    return False
-                lru[h] = None
-            pinned.add(h)
-            held.append(h)
-        return True
-
-    def _make_room(self, pinned: set[int]) -> bool:
-        lru, skipped = self.lru, 0
-        if self.units < 1:
-            return False
-        while len(lru) + 1 > self.units:
-            if skipped >= len(lru):
-                return False
-            h = next(iter(lru))
-            if h in pinned:
-                lru.move_to_end(h)
-                skipped += 1
-                continue
-            lru.popitem(last=False)
-            skipped = 0
-        return True
-
-    def release(self, held: list[int]) -> None:
+    def serve(self, prompt: list[Run], gen: Run | None) -> None:
+        """Insert a request's missing prompt blocks, then (when they all fit) its generated
+        blocks; then touch them all, last to first."""
+        pinned = {key for key, _ in prompt}
+        if gen is not None:
+            pinned.add(gen[0])
+        if self._insert(prompt, pinned) and gen is not None:
+            self._insert([gen], pinned)
         move = self.lru.move_to_end
-        for h in reversed(held):
-            move(h)
+        for key in ([gen[0]] if gen is not None and gen[0] in self.lru else []):
+            move(key)
+        for key, _ in reversed(prompt):
+            if key in self.lru:
+                move(key)
+
+    def _insert(self, runs: list[Run], pinned: set) -> bool:
+        """Make each run fully cached, in order; False when room ran out (the simulator stops
+        at the first block it cannot place)."""
+        lru = self.lru
+        missing = sum(k - lru.get(key, 0) for key, k in runs)
+        room = self.units - self.used
+        if missing > room:
+            room += self._evict(missing - room, pinned)
+        for key, k in runs:
+            have = lru.get(key, 0)
+            add = min(k - have, room)
+            if add > 0:
+                lru[key] = have + add
+                self.used += add
+                room -= add
+            if have + add < k:
+                return False
+        return True
+
+    def _evict(self, need: int, pinned: set) -> int:
+        """Free up to `need` blocks from the least recently used runs not in use. Output:
+        blocks freed."""
+        lru, freed, gone = self.lru, 0, []
+        for key, have in lru.items():
+            if key in pinned:
+                continue
+            take = min(have, need - freed)
+            freed += take
+            if take == have:
+                gone.append(key)
+            else:
+                lru[key] = have - take
+            if freed == need:
+                break
+        for key in gone:
+            del lru[key]
+        self.used -= freed
+        return freed
 
 
 def replay(trie: Trie, streams: Sequence[Stream], generated: Sequence[int],
            prompts: Sequence[int], caps: Sequence[int], cache: CacheModel) -> list[int]:
     """Output: per request (in the streams' order) the tokens the LRU cache serves it."""
     b = cache.block
-    stride = max(((p + g) // b for p, g in zip(prompts, generated)), default=0) + 1
-    blocks = Blocks(trie, b, stride)
     lru = Lru(cache.tokens // b)
     out = [0] * len(streams)
     for i in order(streams):
         s, prompt = streams[i], prompts[i]
-        mine = blocks.path(s.prompt, prompt // b)
-        hit = lru.matched(mine)
+        runs = path_runs(s.prompt, trie.root, b)
+        hit = lru.matched(runs)
         out[i] = min(hit * b, (prompt - 1) // b * b, caps[i]) if prompt > 0 else 0
-        held = mine[:hit]
-        pinned = set(held)
-        if lru.insert(mine[hit:], pinned, held):
-            lru.insert(blocks.generated(i, s, prompt, generated[i]), pinned, held)
-        lru.release(held)
+        lru.serve(runs, generated_run(i, s, prompt, generated[i], b))
     return out

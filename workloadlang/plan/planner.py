@@ -406,8 +406,10 @@ def request_id(b: Builder, ctx: Ctx, label: str) -> str:
 
 
 def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort, kept,
-                options, expect, resend_of: str | None = None) -> str:
-    """Draft one request sending `conv` as it is now. Output: its id."""
+                options, expect, resend_of: str | None = None, group: str | None = None,
+                send_at: float | None = None) -> str:
+    """Draft one request sending `conv` as it is now (`group`: who it runs in order with, by
+    default its session; `send_at`: its planned send time). Output: its id."""
     label = getattr(s, "label", None) or ctx.label or kind
     rid = request_id(b, ctx, label)
     budget = getattr(s, "max_tokens", None)
@@ -426,11 +428,11 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
         max_tokens=max_tokens, abort_after=abort, reply_kept=kept,
         options={**b.options, **options} if options else b.options, expect=expect, stop_group=stop_group, stop_on=stop_on,
         stop_iter=stop_iter, wait_before=b.pending_wait.pop(ctx.session, 0.0),
-        isolated=ctx.isolated or getattr(s, "isolated", False), span=s.span)
+        isolated=ctx.isolated or getattr(s, "isolated", False), send_at=send_at, span=s.span)
     generated = abort if abort is not None else max_tokens
     candidates = tuple(c for c in dict.fromkeys((conv.last_request, last_in_session)) if c)
     b.by_id[rid] = len(b.drafts)
-    b.drafts.append(Draft(fields, ctx.session, candidates, resend_of, generated))
+    b.drafts.append(Draft(fields, group or ctx.session, candidates, resend_of, generated))
     b.last_in_session[ctx.session] = rid
     conv.last_request, conv.new_tokens = rid, 0
     name = fields["name"]

@@ -27,6 +27,7 @@ from workloadlang.plan.model import PMessage, Seg
 HEADER_TOKENS = 3  # <|im_start|> role \n
 END_TOKENS = 1  # <|im_end|>
 GEN_PROMPT_TOKENS = 3  # <|im_start|> assistant \n
+END_ATOM = ("e",)
 GEN_ATOM = ("h", "assistant")  # the generation prompt is the next assistant turn's header
 NEVER = 1 << 62  # a level no request has
 SOURCE_SLACK = 8  # atoms a named source may stop short of the shared prefix (`Prefix._source`)
@@ -118,6 +119,19 @@ class MessageNodes:
     def __init__(self, trie: Trie, messages: Sequence[PMessage]):
         self.trie, self.messages = trie, messages
         self.after: list[Node | None] = []
+        self.idents: dict[int, Hashable] = {}  # id of a segment (all alive in messages) -> identity
+
+    def atoms(self, m: PMessage) -> list[tuple[Hashable, int]]:
+        """`message_atoms`, each shared segment's identity made once."""
+        idents = self.idents
+        out = [(("h", m.role), HEADER_TOKENS)]
+        for seg in m.segs:
+            ident = idents.get(id(seg))
+            if ident is None:
+                ident = idents[id(seg)] = seg_identity(seg)
+            out.append((ident, seg.tokens))
+        out.append((END_ATOM, END_TOKENS))
+        return out
 
     def node(self, i: int | None) -> Node:
         if i is None:
@@ -131,7 +145,7 @@ class MessageNodes:
             i = self.messages[i].after
         node = self.trie.root if i is None else after[i]
         for j in reversed(chain):
-            node = after[j] = self.trie.walk(node, message_atoms(self.messages[j]))
+            node = after[j] = self.trie.walk(node, self.atoms(self.messages[j]))
         return node
 
     def prompt(self, last: int | None) -> Node:

@@ -146,9 +146,20 @@ class Realiser:
             if not all(k in replies for k in keys):
                 return out
         else:
-            out = {"role": m.role, "content": "".join(self._seg_text(s) for s in m.segs)}
+            out = {"role": m.role, "content": self._content(m.segs)}
         self._static[i] = out
         return out
+
+    def _content(self, segs: tuple[Seg, ...]) -> str:
+        """A message's text: its segments in order, a space between two fillers (the last word
+        of one and the first of the next stay two words: a trace's blocks)."""
+        parts, prev = [], None
+        for s in segs:
+            if prev is not None and prev.kind == "filler" and s.kind == "filler":
+                parts.append(" ")
+            parts.append(self._seg_text(s))
+            prev = s
+        return "".join(parts)
 
     def _assistant(self, m: PMessage, replies: Mapping[str, Reply]) -> dict[str, Any]:
         content, reasoning = [], []

@@ -67,6 +67,13 @@ OPTIONAL = [  # (header, after which column, present in the plan?, cell); insert
 ]
 
 
+def values_cell(values: set[int]) -> str:
+    """A few values as `a/b/c`, many as their range."""
+    if len(values) > 4:
+        return f"{min(values):,}..{max(values):,}"
+    return "/".join(str(v) for v in sorted(values))
+
+
 def group_row(rs: list[PRequest]) -> list[Any]:
     """One row for a run of requests of the same session (or trace), phase and label."""
     if len(rs) == 1:
@@ -80,7 +87,7 @@ def group_row(rs: list[PRequest]) -> list[Any]:
             f"{fmt_tokens(sum(r.new_tokens for r in rs))} Σ",
             f"{fmt_tokens(first.prompt_tokens)}→{fmt_tokens(last.prompt_tokens)}",
             f"{fmt_tokens(first.expected_cached)}→{fmt_tokens(last.expected_cached)}",
-            "/".join(str(m) for m in sorted({r.max_tokens for r in rs})),
+            values_cell({r.max_tokens for r in rs}),
             "–" if abort == {None} else "/".join(str(a) for a in sorted(abort, key=str))]
 
 

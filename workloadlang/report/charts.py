@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from workloadlang.report.data import Abort, Lanes, Needles, Retention, Speed
+from workloadlang.report.data import Abort, Lanes, Needles, Retention, Speed, Theory
 from workloadlang.report.svg import (
     HIT,
     MISS,
@@ -394,4 +394,43 @@ def needles_chart(series: Sequence[tuple[str, Needles]]) -> Figure:
     fig.legend(handles=[legend_dot(HIT, "found"), legend_dot(MISS, "not found", marker="X"),
                         legend_dot(UNKNOWN, "errored", marker="D")],
                loc="outside right upper")
+    return fig
+
+
+# ---------------------------------------------------------------- cache theory
+
+THEORY_COLOURS = {"measured": "#1f4e9c", "unlimited": "#7a7a7a", "lru": "#d4860b"}
+RUN_STYLES = ("-", "--", ":", "-.")
+
+
+@styled
+def theory_chart(series: Sequence[tuple[str, Theory]]) -> Figure:
+    """The measured hit rate against a perfect and an LRU cache's, cumulative over the
+    requests in send order; a line style per run. Input: (label, Theory) per run."""
+    fig = new_figure(11, 3.6)
+    ax = fig.subplots()
+    handles = []
+    for i, (label, d) in enumerate(series):
+        style = RUN_STYLES[i % len(RUN_STYLES)]
+        xs = range(1, len(d.measured) + 1)
+        lines = [("measured", d.measured, f"measured: {d.measured[-1]:.1%}"),
+                 ("unlimited", d.unlimited, f"perfect cache: {d.unlimited[-1]:.1%}")]
+        if d.lru is not None:
+            lines.append(("lru", d.lru, f"{d.cache or 'LRU'}: {d.lru[-1]:.1%}"))
+        for key, ys, text in lines:
+            ax.plot(xs, ys, color=THEORY_COLOURS[key], linestyle=style,
+                    linewidth=2 if key == "measured" else 1.4)
+            run = f"{label} · " if len(series) > 1 else ""
+            handles.append(legend_line(THEORY_COLOURS[key], run + text, style))
+        if d.concurrency > 1:
+            handles.append(legend_line("white", f"{label if len(series) > 1 else 'run'}: "
+                                       f"concurrency {d.concurrency} (the theory takes one "
+                                       "request at a time)", width=0))
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(bottom=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("requests answered, in send order")
+    ax.set_ylabel("prompt tokens from cache")
+    ax.set_title("Cache hit rate: measured against theory (cumulative)")
+    fig.legend(handles=handles, loc="outside right upper")
     return fig

@@ -11,7 +11,9 @@ Each chart is chosen from the shape of the records, never from the workload's na
   grown turn by turn); each chain of them is one run, its `index` the level;
 - abort: records planned with `abort_after`, each with the request that re-uses its prefix;
 - needles: records whose reply was checked (a gate or report line reads `ok{label}`, or a
-  completed request has `expect_ok` False).
+  completed request has `expect_ok` False);
+- cache theory: records with the plan's LRU figure (a run with `--cache-tokens`) or a planned
+  send time (a trace replay), answered with a cached count.
 """
 
 from __future__ import annotations
@@ -315,3 +317,47 @@ def needles(records: Sequence[Any], checked: set[str], depth: Any = None) -> Nee
                               found=found, reply=r.reply_excerpt or "",
                               error=r.error.message if r.error is not None else ""))
     return Needles(rows=rows, depth=depth if isinstance(depth, (int, float)) else None)
+
+
+# ---------------------------------------------------------------- cache theory
+
+
+@dataclass
+class Theory:
+    """Cumulative token-weighted hit rates after each answered request, in send order:
+    measured (cached / prompt tokens as the engine counted them), a perfect cache's and the LRU
+    cache's (the plan's, over its planned prompt tokens; None without `--cache-tokens`)."""
+
+    measured: list[float]
+    unlimited: list[float]
+    lru: list[float] | None
+    cache: str | None  # e.g. "LRU 2,000,000 tokens / 512"
+    concurrency: int
+
+
+def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | None:
+    """Input: one run's records and its `cache_theory`. Output: `Theory`, or None when the run
+    had no cache model and replayed no trace, or nothing was answered with a cached count."""
+    from workloadlang.run.theory import measured as answered
+
+    if not any(r.planned_lru_cached is not None or r.planned_send_at is not None
+               for r in records):
+        return None
+    rs = sorted((r for r in records if answered(r)), key=lambda r: (r.t_start_s or 0, r.seq))
+    if not rs:
+        return None
+    has_lru = all(r.planned_lru_cached is not None for r in rs)
+    sums = [0, 0, 0, 0, 0]  # prompt, cached, planned prompt, expected, lru
+    out: tuple[list[float], list[float], list[float]] = ([], [], [])
+    for r in rs:
+        for i, v in enumerate((r.prompt_tokens, r.cached_tokens, r.planned_prompt_tokens,
+                               r.planned_expected_cached, r.planned_lru_cached or 0)):
+            sums[i] += v
+        out[0].append(sums[1] / sums[0] if sums[0] else 0.0)
+        out[1].append(sums[3] / sums[2] if sums[2] else 0.0)
+        out[2].append(sums[4] / sums[2] if sums[2] else 0.0)
+    summary = summary or {}
+    cache = (f"LRU {summary['cache_tokens']:,} tokens / {summary['cache_block']:,}"
+             if has_lru and summary.get("cache_tokens") else "LRU" if has_lru else None)
+    return Theory(measured=out[0], unlimited=out[1], lru=out[2] if has_lru else None,
+                  cache=cache, concurrency=int(summary.get("concurrency") or 1))

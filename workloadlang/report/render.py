@@ -97,6 +97,13 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("needles", "Needles",
      "Whether the reply contained the needle, per haystack length.",
      needle_data, "needles_chart"),
+    ("theory", "Cache hit rate against theory",
+     "The share of prompt tokens served from the cache, cumulative over the requests answered "
+     "with a cached count in the order they were sent: as the engine reported it, and as the "
+     "plan says a perfect cache and an LRU cache of the given size (wl run --cache-tokens) "
+     "would serve, taking one request at a time. Above a concurrency of 1 requests overlap: "
+     "the gap is what that cost.",
+     lambda r: data.theory(r.records, getattr(r, "cache_theory", None)), "theory_chart"),
 ]
 
 

@@ -6,8 +6,9 @@ Output: a `RunResult` (records in schedule order, incomplete reason, client-side
 
 Semantics: all sessions start together; requests of one session run in plan order (their
 dependencies); a phase is a barrier across sessions; the workload's concurrency limit is a
-semaphore around the send; `until` loops skip their remaining iterations once the condition is
-seen; fail-fast (a workload option) stops every session at the first miss; by default every
+semaphore around the send; a request with a planned send time (`send_at`, a trace's) is not
+sent before it, from the run's start; `until` loops skip their remaining iterations once the
+condition is seen; fail-fast (a workload option) stops every session at the first miss; by default every
 session runs to its end so every verdict can be judged.
 
 Sizing (the engine's /tokenize calls that size each filler text) happens before the clock
@@ -262,7 +263,8 @@ class Executor:
         firsts = [self.by_session[s][0] for s in sessions if self.by_session.get(s)]
         await self._size_all(sessions)  # before the clock starts
         for req in firsts:  # the start (all sessions at once) then only sends
-            self._build_early(req)
+            if not req.send_at:  # one sent later is made while it waits for its time
+                self._build_early(req)
         await open_connections(self.client, self.endpoint.chat_url,
                                min(len(self.built), self.concurrency))
         warm_up()
@@ -310,8 +312,9 @@ class Executor:
         out = []
         for req in firsts:
             ahead = self.built.get(req.id)
-            if ahead is None or req.wait_before or req.phase or req.isolated:
-                continue  # a phase starts at a barrier; an isolated request waits its turn
+            if ahead is None or req.wait_before or req.phase or req.isolated or req.send_at:
+                continue  # a phase starts at a barrier; an isolated request waits its turn; a
+                # request with a planned send time waits for it
             if ready_to_write(self.client, ahead[1]):
                 out.append(req)
         return out
@@ -385,11 +388,17 @@ class Executor:
         if req.wait_before:  # the planned wait: make the request meanwhile
             self._build_early(req)
             await asyncio.sleep(req.wait_before)
+        due = free + req.wait_before  # planned: from the session's going on, or the send time
+        if req.send_at is not None:
+            due = max(due, self.t0 + req.send_at)
+            if due > self.clock():  # a trace request: not before its time
+                self._build_early(req)
+                await asyncio.sleep(due - self.clock())
         wire, request = self._wire(req)
         outcome, slot_wait = await self._send(req, wire, request, self._chainable(req, after))
         self.isolation.leave(req.session, _same_phase(req, after))
         self.last_answer = asyncio.get_running_loop().time()
-        own = (outcome.t_send - free - req.wait_before) - slot_wait
+        own = (outcome.t_send - due) - slot_wait
         self.delays.append(max(0.0, own))
         if self.worst_delay is None or own > self.worst_delay[0]:
             self.worst_delay = (own, free, outcome.t_send, self.gcs.within(free, outcome.t_send))
@@ -446,6 +455,7 @@ class Executor:
         record (see `_decides`), and no planned abort (its session may be held a moment before
         reading its answer, `_hold`, and an abort is exact only when read at once). Else None."""
         if (after is None or after.wait_before or after.abort_after or after.isolated
+                or after.send_at
                 or (after.phase and after.phase != req.phase)):
             return None  # an isolated request waits for the run to drain (`_send`)
         return None if self._decides(req) else after

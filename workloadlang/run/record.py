@@ -69,6 +69,8 @@ class Record(BaseModel):
     # the plan
     planned_prompt_tokens: int
     planned_expected_cached: int
+    planned_lru_cached: int | None = None  # with --cache-tokens: what the plan's LRU cache serves
+    planned_send_at: float | None = None  # a trace request's planned send time, s from the start
     new_tokens: int
     max_tokens: int
     abort_after: int | None = None
@@ -137,7 +139,9 @@ def base_record(req: PRequest) -> dict[str, Any]:
     return dict(id=req.id, seq=req.seq, session=req.session, phase=req.phase, label=req.label,
                 index=req.index, kind=req.kind, line=req.span.line,
                 planned_prompt_tokens=req.prompt_tokens,
-                planned_expected_cached=req.expected_cached, new_tokens=req.new_tokens,
+                planned_expected_cached=req.expected_cached,
+                planned_lru_cached=req.lru_cached, planned_send_at=req.send_at,
+                new_tokens=req.new_tokens,
                 max_tokens=req.max_tokens, abort_after=req.abort_after,
                 prefix_source=req.prefix_source, isolated=req.isolated)
 

@@ -40,6 +40,7 @@ from workloadlang.run.errors import mentions, redact_value
 from workloadlang.run.executor import Executor, RunResult, Sink
 from workloadlang.run.transport import alone
 from workloadlang.run.record import Record, TtftReference
+from workloadlang.run.theory import cache_theory
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_ENDPOINT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_WRITE = 5
@@ -70,6 +71,8 @@ class Results(BaseModel):
     report: dict[str, Any]
     report_format: dict[str, str] = {}
     impossible: int = 0  # records whose counts no engine can report (`Record.impossible`)
+    # measured hit rate next to the perfect and LRU caches' (run/theory.py)
+    cache_theory: dict[str, Any] | None = None
     records: list[Record]
 
     def to_json(self) -> str:
@@ -325,7 +328,8 @@ async def run_plan(plan: Plan, endpoint: Endpoint, engine: dict[str, Any], token
         exit_code=exit_code(run, gates, interrupted), gates=gates,
         verdicts=session_verdicts(plan, gates), report=evaluate_report(plan, records, env),
         report_format={item.name: item.fmt for item in plan.report},
-        impossible=sum(1 for r in records if r.impossible), records=records)
+        impossible=sum(1 for r in records if r.impossible),
+        cache_theory=cache_theory(plan, records), records=records)
     sink.event("summary", {"exit_code": results.exit_code, "incomplete": results.incomplete,
                            "verdicts": results.verdicts, "report": results.report,
                            "impossible": results.impossible})

@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from workloadlang.plan.model import Plan
 from workloadlang.run.record import Record
+from workloadlang.run.theory import theory_line
 
 
 def fmt_s(v: float | None) -> str:
@@ -149,7 +150,9 @@ def summary_text(results: Any) -> str:
         parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
                                                   tablefmt="plain", disable_numparse=True)]
     counters = counters_line(results.metrics, (results.engine or {}).get("engine"))
-    parts += ["", *([counters] if counters else []), footer(results), ""]
+    theory = theory_line(getattr(results, "cache_theory", None))
+    parts += ["", *([counters] if counters else []), *([theory] if theory else []),
+              footer(results), ""]
     return "\n".join(parts)
 
 
