@@ -18,8 +18,8 @@ whole Mooncake conversation trace (12,031 requests; `--traces DIR`) with `--json
 and with `--cache-tokens 10M`, and agent-sim's one session of 4,000 turns
 (`--main-tokens 40k --step-tokens 10`).
 
-Usage: /work/venv/bin/python bench/plan_speed.py [--repeat 7] [--check] [--profile agent-sim]
-       /work/venv/bin/python bench/plan_speed.py --large [--repeat 3] [--traces DIR]
+Usage: python -m bench.plan_speed [--repeat 7] [--check] [--profile agent-sim] [--json PATH]
+       python -m bench.plan_speed --large [--repeat 3] [--traces DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ import cProfile
 import io
 import os
 import pstats
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 from contextlib import redirect_stdout
+
+from bench.harness import add_json_argument, describe_machine, machine, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLICE = os.path.join(ROOT, "tests", "data", "mooncake", "conversation_1000.jsonl")
@@ -113,13 +114,13 @@ def profile(name: str) -> None:
 
 def large_plans(args: argparse.Namespace) -> int:
     """Time the large plans; exit 1 with --check when one misses its bar."""
+    started = machine()
     wl = wl_command()
     repeat = args.repeat if args.repeat != 7 else 3
-    print(f"python {sys.version.split()[0]} · {os.cpu_count()} CPUs · load average "
-          f"{os.getloadavg()[0]:.2f} · {repeat} runs each after a warm-up\n")
+    print(f"{describe_machine(started)} · {repeat} runs each after a warm-up\n")
     print(f"{'plan':<50} {'requests':>8} {'median':>8} {'max':>8} {'CPU':>8} {'peak RSS':>9}"
           f"  bar")
-    missed = False
+    missed, out = False, []
     for label, argv, wall_bar, mem_bar in large(args.traces):
         cmd = [*wl, "plan", *argv, "--salt", "bench"]
         m = measure(cmd, repeat)
@@ -128,10 +129,13 @@ def large_plans(args: argparse.Namespace) -> int:
         missed |= not ok
         print(f"{label:<50} {n:>8} {m['median']:>7.2f}s {m['max']:>7.2f}s {m['cpu']:>7.2f}s "
               f"{m['rss']:>7.0f}MB  < {wall_bar} s, < {mem_bar} MB: {'ok' if ok else 'MISSED'}")
+        out.append({"plan": label, "requests": n, "median_s": m["median"], "max_s": m["max"],
+                    "cpu_s": m["cpu"], "peak_rss_mb": m["rss"], "ok": ok})
+    write_json(args.json, "plan_speed --large", args, out, started)
     return 1 if args.check and missed else 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--check", action="store_true", help=f"exit 1 if a median is >= {TARGET_S} s")
@@ -140,15 +144,16 @@ def main() -> int:
     ap.add_argument("--traces", default=os.path.join(os.path.dirname(ROOT), "shared", "data",
                                                      "traces", "mooncake"),
                     help="the folder of conversation_trace.jsonl (default: %(default)s)")
-    args = ap.parse_args()
+    add_json_argument(ap)
+    args = ap.parse_args(argv)
     if args.profile:
         profile(args.profile)
         return 0
     if args.large:
         return large_plans(args)
+    started = machine()
     wl = wl_command()
-    print(f"python {sys.version.split()[0]} · {os.cpu_count()} CPUs · load average "
-          f"{os.getloadavg()[0]:.2f} · {args.repeat} runs each after a warm-up\n")
+    print(f"{describe_machine(started)} · {args.repeat} runs each after a warm-up\n")
     rows = [("python -c pass", measure([sys.executable, "-c", "pass"], args.repeat), "–"),
             ("import workloadlang.cli", measure([sys.executable, "-c", "import workloadlang.cli"],
                                                 args.repeat), "–")]
@@ -165,6 +170,9 @@ def main() -> int:
               f"{m['rss']:>5.0f}MB")
     print(f"\nslowest median {worst:.3f} s (target < {TARGET_S} s): "
           f"{'ok' if worst < TARGET_S else 'MISSED'}")
+    write_json(args.json, "plan_speed", args, [
+        {"command": label, "requests": n, "median_s": m["median"], "max_s": m["max"],
+         "cpu_s": m["cpu"], "peak_rss_mb": m["rss"]} for label, m, n in rows], started)
     return 1 if args.check and worst >= TARGET_S else 0
 
 

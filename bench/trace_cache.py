@@ -8,8 +8,9 @@ tokens. It also prints the same trace counted without the planner, straight from
 (a prompt's leading ids seen before, in tokens, over the input tokens), and that count with
 every output token added as a hit (the reading of the paper's figures in docs/traces.md).
 
-Usage: /work/venv/bin/python bench/trace_cache.py [--dir ../shared/data/traces/mooncake]
-                                                  [--block 512] [--sizes 3M,10M,50M]
+Usage: python -m bench.trace_cache [--traces FILE,...] [--block 512] [--sizes 3M,10M,50M]
+                                   [--json PATH]
+(default traces: conversation and synthetic in ../shared/data/traces/mooncake)
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import sys
 import time
 from pathlib import Path
 
+from bench.harness import ROOT, add_json_argument, describe_machine, machine, write_json
 from workloadlang import api
 from workloadlang.cli import token_count
 from workloadlang.plan.model import CacheModel
 
-TRACES = {"conversation_trace.jsonl": 40, "synthetic_trace.jsonl": 66}  # the paper's %
+PAPER = {"conversation": 40, "synthetic": 66}  # the paper's cache ratios, %
+SHARED = ROOT.parent / "shared" / "data" / "traces" / "mooncake"
 
 
 def plan_rates(path: Path, sizes: list[int], block: int) -> tuple[float, list[float], float]:
@@ -61,30 +64,40 @@ def counted(path: Path) -> tuple[float, float]:
     return hit / total, (hit + output) / total
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default=str(Path(__file__).resolve().parents[2] / "shared" /
-                                         "data" / "traces" / "mooncake"))
+    ap.add_argument("--traces", default=",".join(str(SHARED / f"{n}_trace.jsonl")
+                                                 for n in PAPER))
     ap.add_argument("--block", type=int, default=512)
     ap.add_argument("--sizes", default="3M,10M,50M")
-    args = ap.parse_args()
+    add_json_argument(ap)
+    args = ap.parse_args(argv)
+    started = machine()
     sizes = [token_count(s) for s in args.sizes.split(",")]
     head = " | ".join(f"LRU {s / 1e6:g}M" for s in sizes)
-    print(f"blocks of {args.block} tokens\n")
+    print(f"{describe_machine(started)} · blocks of {args.block} tokens\n")
     print(f"| trace | requests | paper | unlimited | {head} | from the ids | + outputs |")
     print("|---|---:|---:|---:|" + "---:|" * len(sizes) + "---:|---:|")
-    for name, paper in TRACES.items():
-        path = Path(args.dir) / name
+    rows = []
+    for name in args.traces.split(","):
+        path = Path(name)
         if not path.is_file():
             print(f"{path}: missing", file=sys.stderr)
-            continue
+            return 2
         unlimited, lru, per_plan = plan_rates(path, sizes, args.block)
         ids, with_out = counted(path)
         n = sum(1 for _ in path.open())
+        short = path.name.split("_")[0]
+        paper = PAPER.get(short)
         cells = " | ".join(f"{100 * x:.1f} %" for x in lru)
-        print(f"| {name.split('_')[0]} | {n:,} | {paper} % | {100 * unlimited:.1f} % | {cells} "
-              f"| {100 * ids:.1f} % | {100 * with_out:.1f} % |")
-        print(f"  ({per_plan:.1f} s per plan with --cache-tokens)", file=sys.stderr)
+        print(f"| {short} | {n:,} | {'-' if paper is None else f'{paper} %'} | "
+              f"{100 * unlimited:.1f} % | {cells} | {100 * ids:.1f} % | {100 * with_out:.1f} % |")
+        rows.append({"trace": path.name, "requests": n, "paper": paper, "unlimited": unlimited,
+                     "lru": dict(zip(map(str, sizes), lru)), "from_ids": ids,
+                     "with_outputs": with_out, "seconds_per_plan": per_plan})
+    print("\n" + "; ".join(f"{r['trace']}: {r['seconds_per_plan']:.1f} s per plan"
+                           for r in rows))
+    write_json(args.json, "trace_cache", args, rows, started, block=args.block)
     return 0
 
 

@@ -177,6 +177,35 @@ def test_plan_speed_runs_small() -> None:
     assert 0 < m["median"] <= m["max"] and m["cpu"] >= 0
 
 
+def test_plan_speed_large_runs_small(tmp_path: Path) -> None:
+    """The large plans, with the committed trace slice standing in for the whole trace."""
+    from bench import plan_speed
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "conversation_trace.jsonl").write_text(
+        "".join((ROOT / "tests/data/mooncake/conversation_1000.jsonl").read_text()
+                .splitlines(keepends=True)[:200]))
+    out = tmp_path / "large.json"
+    assert plan_speed.main(["--large", "--repeat", "1", "--traces", str(traces),
+                            "--json", str(out)]) == 0
+    rows = figures(out)
+    assert [r["requests"] for r in rows] == ["200", "200", "4,001"]
+    assert all(r["median_s"] > 0 and r["peak_rss_mb"] > 10 for r in rows)
+
+
+def test_trace_cache_runs_small(tmp_path: Path) -> None:
+    from bench import trace_cache
+
+    out = tmp_path / "cache.json"
+    assert trace_cache.main(["--traces", str(ROOT / "tests/data/mooncake/conversation_1000.jsonl"),
+                             "--sizes", "1M,2M", "--json", str(out)]) == 0
+    (row,) = figures(out)
+    assert row["requests"] == 1000 and row["paper"] == 40
+    assert row["lru"]["1000000"] <= row["lru"]["2000000"] <= row["unlimited"]
+    assert row["unlimited"] == pytest.approx(row["from_ids"], abs=0.001)
+
+
 def test_fuzz_runs_small() -> None:
     out = subprocess.run([sys.executable, "-m", "bench.fuzz", "8"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
