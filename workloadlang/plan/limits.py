@@ -8,11 +8,11 @@ Limits: the requests of the plan; the tokens of one request (prompt + generation
 filler, reply or conversation); the prompt tokens of all requests together. A loop (`repeat`,
 `for`, `grow`, `spawn`, `session ... repeat`) of more iterations than the request limit is
 refused at once, and so are all loops together past ten iterations per allowed request, and a
-plan of more than eight messages per allowed request (what keeps `wl plan` under about 500 MB). A loop
-is also refused as soon as its first iteration shows that its count of such iterations would pass
-a limit (a conversation that grows by a step per iteration grows quadratically in total tokens),
-so that `repeat 1e12` or `grow until 150k by 1` is refused in milliseconds, before anything of
-that size is made.
+plan of more than eight messages per allowed request (what keeps `wl plan` under about
+500 MB). A loop is also refused as soon as its first iteration shows that its count of such
+iterations would pass a limit (a conversation that grows by a step per iteration grows
+quadratically in total tokens), so that `repeat 1000000000000` or `grow until 150k by 1` is
+refused in milliseconds, before anything of that size is made.
 """
 
 from __future__ import annotations

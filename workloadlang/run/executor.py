@@ -8,8 +8,8 @@ Semantics: all sessions start together; requests of one session run in plan orde
 dependencies); a phase is a barrier across sessions; the workload's concurrency limit is a
 semaphore around the send; a request with a planned send time (`send_at`, a trace's) is not
 sent before it, from the run's start; `until` loops skip their remaining iterations once the
-condition is seen; fail-fast (a workload option) stops every session at the first miss; by default every
-session runs to its end so every verdict can be judged.
+condition is seen; fail-fast (a workload option) stops every session at the first miss; by
+default every session runs to its end so every verdict can be judged.
 
 Sizing (the engine's /tokenize calls that size each filler text) happens before the clock
 starts, for every request: none of it competes with the measured requests, on the engine or in

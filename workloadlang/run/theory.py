@@ -55,7 +55,8 @@ def theory_line(theory: dict[str, Any] | None) -> str | None:
     if not theory or not theory.get("requests"):
         return None
     line = (f"cache hit rate over {theory['requests']:,} request(s): measured "
-            f"{pct(theory['measured'])} of prompt tokens; a perfect cache {pct(theory['unlimited'])}")
+            f"{pct(theory['measured'])} of prompt tokens; a perfect cache "
+            f"{pct(theory['unlimited'])}")
     if theory.get("lru") is not None:
         gap = 100 * (theory["measured"] - theory["lru"])
         line += (f", an LRU cache of {theory['cache_tokens']:,} tokens (blocks of "
