@@ -427,7 +427,8 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
         last_message=conv.last, new_tokens=conv.new_tokens, prompt_tokens=prompt,
         max_tokens=max_tokens, abort_after=abort, reply_kept=kept,
         options={**b.options, **options} if options else b.options, expect=expect,
-        stop_group=stop_group, stop_on=stop_on, stop_iter=stop_iter, wait_before=b.pending_wait.pop(ctx.session, 0.0),
+        stop_group=stop_group, stop_on=stop_on, stop_iter=stop_iter,
+        wait_before=b.pending_wait.pop(ctx.session, 0.0),
         isolated=ctx.isolated or getattr(s, "isolated", False), send_at=send_at, span=s.span)
     generated = abort if abort is not None else max_tokens
     candidates = tuple(c for c in dict.fromkeys((conv.last_request, last_in_session)) if c)
