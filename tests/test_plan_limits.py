@@ -1,6 +1,7 @@
 """plan: the size limits (WL408) refuse a plan before building it, naming the statement.
 
-Input: `.wl` texts (and bundled workloads with flags) whose plans are far beyond the limits.
+Input: `.wl` texts (and bundled workloads with flags) whose plans are far beyond the limits
+(with numbers up to the largest a file may hold, 1e15).
 Output checked: the diagnostic's code, statement line and hint; that the refusal allocates little
 (traced peak memory: a refusal that first built the plan would take gigabytes); that `wl plan`
 exits 2 without a traceback; that the limits are overridable and a plan within them is planned.
@@ -25,8 +26,9 @@ HUGE = {
     "session_repeat": f'workload w {{\n  session s repeat {G} {{ user "x"; reply 1 }}\n}}',
     "for": f'workload w {{ session s {{\n  for i in 0..{T} {{ user "x"; reply 1 }}\n}} }}',
     "spawn": f'workload w {{ session s {{\n  spawn {G} {{ user "x"; reply 1 }}\n}} }}',
-    "filler_1e30": 'workload w { session s {\n  user filler 1' + "0" * 30 + '; reply 1\n} }',
-    "reply_1e30": 'workload w { session s {\n  user "x"; reply 1' + "0" * 30 + '\n} }',
+    # the largest number a file may hold (1e15; larger is WL111 when parsed, WL404 computed)
+    "filler_1e15": 'workload w { session s {\n  user filler 1' + "0" * 15 + '; reply 1\n} }',
+    "reply_1e15": 'workload w { session s {\n  user "x"; reply 1' + "0" * 15 + '\n} }',
     "filler_1e10": 'workload w { session s {\n  user filler 10000000000; reply 1\n} }',
     "empty_loops": 'workload w { session s {\n  repeat 90000 { repeat 90000 { } }\n'
                    '  user "x"; reply 1 } }',
@@ -66,7 +68,7 @@ def test_the_refusal_names_the_limit_it_passes():
     assert "repeat count is 1,000,000,000,000" in refused(HUGE["repeat"])[0].message
     assert "--max-request-tokens" in refused(HUGE["filler_1e10"])[0].hint
     assert "filler size is 10,000,000,000 tokens" in refused(HUGE["filler_1e10"])[0].message
-    assert "max_tokens is" in refused(HUGE["reply_1e30"])[0].message
+    assert "max_tokens is" in refused(HUGE["reply_1e15"])[0].message
     growth = refused(HUGE["quadratic_growth"])[0]
     assert "prompt tokens in all" in growth.message and "--max-total-tokens" in growth.hint
 
