@@ -68,12 +68,16 @@ def wl_command() -> list[str]:
 
 
 def timed(cmd: list[str]) -> tuple[float, float, str, float]:
-    """(wall seconds, CPU seconds of the child, stdout, the child's peak RSS in MB) of one
-    run (its stdout read to the end through a pipe; the rusage is the child's own, from
-    `wait4`)."""
+    """(wall seconds, CPU seconds of the child, the first MB of its stdout, the child's peak
+    RSS in MB) of one run. Its stdout is read to the end through a pipe in chunks and not
+    kept (a large output held here would count in the next child's peak: a forked child starts
+    with this process's pages); the rusage is the child's own, from `wait4`."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    out = proc.stdout.read()
+    head = b""
+    while chunk := proc.stdout.read(1 << 20):
+        if len(head) < 1 << 20:
+            head += chunk
     proc.stdout.close()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -81,7 +85,8 @@ def timed(cmd: list[str]) -> tuple[float, float, str, float]:
     proc.returncode = code
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({code})")
-    return wall, usage.ru_utime + usage.ru_stime, out.decode(), usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, head.decode(errors="replace"), \
+        usage.ru_maxrss / 1024
 
 
 def measure(cmd: list[str], repeat: int) -> dict[str, float | str]:

@@ -87,8 +87,17 @@ class Trie:
         return found
 
     def walk(self, node: Node, atoms: Iterable[tuple[Hashable, int]]) -> Node:
+        """The node at the end of `atoms` from `node` (`child` inlined: a trace's prompts are
+        hundreds of thousands of atoms)."""
         for ident, weight in atoms:
-            node = self.child(node, ident, weight)
+            kids = node.kids
+            if kids is None:
+                kids = node.kids = {}
+            found = kids.get(ident)
+            if found is None:
+                found = kids[ident] = Node(node, node.end, node.end + weight, self.nodes)
+                self.nodes += 1
+            node = found
         return node
 
     def number(self) -> None:
@@ -200,7 +209,8 @@ class Prefix:
 
     def run(self) -> list[Expectation]:
         """Output: one `Expectation` per stream, in the streams' order."""
-        self.trie.number()
+        if any(s.candidates or s.resend_of is not None for s in self.streams):
+            self.trie.number()  # for `reaches`, which only named sources need
         streams, out = self.streams, [Expectation() for _ in self.streams]
         order = order_of(streams)
         epoch, key, level_start = -1, None, 0
