@@ -29,10 +29,10 @@ import cProfile
 import io
 import os
 import pstats
-import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import redirect_stdout
 
@@ -63,30 +63,48 @@ def large(traces: str) -> list[tuple[str, list[str], float, float]]:
 
 
 def wl_command() -> list[str]:
-    script = shutil.which("wl", path=os.path.dirname(sys.executable))
-    return [script] if script else [sys.executable, "-m", "workloadlang.cli"]
+    """`wl`, as a process that reports its own peak RSS (`WL_WITH_PEAK`)."""
+    return [sys.executable, "-c", WL_WITH_PEAK]
+
+
+# `wl ARGS` in one process that says, as it exits, its own peak RSS (VmHWM: the memory of this
+# process image only; a child's rusage would also count the pages of the bench it was forked
+# from)
+WL_WITH_PEAK = """import sys
+from workloadlang.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as f:
+        sys.stderr.write("".join(line for line in f if line.startswith("VmHWM")))
+sys.exit(code)
+"""
 
 
 def timed(cmd: list[str]) -> tuple[float, float, str, float]:
-    """(wall seconds, CPU seconds of the child, the first MB of its stdout, the child's peak
-    RSS in MB) of one run. Its stdout is read to the end through a pipe in chunks and not
-    kept (a large output held here would count in the next child's peak: a forked child starts
-    with this process's pages); the rusage is the child's own, from `wait4`."""
+    """(wall seconds, CPU seconds of the child, the first MB of its stdout, its peak RSS in
+    MB) of one run. Its stdout is read to the end through a pipe in chunks and not kept; the
+    CPU is the child's own rusage (`wait4`), the peak its VmHWM when it reports one (a `wl`
+    command, `WL_WITH_PEAK`), else its rusage's."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    head = b""
-    while chunk := proc.stdout.read(1 << 20):
-        if len(head) < 1 << 20:
-            head += chunk
-    proc.stdout.close()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+        head = b""
+        while chunk := proc.stdout.read(1 << 20):
+            if len(head) < 1 << 20:
+                head += chunk
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        err.seek(0)
+        hwm = [line.split()[1] for line in err.read().decode(errors="replace").splitlines()
+               if line.startswith("VmHWM:")]
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({code})")
-    return wall, usage.ru_utime + usage.ru_stime, head.decode(errors="replace"), \
-        usage.ru_maxrss / 1024
+    peak = int(hwm[-1]) / 1024 if hwm else usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, head.decode(errors="replace"), peak
 
 
 def measure(cmd: list[str], repeat: int) -> dict[str, float | str]:

@@ -190,8 +190,10 @@ def test_plan_speed_large_runs_small(tmp_path: Path) -> None:
     assert plan_speed.main(["--large", "--repeat", "1", "--traces", str(traces),
                             "--json", str(out)]) == 0
     rows = figures(out)
-    assert [r["requests"] for r in rows] == ["200", "200", "4,001"]
-    assert all(r["median_s"] > 0 and r["peak_rss_mb"] > 10 for r in rows)
+    assert [r["requests"] for r in rows][:2] == ["200", "200"]
+    assert int(rows[2]["requests"].replace(",", "")) > 4000  # agent-sim's 4,000 turns
+    # each plan's own peak (not this test process's, which a forked child would count)
+    assert all(r["median_s"] > 0 and 30 < r["peak_rss_mb"] < 300 for r in rows), rows
 
 
 def test_trace_cache_runs_small(tmp_path: Path) -> None:

@@ -185,3 +185,13 @@ def test_a_long_conversation_plans_in_linear_size():
     last = large.requests[-1]
     assert len(large.message_ids(last)) == 2 * 2000 - 1
     assert last.expected_cached == large.requests[-2].prompt_tokens + 4
+
+
+def test_a_planned_request_copies_with_an_update():
+    """Requests are built unvalidated with one shared set of field names: a copy with an update
+    (as `wl run --no-isolation` makes) still works and leaves the others alone."""
+    plan = plan_of(CONTEXTS)
+    a, b = plan.requests[0], plan.requests[1]
+    c = a.model_copy(update={"isolated": True})
+    assert c.isolated and not a.isolated and not b.isolated
+    assert "isolated" in c.model_fields_set and c.model_dump()["id"] == a.id

@@ -114,7 +114,7 @@ def test_a_bad_trace_is_a_diagnostic_with_its_line(tmp_path: Path, capsys, name:
     p = write(tmp_path, lines)
     assert cli.main(["plan", "mooncake", "--trace", str(p)]) == 2
     err = capsys.readouterr().err
-    assert "error[WL410]" in err and said in err and "Traceback" not in err, err
+    assert "error[WL409]" in err and said in err and "Traceback" not in err, err
 
 
 def test_a_missing_trace_file_exits_2(capsys, tmp_path: Path):

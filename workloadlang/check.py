@@ -490,14 +490,14 @@ class _Checker:
             self.stmts(s.body, self.top)
 
     def check_trace(self, t: ir.TraceSource) -> None:
-        """A trace session: its path is a string; its options are known (WL216) and of their
+        """A trace session: its path is a string; its options are known (WL215) and of their
         kinds."""
         self.expect(t.path, self.top, "string", "the path of `trace`")
         self.unique(t.options, "trace option", key="key")
         for o in t.options:
             wanted = TRACE_OPTIONS.get(o.key)
             if wanted is None:
-                self.err("WL216", f"unknown trace option `{o.key}`", o.span,
+                self.err("WL215", f"unknown trace option `{o.key}`", o.span,
                          did_you_mean(o.key, TRACE_OPTIONS) or
                          f"the options are {', '.join(sorted(TRACE_OPTIONS))}")
             elif wanted == "ratio" and self.kind(o.value, self.top) == "number":

@@ -270,7 +270,7 @@ def _finish(path: str, fmt: Format, sha: str, total: int, block: int, rows, sess
 
 def load_for(wl: Any, env: Mapping[str, Any], limits: Any) -> dict[str, Trace]:
     """The trace of each trace session of `wl` (its path and selection evaluated with `env`,
-    the resolved params), by session name. Raises `WorkloadError` (WL410: the file; WL404: an
+    the resolved params), by session name. Raises `WorkloadError` (WL409: the file; WL404: an
     option's value) with every problem found."""
     from workloadlang.diagnostics import Diagnostic, WorkloadError
 
@@ -286,7 +286,7 @@ def load_for(wl: Any, env: Mapping[str, Any], limits: Any) -> dict[str, Trace]:
             diags.append(Diagnostic(code="WL404", message=e.message, span=e.span))
         except TraceError as e:
             where = f"{path}:{e.line}: " if e.line else f"{path}: "
-            diags.append(Diagnostic(code="WL410", message=f"trace {where}{e.message}",
+            diags.append(Diagnostic(code="WL409", message=f"trace {where}{e.message}",
                                     span=s.trace.path.span,
                                     hint="docs/traces.md describes the formats"))
     if diags:

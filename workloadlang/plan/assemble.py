@@ -156,7 +156,9 @@ def streams_of(b: Builder, trie: Trie) -> list[Stream]:
     return out
 
 
-REQUEST_FIELDS = frozenset(PRequest.model_fields)
+# one set of field names shared by every request (a set: `model_copy` copies and extends it;
+# nothing changes it in place, the model being frozen)
+REQUEST_FIELDS = set(PRequest.model_fields)
 
 
 def finish_requests(b: Builder, concurrency: int, cache: CacheModel | None) -> list[PRequest]:

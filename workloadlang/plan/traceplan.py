@@ -83,7 +83,7 @@ def plan_trace(b: Builder, s: ir.Session, root: Ctx,
                trace: Any) -> tuple[TraceInfo | None, list[SessionInfo]]:
     """Draft every request of `trace` for trace session `s`."""
     if trace is None:
-        b.error("WL410", f"session `{s.name}` replays a trace, but no trace was read for it",
+        b.error("WL409", f"session `{s.name}` replays a trace, but no trace was read for it",
                 s.trace.span, hint="plan it through `api.make_plan`, which reads the file")
         return None, []
     opts = options(b, s, root, trace.block_tokens)
