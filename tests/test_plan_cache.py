@@ -195,3 +195,29 @@ def test_a_planned_request_copies_with_an_update():
     c = a.model_copy(update={"isolated": True})
     assert c.isolated and not a.isolated and not b.isolated
     assert "isolated" in c.model_fields_set and c.model_dump()["id"] == a.id
+
+
+def test_a_prompts_messages_are_its_whole_chain_however_they_are_asked_for():
+    """`message_ids` makes a chain from an earlier one when it can: in any order of asking,
+    with forks, resends and more prompts than it keeps, it is the `after` chain."""
+    import random
+
+    from workloadlang.plan import model
+
+    plan = plan_of("""workload w { session s repeat 2 { user filler 10
+        repeat 150 label turn { reply 4 replay; user filler 5 }
+        spawn 3 fork label side { user "Aside."; reply 2 }
+        probe as last; resend last } }""")
+
+    def walked(r):
+        out, i = [], r.last_message
+        while i is not None:
+            out.append(i)
+            i = plan.messages[i].after
+        return tuple(reversed(out))
+
+    reqs = list(plan.requests)
+    assert len(reqs) > model.CHAINS_KEPT
+    random.Random(7).shuffle(reqs)
+    for r in [*plan.requests, *reqs, *reversed(plan.requests)]:
+        assert plan.message_ids(r) == walked(r), r.id

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from workloadlang.ir import Calibrate, Gate, ReportItem, Span
 
@@ -162,6 +162,9 @@ class TraceInfo(Frozen):
     time_scale: float
 
 
+CHAINS_KEPT = 256  # prompts' message chains a plan keeps made (`Plan.message_ids`)
+
+
 class Plan(Frozen):
     workload: str
     doc: str
@@ -185,17 +188,30 @@ class Plan(Frozen):
     assumptions: tuple[str, ...] = ()
     cache_model: CacheModel | None = None
     traces: tuple[TraceInfo, ...] = ()
+    _chains: dict[int, tuple[int, ...]] = PrivateAttr(default_factory=dict)
 
     def message_ids(self, req: PRequest) -> tuple[int, ...]:
-        """The indices of a request's prompt messages, in order (walks its `after` chain)."""
-        out: list[int] = []
-        i = req.last_message
-        messages = self.messages
-        while i is not None:
-            out.append(i)
-            i = messages[i].after
-        out.reverse()
-        return tuple(out)
+        """The indices of a request's prompt messages, in order: its `after` chain, made from
+        the chain of an earlier prompt when one of the last few made ends on the way (the
+        runner asks for a request's messages several times, and a conversation's next request
+        extends the one before)."""
+        last = req.last_message
+        if last is None:
+            return ()
+        made = self._chains
+        found = made.get(last)
+        if found is not None:
+            return found
+        tail, i = [], last
+        while i is not None and i not in made:
+            tail.append(i)
+            i = self.messages[i].after
+        tail.reverse()
+        out = (() if i is None else made[i]) + tuple(tail)
+        if len(made) >= CHAINS_KEPT:
+            del made[next(iter(made))]
+        made[last] = out
+        return out
 
     def prompt_messages(self, req: PRequest) -> list[PMessage]:
         """The messages of a request's prompt, in order."""
