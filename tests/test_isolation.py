@@ -61,7 +61,7 @@ def test_nothing_of_the_run_overlaps_an_isolated_request(tmp_path):
 def req(rid: str, session: str, isolated: bool) -> PRequest:
     from workloadlang.ir import Span
     return PRequest(id=rid, seq=0, session=session, session_name="s", copy_index=0, phase="",
-                    label="x", index=0, kind="reply", messages=(), new_tokens=0,
+                    label="x", index=0, kind="reply", last_message=None, new_tokens=0,
                     prompt_tokens=1, expected_cached=0, max_tokens=1, isolated=isolated,
                     span=Span(file="t", line=1, col=1, end_line=1, end_col=1))
 
