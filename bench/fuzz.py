@@ -1,9 +1,9 @@
 """Fuzz the frontend at scale: the properties of tests/test_fuzz.py over many more examples, and
 the hostile sources of tests/test_hostile_source.py at full size.
 
-    python bench/fuzz.py [N]                 # N examples in all (default 10000)
-    python bench/fuzz.py --hostile [BYTES]   # every hostile class at BYTES (default 10 MB)
-    python bench/fuzz.py --engine [BYTES]    # every hostile engine at BYTES (default 100 MB)
+    python -m bench.fuzz [N]                 # N examples in all (default 10000)
+    python -m bench.fuzz --hostile [BYTES]   # every hostile class at BYTES (default 10 MB)
+    python -m bench.fuzz --engine [BYTES]    # every hostile engine at BYTES (default 100 MB)
 
 Input: none (the bundled workloads, the grammar's keywords, tests/hostile.py). Output: the
 number of examples run and the wall time; with `--hostile`, one line per class and command:
