@@ -16,23 +16,45 @@ stretch, and gives it back before its first request that is not (`leave`), or at
 request that is not isolated waits while another session holds the isolation or waits for it.
 So an isolated request's TTFT holds no other request's work of the run, and nothing of the run
 changes the engine's cache from its send to its end.
+
+A run sharded over several processes (`workloadlang.scale`) has one isolation for all of them:
+`shared` (a `RunWide`) says when a session of another process holds it or waits for it, and an
+isolated request takes it run-wide too, which waits until no process has anything in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from workloadlang.plan.model import PRequest
+
+
+class RunWide(Protocol):
+    """The isolation across the processes of a sharded run, as one process sees it."""
+
+    def attach(self, isolation: "Isolation") -> None:
+        """Called once by the process's `Isolation`: poke it when the run-wide state changes,
+        wait for it to be `idle` before telling the others this process has drained."""
+
+    def claimed(self, session: str) -> bool:
+        """True when a session other than `session` (of any process) holds it or waits."""
+
+    async def take(self, session: str) -> None:
+        """Hold it run-wide; returns once no process has a request of the run in flight."""
+
+    def give_back(self, session: str) -> None:
+        """`session` is done with it."""
 
 
 class Isolation:
     """The run's isolation: at most one session holds it at a time (see the module)."""
 
     def __init__(self, busy: Callable[[], bool], clock: Callable[[], float],
-                 on_alone: Callable[[bool], Any] = lambda on: None):
-        self.busy, self.clock, self.on_alone = busy, clock, on_alone
+                 on_alone: Callable[[bool], Any] = lambda on: None,
+                 shared: RunWide | None = None):
+        self.busy, self.clock, self.on_alone, self.shared = busy, clock, on_alone, shared
         self.owner: str | None = None  # the session holding the isolation
         self.queue: deque[tuple[str, asyncio.Future]] = deque()  # sessions asking for it
         self.changed: asyncio.Event | None = None  # set when something may have ended
@@ -41,12 +63,15 @@ class Isolation:
         self.waited: dict[str, float] = {}  # request id -> its wait for the run to drain
         self.held: dict[str, float] = {}  # request id -> time held back by others' isolation
         self.count = 0  # isolated requests sent
+        if shared is not None:
+            shared.attach(self)
 
     def claimed(self, session: str) -> bool:
         """Output: True when another session holds the isolation or waits for it: a request of
         `session` that is not isolated must not start now (nor be written ahead)."""
         return (self.owner is not None and self.owner != session) or any(
-            s != session for s, _ in self.queue)
+            s != session for s, _ in self.queue) or (
+            self.shared is not None and self.shared.claimed(session))
 
     async def enter(self, req: PRequest) -> float:
         """Wait until `req` may be sent. Output: seconds waited (the isolation's cost here)."""
@@ -55,6 +80,8 @@ class Isolation:
         t0 = self.clock()
         if req.isolated:
             await self._take(req.session)
+            if self.shared is not None:
+                await self.shared.take(req.session)
             await self._drained()
             self.waited[req.id] = self.clock() - t0
             self.count += 1
@@ -71,6 +98,8 @@ class Isolation:
             self.active_s += self.clock() - self.since
             self.owner = None
             self.on_alone(False)
+            if self.shared is not None:
+                self.shared.give_back(session)
             self._next_owner()
             self.poke()
 
@@ -111,9 +140,13 @@ class Isolation:
                 self._own(session)
                 fut.set_result(None)
 
-    async def _drained(self) -> None:
+    async def idle(self) -> None:
+        """Wait until nothing of this process's run is in flight or waiting for a slot."""
         while self.busy():
             await self._poke_wait()
+
+    async def _drained(self) -> None:
+        await self.idle()
         self.on_alone(True)
 
     async def _poke_wait(self) -> None:
