@@ -516,6 +516,8 @@ class _Checker:
         self.check_options(getattr(s, "options", ()), scope)
         if isinstance(s, ir.Message):
             self.check_parts(s, scope)
+        if isinstance(s, ir.Reply):
+            self.check_reply_calls(s, scope)
         if isinstance(s, ir.Resend) and s.name not in self.names.requests:
             self.err("WL207", f"no request is named `{s.name}`", s.span,
                      did_you_mean(s.name, self.names.requests) or
@@ -527,9 +529,34 @@ class _Checker:
     def check_parts(self, s: ir.Message, scope: _Scope) -> None:
         for part in s.parts:
             if isinstance(part, ir.FillerPart):
-                self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
-                self.value(part.needle_at, scope, "ratio", "the depth of `needle at`",
-                           "needle at")
+                self.check_filler(part, scope)
+            elif isinstance(part, ir.CallPart):
+                if s.role != "assistant":
+                    self.err("WL230", f"a `call` in a `{s.role}` message", part.span,
+                             "tool calls are made by the assistant: `assistant call NAME "
+                             "{ ... }` (its result is a `tool` message)")
+                self.check_call(part, scope)
+
+    def check_filler(self, part: ir.FillerPart, scope: _Scope) -> None:
+        self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
+        self.value(part.needle_at, scope, "ratio", "the depth of `needle at`", "needle at")
+
+    def check_call(self, call: ir.CallPart, scope: _Scope) -> None:
+        """A tool call's arguments: distinct keys, fillers of a size."""
+        self.unique(call.args, "tool call argument", key="key")
+        for arg in call.args:
+            if isinstance(arg.value, ir.FillerPart):
+                self.check_filler(arg.value, scope)
+
+    def check_reply_calls(self, s: ir.Reply, scope: _Scope) -> None:
+        """The tool calls a reply's turn carries: never on a dropped reply (nothing is kept)."""
+        for call in s.calls:
+            self.check_call(call, scope)
+        if s.calls and s.mode == "drop":
+            self.err("WL230", "a `call` on a `reply ... drop`: the reply's turn is not kept, "
+                     "so the call is never sent", s.calls[0].span,
+                     "keep the reply (`replay`, `replay content` or `synthetic`), or add the "
+                     "call as `assistant call NAME { ... }`")
 
     def loop_scope(self, s: Any, scope: _Scope) -> _Scope:
         """The scope of a statement's body: with its loop variable, if it has one."""

@@ -175,7 +175,29 @@ class FillerPart(Node):
     span: Span
 
 
-ContentPart = Annotated[Union[TextPart, FillerPart], Field(discriminator="kind")]
+ArgPart = Annotated[Union[TextPart, FillerPart], Field(discriminator="kind")]
+
+
+class CallArg(Node):
+    """`KEY = PART` in a tool call's arguments: a literal string or a filler."""
+
+    key: str
+    value: ArgPart
+    span: Span
+
+
+class CallPart(Node):
+    """`call NAME { KEY = PART, ... }`: a tool call of an assistant turn, sent as one of its
+    `tool_calls` (OpenAI chat format) with the arguments as a JSON object of strings. The
+    `tool` messages after it answer its calls in order."""
+
+    kind: Literal["call"] = "call"
+    name: str
+    args: tuple[CallArg, ...] = ()
+    span: Span
+
+
+ContentPart = Annotated[Union[TextPart, FillerPart, CallPart], Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- request options
@@ -202,24 +224,29 @@ class Expect(Node):
 # ---------------------------------------------------------------- statements
 
 class Message(Node):
-    """`system ...`, `user ...`, `assistant ...`: append a message to the current conversation."""
+    """`system ...`, `user ...`, `assistant ...`, `tool ...`: append a message to the current
+    conversation. A `call` part belongs in an assistant message; a `tool` message is the result
+    of the oldest call of the conversation not answered yet."""
 
     kind: Literal["message"] = "message"
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     parts: tuple[ContentPart, ...]
     span: Span
 
 
-ReplyMode = Literal["replay", "synthetic", "drop"]
+ReplyMode = Literal["replay", "content", "synthetic", "drop"]
 
 
 class Reply(Node):
-    """`reply MAX [replay|synthetic|drop] [abort after N] [as NAME] [label L] [options {..}] [expect ..]`.
+    """`reply MAX [replay [content]|synthetic|drop] [abort after N] [as NAME] [label L]
+    [options {..}] [expect ..] [call NAME {..}]`.
 
     Sends the conversation so far as one request. `replay` (default) appends the reply verbatim as
-    the next assistant turn; `synthetic` appends a stand-in of the same length; `drop` appends
-    nothing. With `abort after N` the client closes the stream after N streamed tokens and the
-    partial turn (content and reasoning) is what gets appended.
+    the next assistant turn, its reasoning included; `replay content` (mode `content`) appends
+    its content without the reasoning, as most chat templates do; `synthetic` appends a stand-in
+    of the same length; `drop` appends nothing. With `abort after N` the client closes the stream
+    after N streamed tokens and the partial turn (content and reasoning) is what gets appended.
+    `calls` are tool calls the appended turn carries after the reply.
     """
 
     kind: Literal["reply"] = "reply"
@@ -231,6 +258,7 @@ class Reply(Node):
     options: tuple[Option, ...] = ()
     expect: tuple[Expect, ...] = ()
     isolated: bool = False  # timed alone: nothing else of the run in flight (docs/language.md)
+    calls: tuple[CallPart, ...] = ()
     span: Span
 
 

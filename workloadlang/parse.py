@@ -142,7 +142,8 @@ _GROUPS: tuple[tuple[str, frozenset[str], int], ...] = (
                                  "_LPAR", "_LSQB", "_LBRACE", "MINUS", "NOT"}), 6),
     ("an operator", frozenset({"OR", "AND", "EQEQ", "NE", "LT", "LE", "GT", "GE", "PLUS",
                                "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT"}), 4),
-    ("a statement", frozenset({"_SYSTEM", "_USER", "_ASSISTANT", "_REPLY", "_PROBE", "_RESEND",
+    ("a statement", frozenset({"_SYSTEM", "_USER", "_ASSISTANT", "_TOOL", "_REPLY", "_PROBE",
+                               "_RESEND",
                                "_WAIT", "_TURN", "_PHASE", "_FOR", "_REPEAT", "_GROW", "_SPAWN",
                                "_FRESH", "_IF"}), 10),
     ("a setting", frozenset({"_CONCURRENCY", "_SETTLE", "_TIMEOUT", "_FAIL_FAST", "_HIT_RATIO",
@@ -365,7 +366,7 @@ class _Lower(Transformer):
     until = _clause("until", "value")
     as_name = _clause("as", "word")
     label = _clause("label", "word")
-    mode = spawn_mode = _clause("mode", "word")
+    spawn_mode = _clause("mode", "word")
     params = _clause("params", "all")
     gates = _clause("gates", "all")
     report = _clause("report", "all")
@@ -373,6 +374,11 @@ class _Lower(Transformer):
 
     def isolated(self, meta: Any, c: list) -> _Clause:
         return _Clause("isolated", True, self.span(meta))
+
+    def mode(self, meta: Any, c: list) -> _Clause:
+        """`replay`, `replay content` (mode `content`), `synthetic` or `drop`."""
+        word = "content" if len(c) > 1 and c[1] is not None else str(c[0])
+        return _Clause("mode", word, self.span(meta))
 
     # -- helpers
 
@@ -481,12 +487,23 @@ class _Lower(Transformer):
     def filler_part(self, meta: Any, c: list) -> ir.FillerPart:
         return ir.FillerPart(tokens=c[0], needle_at=c[1], span=self.span(meta))
 
+    def tool_call(self, meta: Any, c: list) -> ir.CallPart:
+        return ir.CallPart(name=str(c[0]), args=tuple(c[1] or ()), span=self.span(meta))
+
+    def call_args(self, meta: Any, c: list) -> list:
+        return c
+
+    def call_arg(self, meta: Any, c: list) -> ir.CallArg:
+        key = self.string(c[0]) if c[0].type == "STRING" else str(c[0])
+        return ir.CallArg(key=key, value=c[1], span=self.span(meta))
+
     def reply(self, meta: Any, c: list) -> ir.Reply:
-        f = self.gather(c[1:])
+        calls = tuple(x for x in c[1:] if isinstance(x, ir.CallPart))
+        f = self.gather([x for x in c[1:] if not isinstance(x, ir.CallPart)])
         return ir.Reply(max_tokens=c[0], mode=f.get("mode", "replay"), abort_after=f.get("abort"),
                         name=f.get("as"), label=f.get("label"), options=_flat(f.get("options", [])),
                         expect=tuple(f.get("expect", [])), isolated=f.get("isolated", False),
-                        span=self.span(meta))
+                        calls=calls, span=self.span(meta))
 
     def expect(self, meta: Any, c: list) -> _Clause:
         span = self.span(meta)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from workloadlang.ir import Calibrate, Gate, ReportItem, Span
 
@@ -25,28 +25,41 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def unless(default: Any) -> Any:
+    """A field that the plan's JSON (and so its hash) leaves out while it holds `default`: a
+    construct a plan does not use adds nothing to it."""
+    return Field(default, exclude_if=lambda v: v == default)
+
+
 class Seg(Frozen):
     """A planned piece of message content.
 
     `text`: literal text. `filler`: salted synthetic text of `tokens` tokens named by `key`
     (with a needle sentence at `needle_at` when set). `reply` / `partial`: the reply (or the
-    partial, aborted turn) of request `key`, known only at run time; `tokens` is the planned size.
+    partial, aborted turn) of request `key`, known only at run time; `tokens` is the planned size;
+    `content_only`: its content without its reasoning (`replay content`). `call`: a tool call
+    with id `key`, tool name `text` and `args` (name, text or filler segment); `tokens` counts
+    its arguments and `CALL_TOKENS` of markup.
     """
 
-    kind: Literal["text", "filler", "reply", "partial"]
+    kind: Literal["text", "filler", "reply", "partial", "call"]
     tokens: int
     text: str = ""
     key: str = ""
     needle_at: float | None = None
     synthetic: bool = False
+    content_only: bool = unless(False)
+    args: tuple[tuple[str, "Seg"], ...] = unless(())
 
 
 class PMessage(Frozen):
-    """One message; `after` is the message before it in its conversation (None: the first)."""
+    """One message; `after` is the message before it in its conversation (None: the first).
+    A `tool` message answers the tool call whose id is `call_id`."""
 
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     segs: tuple[Seg, ...]
     after: int | None = None
+    call_id: str = unless("")
 
 
 class Expectation(Frozen):
@@ -94,7 +107,7 @@ class PRequest(Frozen):
     lru_cached: int | None = None
     max_tokens: int
     abort_after: int | None = None
-    reply_kept: Literal["replay", "synthetic", "drop", "partial"] = "drop"
+    reply_kept: Literal["replay", "content", "synthetic", "drop", "partial"] = "drop"
     options: dict[str, Any] = {}
     expect: tuple[Expectation, ...] = ()
     stop_group: str | None = None
@@ -161,6 +174,8 @@ class TraceInfo(Frozen):
     block_tokens: int
     time_scale: float
 
+
+Seg.model_rebuild()
 
 CHAINS_KEPT = 256  # prompts' message chains a plan keeps made (`Plan.message_ids`)
 

@@ -14,6 +14,7 @@ filled in afterwards by replaying the plan against a perfect prefix cache (`pref
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -24,7 +25,8 @@ from workloadlang.evaluate import EvalError, evaluate, refs_in
 from workloadlang.plan import synth
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import Expectation, PMessage, Seg
-from workloadlang.plan.prefix import GEN_PROMPT_TOKENS, message_weight
+from workloadlang.plan.prefix import (CALL_ARG_TOKENS, CALL_TOKENS, GEN_PROMPT_TOKENS,
+                                      message_weight)
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_HIT_RATIO = 0.9
@@ -33,12 +35,14 @@ DEFAULT_HIT_RATIO = 0.9
 @dataclass
 class Conv:
     """A conversation being built: its last message (the chain before it is the rest), its
-    tokens so far, the last request sent on it and the tokens added since."""
+    tokens so far, the last request sent on it, the tokens added since and the ids of the tool
+    calls of its last assistant turn that no `tool` message answered yet."""
 
     last: int | None = None
     tokens: int = 0
     last_request: str | None = None
     new_tokens: int = 0
+    calls: tuple[str, ...] = ()
 
 
 class Ctx:
@@ -110,10 +114,13 @@ class Builder:
         self.diags.append(Diagnostic(code=code, message=message, span=span, hint=hint))
 
     def append(self, conv: Conv, role: str, segs: tuple[Seg, ...], new: int,
-               span: ir.Span) -> None:
-        """Add a message at the end of `conv` (it names conv's last message as its `after`)."""
+               span: ir.Span, call_id: str = "") -> None:
+        """Add a message at the end of `conv` (it names conv's last message as its `after`);
+        an assistant turn's tool calls wait for their `tool` messages."""
         self.budget.message(span)
-        message = PMessage(role=role, segs=segs, after=conv.last)
+        message = PMessage(role=role, segs=segs, after=conv.last, call_id=call_id)
+        if role == "assistant":
+            conv.calls = tuple(g.key for g in segs if g.kind == "call")
         self.messages.append(message)
         conv.tokens += message_weight(message)
         self.upto.append(conv.tokens)
@@ -200,11 +207,23 @@ def walk(b: Builder, body: tuple[ir.Stmt, ...], ctx: Ctx, conv: Conv) -> None:
 
 def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
     segs = tuple(part_seg(b, p, ctx, f"{ctx.path}/{j}") for j, p in enumerate(s.parts))
-    b.append(conv, s.role, segs, sum(g.tokens for g in segs), s.span)
+    call_id = ""
+    if s.role == "tool":
+        if not conv.calls:
+            b.error("WL430", "this `tool` message answers no tool call: no call of the "
+                    "conversation's last assistant turn is left unanswered", s.span,
+                    "a `tool` message follows `assistant call NAME { ... }` or `reply N call "
+                    "NAME { ... }`, one per call")
+        else:
+            call_id, conv.calls = conv.calls[0], conv.calls[1:]
+    b.append(conv, s.role, segs, sum(g.tokens for g in segs), s.span, call_id)
 
 
 def part_seg(b: Builder, p: ir.ContentPart, ctx: Ctx, path: str) -> Seg:
-    """A message part as a planned segment; `path` names a filler (its text's key)."""
+    """A message part as a planned segment; `path` names a filler (its text's key) or a call
+    (its id)."""
+    if isinstance(p, ir.CallPart):
+        return call_seg(b, p, ctx, path)
     if isinstance(p, ir.TextPart):
         seg = b.texts.get(id(p))  # one segment per literal, however often it is sent
         if seg is None:
@@ -217,6 +236,21 @@ def part_seg(b: Builder, p: ir.ContentPart, ctx: Ctx, path: str) -> Seg:
     return Seg(kind="filler", key=key,
                                tokens=tokens(b, p.tokens, ctx, "filler size"),
                                needle_at=None if needle is None else float(needle))
+
+
+def call_seg(b: Builder, p: ir.CallPart, ctx: Ctx, path: str) -> Seg:
+    """A tool call: its id (from the session and position, so the same in every re-send), its
+    name, its arguments as segments, and its tokens (markup, keys and values)."""
+    args = tuple((a.key, part_seg(b, a.value, ctx, f"{path}/{j}"))
+                 for j, a in enumerate(p.args))
+    size = CALL_TOKENS + sum(CALL_ARG_TOKENS + seg.tokens for _, seg in args)
+    return Seg(kind="call", key=call_id(f"{ctx.session}:{path}"), text=p.name, args=args,
+               tokens=size)
+
+
+def call_id(key: str) -> str:
+    """A tool call's id: 9 letters and digits (what the strictest templates accept)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:9]
 
 
 def text_tokens(text: str) -> int:
@@ -235,8 +269,9 @@ def stmt_reply(b: Builder, s: ir.Reply, ctx: Ctx, conv: Conv) -> None:
     if kept != "drop":
         size = abort if abort is not None else max_tokens
         seg = Seg(kind="partial" if kept == "partial" else "reply", key=rid,
-                                  tokens=size, synthetic=kept == "synthetic")
-        b.append(conv, "assistant", (seg,), 0, s.span)
+                  tokens=size, synthetic=kept == "synthetic", content_only=s.mode == "content")
+        calls = tuple(call_seg(b, c, ctx, f"{ctx.path}/call{j}") for j, c in enumerate(s.calls))
+        b.append(conv, "assistant", (seg, *calls), sum(c.tokens for c in calls), s.span)
 
 
 def expectation(b: Builder, e: ir.Expect, conv: Conv) -> Expectation:
@@ -364,7 +399,8 @@ def stmt_spawn(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv) -> None:
         env = {**ctx.env, s.var: k} if s.var else ctx.env
         fork = s.mode == "fork"
         child = Conv(last=conv.last if fork else None, tokens=conv.tokens if fork else 0,
-                     last_request=conv.last_request if fork else None)
+                     last_request=conv.last_request if fork else None,
+                     calls=conv.calls if fork else ())
         walk(b, s.body, ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
                                isolated=ctx.isolated or s.isolated), child)
 

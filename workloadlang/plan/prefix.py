@@ -27,6 +27,8 @@ from workloadlang.plan.model import PMessage, Seg
 HEADER_TOKENS = 3  # <|im_start|> role \n
 END_TOKENS = 1  # <|im_end|>
 GEN_PROMPT_TOKENS = 3  # <|im_start|> assistant \n
+CALL_TOKENS = 3  # a tool call's markup: <tool_call> name ... </tool_call>
+CALL_ARG_TOKENS = 1  # an argument's key ("path":)
 END_ATOM = ("e",)
 GEN_ATOM = ("h", "assistant")  # the generation prompt is the next assistant turn's header
 NEVER = 1 << 62  # a level no request has
@@ -38,6 +40,10 @@ def seg_identity(s: Seg) -> Hashable:
         return ("t", s.text)
     if s.kind == "filler":
         return ("f", s.key, s.tokens, s.needle_at)
+    if s.kind == "call":
+        return ("c", s.key, s.text, tuple((k, seg_identity(v)) for k, v in s.args))
+    if s.content_only:  # the reply without its reasoning: not what was generated
+        return (s.kind[0], s.key, s.synthetic, "content")
     return (s.kind[0], s.key, s.synthetic)
 
 

@@ -12,6 +12,7 @@ corrects each filler to its planned size.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from workloadlang.plan import synth
@@ -77,6 +78,15 @@ class ExactSizer(RatioSizer):
         self.sized[key], self.measured[key] = best
 
 
+def fillers(segs: tuple[Seg, ...]):
+    """The filler segments of a message, a tool call's arguments' included."""
+    for seg in segs:
+        if seg.kind == "filler":
+            yield seg
+        elif seg.kind == "call":
+            yield from (v for _, v in seg.args if v.kind == "filler")
+
+
 class Realiser:
     """Turns planned requests into chat messages; makes each message once, when it is final."""
 
@@ -89,11 +99,11 @@ class Realiser:
         self._encoded: dict[int, bytes] = {}  # final message -> its encoding (`encoded`)
 
     async def prepare(self, req: PRequest) -> None:
-        """Size every filler of this request's prompt (asks the tokenizer once per filler)."""
+        """Size every filler of this request's prompt, a tool call's arguments' too (asks the
+        tokenizer once per filler)."""
         for i in self.plan.message_ids(req):
-            for seg in self.plan.messages[i].segs:
-                if seg.kind == "filler":
-                    await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg))
+            for seg in fillers(self.plan.messages[i].segs):
+                await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg))
 
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
@@ -147,14 +157,29 @@ class Realiser:
                 return out
         else:
             out = {"role": m.role, "content": self._content(m.segs)}
+            self._tool_fields(m, out)
         self._static[i] = out
         return out
+
+    def _tool_fields(self, m: PMessage, out: dict[str, Any]) -> None:
+        """An assistant turn's `tool_calls` (OpenAI chat format: the arguments a JSON object
+        of strings), a tool message's `tool_call_id`."""
+        calls = [s for s in m.segs if s.kind == "call"]
+        if calls:
+            out["tool_calls"] = [{"id": c.key, "type": "function", "function": {
+                "name": c.text, "arguments": json.dumps(
+                    {k: self._seg_text(v) for k, v in c.args}, ensure_ascii=False)}}
+                for c in calls]
+        if m.role == "tool":
+            out["tool_call_id"] = m.call_id
 
     def _content(self, segs: tuple[Seg, ...]) -> str:
         """A message's text: its segments in order, a space between two fillers (the last word
         of one and the first of the next stay two words: a trace's blocks)."""
         parts, prev = [], None
         for s in segs:
+            if s.kind == "call":  # sent as `tool_calls` (`_tool_fields`)
+                continue
             if prev is not None and prev.kind == "filler" and s.kind == "filler":
                 parts.append(" ")
             parts.append(self._seg_text(s))
@@ -165,6 +190,8 @@ class Realiser:
         content, reasoning = [], []
         for s in m.segs:
             r = replies.get(s.key) if s.kind in ("reply", "partial") else None
+            if s.kind == "call":
+                continue
             if r is None:
                 content.append(self._seg_text(s))
             elif s.synthetic:
@@ -172,12 +199,14 @@ class Realiser:
                                             r.completion_tokens or s.tokens))
             else:
                 content.append(r.content)
-                reasoning.append(r.reasoning)
+                if not s.content_only:  # `replay content` leaves the reasoning out
+                    reasoning.append(r.reasoning)
         msg: dict[str, Any] = {"role": m.role, "content": "".join(content)}
         if "".join(reasoning):
             msg[self.reasoning_key] = "".join(reasoning)
-        elif not msg["content"] and all(s.kind == "reply" for s in m.segs):
+        elif not msg["content"] and all(s.kind in ("reply", "call") for s in m.segs):
             msg["content"] = NO_OUTPUT
+        self._tool_fields(m, msg)
         return msg
 
     def _seg_text(self, s: Seg) -> str:

@@ -146,10 +146,29 @@ def extra_totals(plan: Plan) -> list[list[str]]:
     if t.expected_cached_max_tokens is not None:
         rows.append(["  up to (other sessions)",
                      share(t.expected_cached_max_tokens, t.prompt_tokens)])
+    rows.extend(agent_totals(plan))
     if plan.cache_model is not None and t.lru_cached_tokens is not None:
         c = plan.cache_model
         rows.append([f"  LRU {c.tokens:,} / {c.block:,}",
                      share(t.lru_cached_tokens, t.prompt_tokens)])
+    return rows
+
+
+def agent_totals(plan: Plan) -> list[list[str]]:
+    """Rows for tool calls and their results (how many, their tokens), and for replies
+    replayed without their reasoning, when the plan has any."""
+    calls = [s for m in plan.messages for s in m.segs if s.kind == "call"]
+    results = [m for m in plan.messages if m.role == "tool"]
+    rows = []
+    if calls or results:
+        result_tokens = sum(g.tokens for m in results for g in m.segs)
+        rows.append(["tool calls", f"{len(calls):,} ({sum(c.tokens for c in calls):,} tokens), "
+                     f"{len(results):,} results ({result_tokens:,} tokens)"])
+    content = sum(r.reply_kept == "content" for r in plan.requests)
+    if content:
+        replies = sum(r.kind == "reply" for r in plan.requests)
+        rows.append(["replayed without reasoning", f"{content:,} of {replies:,} replies "
+                     "(`replay content`)"])
     return rows
 
 

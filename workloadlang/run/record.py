@@ -157,13 +157,18 @@ def generated(o: Any) -> int:
 def runtime_expected(req: PRequest, src_req: PRequest | None, src: Any | None,
                      prompt: int | None) -> tuple[int | None, str]:
     """Expected cached tokens in the engine's own counts: the prefix request's reported prompt
-    (and its generated tokens when the reply is replayed), else the plan scaled to this prompt."""
+    (and its generated tokens when the reply is replayed: also under `replay content` when the
+    engine generated no reasoning, the content then being all it generated), else the plan
+    scaled to this prompt."""
     if prompt is None:
         return None, "none"
     if src_req is not None and src is not None and src.prompt_tokens is not None and src.error is None:
         covers_prompt = req.expected_cached >= src_req.prompt_tokens - GEN_PROMPT_TOKENS
         if covers_prompt:
-            extra = generated(src) if req.expected_cached > src_req.prompt_tokens else 0
+            replayed = req.expected_cached > src_req.prompt_tokens or (
+                src_req.reply_kept == "content" and not src.reasoning
+                and req.expected_cached == src_req.prompt_tokens)
+            extra = generated(src) if replayed else 0
             return min(prompt - 1, src.prompt_tokens + extra), f"engine:{src_req.id}"
     scaled = round(req.expected_cached * prompt / max(1, req.prompt_tokens))
     return min(max(0, prompt - 1), scaled), "plan"

@@ -5,7 +5,9 @@ the chained hashes of the prompt's full blocks.
 
 A token is a whitespace-separated word (`str.split`). The template is ChatML-like, one token per
 marker: `<|im_start|> role words... <|im_end|>`; an assistant message with reasoning renders
-`<think> reasoning... </think>` before its content; the generation prompt is
+`<think> reasoning... </think>` before its content, and each of its `tool_calls` after it as
+`<tool_call> name key words... key words... </tool_call>` (the arguments' JSON object, each
+key then its value's words); a `tool` message renders like any other; the generation prompt is
 `<|im_start|> assistant`. A final assistant message is continued (left open, no prompt added).
 
 Rendering is incremental and memoised per message prefix (`Renderer`), so a conversation that
@@ -14,6 +16,7 @@ grows by one turn only splits and hashes the new turn.
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -25,6 +28,8 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 THINK = "<think>"
 THINK_END = "</think>"
+TOOL_CALL = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
 GENERATION_PROMPT: tuple[str, ...] = (IM_START, "assistant")
 ROOT_HASH = 0x5EED
 
@@ -69,16 +74,57 @@ def reasoning_text(message: dict) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _fields(message: Any) -> tuple[str, str, str]:
-    """(role, reasoning, content) of one message; MessageError when malformed."""
+def _fields(message: Any) -> tuple[str, str, str, tuple[str, ...]]:
+    """(role, reasoning, content, tool calls' tokens) of one message; MessageError when
+    malformed."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise MessageError("each message must be an object with a string 'role'")
     role = message["role"].strip() or "user"
     reasoning = reasoning_text(message) if role == "assistant" else ""
-    return role, reasoning, content_text(message.get("content"))
+    calls = call_tokens(message.get("tool_calls")) if role == "assistant" else ()
+    return role, reasoning, content_text(message.get("content")), calls
 
 
-def message_tokens(role: str, reasoning: str, text: str, open_: bool) -> list[str]:
+def call_tokens(calls: Any) -> tuple[str, ...]:
+    """The tokens of an assistant message's `tool_calls` (None or a list of
+    `{"function": {"name", "arguments"}}`); MessageError when malformed."""
+    if calls is None:
+        return ()
+    if not isinstance(calls, list):
+        raise MessageError("'tool_calls' must be a list")
+    out: list[str] = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise MessageError("each tool call must be an object with a 'function' holding a "
+                               "string 'name'")
+        out.append(TOOL_CALL)
+        out.extend(fn["name"].split())
+        out.extend(argument_tokens(fn.get("arguments")))
+        out.append(TOOL_CALL_END)
+    return tuple(out)
+
+
+def argument_tokens(arguments: Any) -> list[str]:
+    """A tool call's arguments as tokens: a JSON object (or its text) as each key then its
+    value's words; anything else as its text's words."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return arguments.split()
+        arguments = parsed if isinstance(parsed, dict) else arguments
+    if isinstance(arguments, dict):
+        out: list[str] = []
+        for key, value in arguments.items():
+            out.append(str(key))
+            out.extend((value if isinstance(value, str) else json.dumps(value)).split())
+        return out
+    return [] if arguments is None else json.dumps(arguments).split()
+
+
+def message_tokens(role: str, reasoning: str, text: str, open_: bool,
+                   calls: tuple[str, ...] = ()) -> list[str]:
     """Tokens of one rendered message; `open_` leaves it unterminated (a continuation)."""
     out = [IM_START, role]
     if reasoning:
@@ -86,6 +132,7 @@ def message_tokens(role: str, reasoning: str, text: str, open_: bool) -> list[st
         out.extend(reasoning.split())
         out.append(THINK_END)
     out.extend(text.split())
+    out.extend(calls)
     if not open_:
         out.append(IM_END)
     return out
@@ -104,10 +151,10 @@ def render_tokens(messages: Any, add_generation_prompt: bool = True) -> list[str
     last = len(messages) - 1
     continuation = False
     for i, m in enumerate(messages):
-        role, reasoning, text = _fields(m)
+        role, reasoning, text, calls = _fields(m)
         open_ = i == last and role == "assistant"
         continuation = continuation or open_
-        out.extend(message_tokens(role, reasoning, text, open_))
+        out.extend(message_tokens(role, reasoning, text, open_, calls))
     if add_generation_prompt and not continuation:
         out.extend(GENERATION_PROMPT)
     return out
@@ -200,21 +247,21 @@ class Renderer:
         starts, texts, roles, reasonings = [], [], [], []
         continuation = False
         for i, m in enumerate(messages):
-            role, reasoning, text = _fields(m)
+            role, reasoning, text, calls = _fields(m)
             open_ = i == last and role == "assistant"
             continuation = continuation or open_
             starts.append(state.n)
             texts.append(text)
             roles.append(role)
             reasonings.append(reasoning)
-            key = hash((key, role, reasoning, text, open_))
-            state = self._step(key, state, role, reasoning, text, open_)
+            key = hash((key, role, reasoning, text, open_, calls))
+            state = self._step(key, state, role, reasoning, text, open_, calls)
         if add_generation_prompt and not continuation:
             state = advance(state, list(GENERATION_PROMPT), self.block_size)
         return Rendered(state, continuation, starts, texts, roles, reasonings)
 
     def _step(self, key: int, state: PrefixState, role: str, reasoning: str, text: str,
-              open_: bool) -> PrefixState:
+              open_: bool, calls: tuple[str, ...] = ()) -> PrefixState:
         memo = self._memo
         found = memo.get(key)
         if found is not None:
@@ -222,7 +269,8 @@ class Renderer:
             self.memo_hits += 1
             return found
         self.memo_misses += 1
-        found = advance(state, message_tokens(role, reasoning, text, open_), self.block_size)
+        found = advance(state, message_tokens(role, reasoning, text, open_, calls),
+                        self.block_size)
         memo[key] = found
         if len(memo) > self.max_entries:
             memo.popitem(last=False)
