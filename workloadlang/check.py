@@ -518,6 +518,8 @@ class _Checker:
             self.check_parts(s, scope)
         if isinstance(s, ir.Reply):
             self.check_reply_calls(s, scope)
+        if isinstance(s, ir.Spawn):
+            self.check_spawn(s, scope)
         if isinstance(s, ir.Resend) and s.name not in self.names.requests:
             self.err("WL207", f"no request is named `{s.name}`", s.span,
                      did_you_mean(s.name, self.names.requests) or
@@ -547,6 +549,29 @@ class _Checker:
         for arg in call.args:
             if isinstance(arg.value, ir.FillerPart):
                 self.check_filler(arg.value, scope)
+
+    def check_spawn(self, s: ir.Spawn, scope: _Scope) -> None:
+        """`keep` goes on from a fork's branch (WL231); a parallel spawn's branches hold no
+        phase and nothing timed alone (WL232)."""
+        if s.keep is not None:
+            if s.mode != "fork":
+                self.err("WL231", "`keep` needs a `fork`: the branches of a cold spawn start "
+                         "from an empty conversation, not from the parent's", s.keep.span,
+                         "write `spawn N fork ... keep ...`")
+            self.value(s.keep.index, scope, "number", "the branch `keep` names", "index")
+        if s.parallel:
+            if s.isolated:
+                self.err("WL232", "a `parallel` spawn cannot be `isolated`: its branches are in "
+                         "flight together", s.span, "drop `isolated`, or `parallel`")
+            for inner in _statements(s.body):
+                if isinstance(inner, ir.Phase):
+                    self.err("WL232", f"phase `{inner.name}` is inside a `parallel` spawn",
+                             inner.span, "a phase is a barrier across sessions: put the "
+                             "spawn inside the phase")
+                elif getattr(inner, "isolated", False):
+                    self.err("WL232", "an `isolated` request or block inside a `parallel` "
+                             "spawn", inner.span, "its branches are in flight together, so "
+                             "nothing in them is timed alone")
 
     def check_reply_calls(self, s: ir.Reply, scope: _Scope) -> None:
         """The tool calls a reply's turn carries: never on a dropped reply (nothing is kept)."""
@@ -649,6 +674,14 @@ class _Checker:
             if p.name not in self.used:
                 self.diags.append(warning("WL213", f"parameter `{p.name}` is never used", p.span,
                                           "use it as `$" + p.name + "`, or remove it"))
+
+
+def _statements(body: tuple) -> Iterable[Any]:
+    """Every statement of a body, nested ones included."""
+    for stmt in body:
+        yield stmt
+        for field in ("body", "then", "orelse"):
+            yield from _statements(getattr(stmt, field, ()))
 
 
 def _agg_result(func: str, kind: str) -> str:

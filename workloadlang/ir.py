@@ -365,11 +365,23 @@ class Grow(Node):
     span: Span
 
 
-class Spawn(Node):
-    """`spawn N cold|fork [as VAR] [label L] { ... }`: N sub-conversations run one after another.
+class Keep(Node):
+    """`keep first|longest|INDEX` of a fork: the parent goes on from the conversation of one
+    branch: the first to finish, the one with the longest conversation at its end (its last
+    request's prompt and reply as the engine counted them), or the one at INDEX."""
 
-    `cold` starts each from an empty conversation; `fork` from a copy of the parent's. Either way
-    the parent's conversation is untouched afterwards.
+    rule: Literal["first", "longest", "index"]
+    index: Expr | None = None
+    span: Span
+
+
+class Spawn(Node):
+    """`spawn N cold|fork [parallel] [keep ...] [as VAR] [label L] { ... }`: N sub-conversations,
+    run one after another, or all in flight at once with `parallel`.
+
+    `cold` starts each from an empty conversation; `fork` from a copy of the parent's. The
+    parent's conversation is untouched afterwards, unless `keep` names the branch it goes on
+    from.
     """
 
     kind: Literal["spawn"] = "spawn"
@@ -379,6 +391,8 @@ class Spawn(Node):
     label: str | None = None
     body: tuple[Stmt, ...]
     isolated: bool = False
+    parallel: bool = False
+    keep: Keep | None = None
     span: Span
 
 

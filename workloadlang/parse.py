@@ -554,8 +554,22 @@ class _Lower(Transformer):
     def spawn(self, meta: Any, c: list) -> ir.Spawn:
         f = self.gather(c[1:-1])
         return ir.Spawn(count=c[0], mode=f.get("mode", "cold"), var=f.get("as"),
-                        label=f.get("label"), isolated=f.get("isolated", False), body=c[-1],
+                        label=f.get("label"), isolated=f.get("isolated", False),
+                        parallel=f.get("parallel", False), keep=f.get("keep"), body=c[-1],
                         span=self.span(meta))
+
+    def parallel(self, meta: Any, c: list) -> _Clause:
+        return _Clause("parallel", True, self.span(meta))
+
+    def keep_first(self, meta: Any, c: list) -> _Clause:
+        return _Clause("keep", ir.Keep(rule="first", span=self.span(meta)), self.span(meta))
+
+    def keep_longest(self, meta: Any, c: list) -> _Clause:
+        return _Clause("keep", ir.Keep(rule="longest", span=self.span(meta)), self.span(meta))
+
+    def keep_index(self, meta: Any, c: list) -> _Clause:
+        node = ir.Keep(rule="index", index=c[0], span=self.span(meta))
+        return _Clause("keep", node, node.span)
 
     def fresh(self, meta: Any, c: list) -> ir.Fresh:
         f = self.gather(c[:-1])

@@ -14,15 +14,16 @@ settings, the context-limit check, gates, totals and the hash.
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 from pydantic import TypeAdapter
 
 from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
-from workloadlang.plan import lru
+from workloadlang.plan import lanes, lru
 from workloadlang.plan.limits import Limits, TooBig
-from workloadlang.plan.model import (CacheModel, GatePlan, Plan, PRequest, SessionInfo,
+from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PRequest, SessionInfo,
                                      Totals, TraceInfo)
 from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Builder, Conv,
                                        Ctx, Draft, in_bounds, iterations, options_value, value,
@@ -50,7 +51,7 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
         b.error("WL410", "the plan has no request: with these params no session sends anything",
                 wl.sessions[0].span if wl.sessions else wl.span,
                 "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
-    settings = plan_settings(b, wl, root, len(sessions))
+    settings = plan_settings(b, wl, root, in_flight(b))
     if b.diags:
         raise WorkloadError(b.diags)
     requests = finish_requests(b, settings["concurrency"], cache)
@@ -63,8 +64,8 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
         phases=tuple(b.phases), sessions=tuple(sessions), messages=tuple(b.messages),
         requests=tuple(requests), calibrations=wl.calibrations, gates=tuple(gates),
         report=wl.report, totals=totals(requests, sessions, settings["concurrency"], cache),
-        assumptions=assumptions(requests, settings["concurrency"], cache), cache_model=cache,
-        traces=tuple(infos), **settings)
+        assumptions=assumptions(requests, settings["concurrency"], cache, b.picks),
+        cache_model=cache, traces=tuple(infos), picks=tuple(b.picks), **settings)
     return plan.model_copy(update={"plan_hash": plan_hash(plan)})
 
 
@@ -102,7 +103,19 @@ def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int) -> SessionInfo:
                        peak_tokens=peak)
 
 
+def in_flight(b: Builder) -> int:
+    """How many requests can be in flight at once: one per session, or its widest parallel
+    fork's branches (the default concurrency)."""
+    by_session: dict[str, list[Any]] = {}
+    for d in b.drafts:
+        by_session.setdefault(d.fields["session"], []).append(SimpleNamespace(
+            lane=d.fields["lane"]))
+    return sum(lanes.width(rs) for rs in by_session.values())
+
+
 def plan_settings(b: Builder, wl: ir.Workload, root: Ctx, n_sessions: int) -> dict[str, Any]:
+    """The workload's settings; `n_sessions`: how many requests its sessions can have in flight
+    at once (the default concurrency)."""
     st = wl.settings
 
     def get(expr, default, conv=lambda v: v):
@@ -152,7 +165,8 @@ def streams_of(b: Builder, trie: Trie) -> list[Stream]:
             reply = nodes.reply(last, f["id"], d.generated, kept == "partial")
         out.append(Stream(prompt=nodes.prompt(last), reply=reply, group=d.group, level=level,
                           candidates=tuple(by_id[c] for c in d.candidates),
-                          resend_of=None if d.resend_of is None else by_id[d.resend_of]))
+                          resend_of=None if d.resend_of is None else by_id[d.resend_of],
+                          lane=d.lane))
     return out
 
 
@@ -259,19 +273,23 @@ def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int,
                   working_set_tokens=prompt - cached + gen)
 
 
-def assumptions(reqs: list[PRequest], concurrency: int,
-                cache: CacheModel | None) -> tuple[str, ...]:
+def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None,
+                picks: Sequence[Pick] = ()) -> tuple[str, ...]:
     """What the expectations assume where the order of requests is not fixed by the plan."""
     out = []
     shared = [r for r in reqs if r.expected_cached_max is not None]
     if shared:
         more = sum(r.expected_cached_max - r.expected_cached for r in shared)
+        lanes = any(r.lane for r in reqs)
         out.append(
             f"{len(shared):,} request(s) share up to {more:,} more tokens with requests of "
-            f"concurrent sessions (first: {shared[0].id}); which is sent first is not planned, "
-            "so `exp. cached` counts only requests certainly finished before each one (its "
-            "own session, or before a phase barrier) and `exp. max` what it would be if the "
-            "others finished first")
+            f"concurrent sessions{' or parallel branches' if lanes else ''} (first: "
+            f"{shared[0].id}); which is sent first is not planned, so `exp. cached` counts only "
+            "requests certainly finished before each one (its own "
+            + ("session or branch, or before a phase barrier or its fork)" if lanes else
+               "session, or before a phase barrier)")
+            + " and `exp. max` what it would be if the others finished first")
+    out.extend(parallel_assumptions(reqs, picks))
     if any(r.send_at is not None for r in reqs):
         tail = "exact at concurrency 1" if concurrency == 1 else (
             f"at concurrency {concurrency} up to {concurrency - 1} requests sent before one may "
@@ -285,6 +303,25 @@ def assumptions(reqs: list[PRequest], concurrency: int,
                    "the sessions of a phase in turn, trace requests in send order; a request "
                    "is served at most its `exp. cached`")
     return tuple(out)
+
+
+def parallel_assumptions(reqs: list[PRequest], picks: Sequence[Pick]) -> list[str]:
+    """What a plan with parallel forks assumes: branches in flight together, the requests
+    after a fork waiting for all of them, and a branch kept at run time counted as branch 0."""
+    out = []
+    lanes = {r.lane for r in reqs if r.lane}
+    if lanes:
+        forks = {part.split(".")[0] for lane in lanes for part in lane.split("/")}
+        out.append(f"{len(forks):,} parallel fork(s) send their branches' requests side by side "
+                   "(a branch's in order); a branch expects from cache what was finished before "
+                   "its fork and its own earlier requests, and what follows a fork waits for "
+                   "every branch to end")
+    for p in picks:
+        rule = "finishes first" if p.rule == "first" else "ends the longest"
+        out.append(f"{p.session} goes on after the fork of line {p.span.line} from the branch "
+                   f"that {rule} (`keep {p.rule}`), chosen at run time; the plan counts branch "
+                   "0's conversation, the same size as any other branch's of the same shape")
+    return out
 
 
 def plan_hash(plan: Plan) -> str:

@@ -54,12 +54,35 @@ class Seg(Frozen):
 
 class PMessage(Frozen):
     """One message; `after` is the message before it in its conversation (None: the first).
-    A `tool` message answers the tool call whose id is `call_id`."""
+    A `tool` message answers the tool call whose id is `call_id`. A `join` (no content, never
+    sent) stands for the conversation of the branch that `Plan.picks[pick]` keeps, chosen at run
+    time; `after` is its first branch's end (what the plan counts)."""
 
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system", "user", "assistant", "tool", "join"]
     segs: tuple[Seg, ...]
     after: int | None = None
     call_id: str = unless("")
+    pick: int | None = unless(None)
+
+
+class BranchEnd(Frozen):
+    """Where a branch of a fork ended: its conversation's last message and the last request
+    sent on it (the request before the fork when the branch sent none)."""
+
+    last_message: int | None
+    last_request: str | None
+
+
+class Pick(Frozen):
+    """`keep first|longest` of a fork: the parent goes on from the branch that finished first
+    (its last request's answer ended first), or whose last request's prompt and reply were the
+    longest, as the engine counted them; among branches without error, the first on a tie;
+    branch 0 when none. Decided at run time once every branch has ended."""
+
+    session: str
+    rule: Literal["first", "longest"]
+    branches: tuple[BranchEnd, ...]
+    span: Span
 
 
 class Expectation(Frozen):
@@ -118,6 +141,8 @@ class PRequest(Frozen):
     # this one has ended (docs/language.md "isolated")
     isolated: bool = False
     send_at: float | None = None
+    # the branches of `spawn ... parallel` it is in, outermost first: `FORK.BRANCH/...`
+    lane: str = unless("")
     span: Span
 
 
@@ -203,14 +228,18 @@ class Plan(Frozen):
     assumptions: tuple[str, ...] = ()
     cache_model: CacheModel | None = None
     traces: tuple[TraceInfo, ...] = ()
+    picks: tuple[Pick, ...] = unless(())
     _chains: dict[int, tuple[int, ...]] = PrivateAttr(default_factory=dict)
 
     def message_ids(self, req: PRequest) -> tuple[int, ...]:
         """The indices of a request's prompt messages, in order: its `after` chain, made from
         the chain of an earlier prompt when one of the last few made ends on the way (the
         runner asks for a request's messages several times, and a conversation's next request
-        extends the one before)."""
-        last = req.last_message
+        extends the one before). A `join` is in it as planned (the realiser resolves it)."""
+        return self.chain(req.last_message)
+
+    def chain(self, last: int | None) -> tuple[int, ...]:
+        """The indices of the conversation ending with message `last`, in order."""
         if last is None:
             return ()
         made = self._chains

@@ -24,8 +24,8 @@ from workloadlang.diagnostics import Diagnostic
 from workloadlang.evaluate import EvalError, evaluate, refs_in
 from workloadlang.plan import synth
 from workloadlang.plan.limits import Budget, Limits
-from workloadlang.plan.model import Expectation, PMessage, Seg
-from workloadlang.plan.prefix import (CALL_ARG_TOKENS, CALL_TOKENS, GEN_PROMPT_TOKENS,
+from workloadlang.plan.model import BranchEnd, Expectation, Pick, PMessage, Seg
+from workloadlang.plan.prefix import (CALL_ARG_TOKENS, CALL_TOKENS, GEN_PROMPT_TOKENS, Lane,
                                       message_weight)
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -47,25 +47,28 @@ class Conv:
 
 class Ctx:
     """Where the walk is: session, phase, label, iteration index, stable path, bindings, the
-    `until` loop instance around it, whether it is in an `isolated` block. Immutable by
+    `until` loop instance around it, whether it is in an `isolated` block, the branches of
+    parallel forks it is in (`lane`: (fork, branch) pairs, outermost first). Immutable by
     convention: `at` and `replace` make a changed copy (a plain class: the walk makes one per
     statement, and a dataclass `replace` cost a third of a 60,000-request plan's time)."""
 
     __slots__ = ("session", "session_name", "copy", "phase", "label", "index", "path", "env",
-                 "stop", "isolated")
+                 "stop", "isolated", "lane")
 
     def __init__(self, session: str, session_name: str, copy: int, phase: str,
                  label: str | None, index: int, path: str, env: Mapping[str, Any],
-                 stop: tuple[str, str, int] | None = None, isolated: bool = False):
+                 stop: tuple[str, str, int] | None = None, isolated: bool = False,
+                 lane: Lane = ()):
         self.session, self.session_name, self.copy, self.phase = session, session_name, copy, phase
         self.label, self.index, self.path, self.env = label, index, path, env
-        self.stop, self.isolated = stop, isolated
+        self.stop, self.isolated, self.lane = stop, isolated, lane
 
     def replace(self, **kw: Any) -> "Ctx":
         new = object.__new__(Ctx)
         new.session, new.session_name, new.copy = self.session, self.session_name, self.copy
         new.phase, new.label, new.index, new.path = self.phase, self.label, self.index, self.path
         new.env, new.stop, new.isolated = self.env, self.stop, self.isolated
+        new.lane = self.lane
         for name, v in kw.items():
             setattr(new, name, v)
         return new
@@ -79,13 +82,16 @@ class Draft:
     """A planned request before the cache pass: `fields` are its `PRequest` fields but the
     expectation's; `group` is who it runs in order with (its session, or `trace` for every
     trace request), `candidates` the requests to name first as its prefix's source, `resend_of`
-    the request it re-sends, `generated` the tokens its reply leaves in a cache."""
+    the request it re-sends, `generated` the tokens its reply leaves in a cache, `lane` the
+    parallel branches it is in (its group's requests in other branches of a fork run beside
+    it)."""
 
     fields: dict[str, Any]
     group: str
     candidates: tuple[str, ...]
     resend_of: str | None
     generated: int
+    lane: Lane = ()
 
 
 class Builder:
@@ -101,8 +107,13 @@ class Builder:
         self.names: dict[tuple[str, str], dict[int, str]] = {}
         self.id_next: dict[str, int] = {}  # request id base -> the next suffix to try
         self.phases: list[str] = []
-        self.last_in_session: dict[str, str] = {}
-        self.pending_wait: dict[str, float] = {}
+        # per (session, lane): its last request, the requests its next one waits for (the
+        # last, or every branch's last after a parallel fork), the wait before its next one
+        self.last_in_lane: dict[tuple[str, Lane], str] = {}
+        self.frontier: dict[tuple[str, Lane], tuple[str, ...]] = {}
+        self.pending_wait: dict[tuple[str, Lane], float] = {}
+        self.forks = 0  # parallel forks so far (their ids)
+        self.picks: list[Pick] = []
         self.texts: dict[int, Seg] = {}  # id of a literal part of the IR -> its segment
         self.diags: list[Diagnostic] = []
         self.budget = Budget(limits or Limits())
@@ -114,11 +125,11 @@ class Builder:
         self.diags.append(Diagnostic(code=code, message=message, span=span, hint=hint))
 
     def append(self, conv: Conv, role: str, segs: tuple[Seg, ...], new: int,
-               span: ir.Span, call_id: str = "") -> None:
+               span: ir.Span, call_id: str = "", pick: int | None = None) -> None:
         """Add a message at the end of `conv` (it names conv's last message as its `after`);
         an assistant turn's tool calls wait for their `tool` messages."""
         self.budget.message(span)
-        message = PMessage(role=role, segs=segs, after=conv.last, call_id=call_id)
+        message = PMessage(role=role, segs=segs, after=conv.last, call_id=call_id, pick=pick)
         if role == "assistant":
             conv.calls = tuple(g.key for g in segs if g.kind == "call")
         self.messages.append(message)
@@ -313,7 +324,8 @@ def stmt_resend(b: Builder, s: ir.Resend, ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_wait(b: Builder, s: ir.Wait, ctx: Ctx, conv: Conv) -> None:
-    b.pending_wait[ctx.session] = b.pending_wait.get(ctx.session, 0.0) + seconds(b, s.duration, ctx)
+    key = (ctx.session, ctx.lane)
+    b.pending_wait[key] = b.pending_wait.get(key, 0.0) + seconds(b, s.duration, ctx)
 
 
 def stmt_turn(b: Builder, s: ir.Turn, ctx: Ctx, conv: Conv) -> None:
@@ -395,16 +407,83 @@ def guarded(b: Builder, conv: Conv, n: int, one, what: str, span: ir.Span) -> No
 
 
 def stmt_spawn(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv) -> None:
+    """N branches, one after another or (`parallel`) each in its own lane of the session,
+    which the requests after the spawn wait for every one of; then `keep`."""
+    fork = s.mode == "fork"
+    n = iterations(b, s.count, ctx, "the spawn count")
+    fid = None
+    if s.parallel:
+        fid, b.forks = b.forks, b.forks + 1
+    home = (ctx.session, ctx.lane)
+    start = (b.last_in_lane.get(home), b.frontier.get(home, ()))
+    ends: list[Conv] = []
+    lanes: list[Lane] = []
+
     def one(k: int) -> None:
         env = {**ctx.env, s.var: k} if s.var else ctx.env
-        fork = s.mode == "fork"
         child = Conv(last=conv.last if fork else None, tokens=conv.tokens if fork else 0,
                      last_request=conv.last_request if fork else None,
                      calls=conv.calls if fork else ())
-        walk(b, s.body, ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
-                               isolated=ctx.isolated or s.isolated), child)
+        sub = ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
+                     isolated=ctx.isolated or s.isolated)
+        if fid is not None:
+            sub = sub.replace(lane=ctx.lane + ((fid, k),))
+            lanes.append(sub.lane)
+            b.last_in_lane[(ctx.session, sub.lane)], b.frontier[(ctx.session, sub.lane)] = start
+        walk(b, s.body, sub, child)
+        ends.append(child)
 
-    guarded(b, conv, iterations(b, s.count, ctx, "the spawn count"), one, "the spawn", s.span)
+    guarded(b, conv, n, one, "the spawn", s.span)
+    if fid is not None:
+        join(b, ctx, lanes, start)
+    if s.keep is not None and ends:
+        keep(b, s, ctx, conv, ends)
+
+
+def join(b: Builder, ctx: Ctx, lanes: list[Lane], start: tuple[str | None, tuple[str, ...]]
+         ) -> None:
+    """After a parallel fork: the session's lane goes on once every branch has ended (its next
+    request waits for each branch's last request), after the longest wait a branch ended with;
+    its last request is the last branch's (in plan order, as after a spawn one after another)."""
+    home, frontier, waits = (ctx.session, ctx.lane), [], [0.0]
+    for lane in lanes:
+        key = (ctx.session, lane)
+        frontier.extend(b.frontier.pop(key, start[1]))
+        waits.append(b.pending_wait.pop(key, 0.0))
+        last = b.last_in_lane.pop(key, None)
+        if last is not None:
+            b.last_in_lane[home] = last
+    b.frontier[home] = tuple(dict.fromkeys(frontier))
+    if max(waits):
+        b.pending_wait[home] = b.pending_wait.get(home, 0.0) + max(waits)
+
+
+def keep(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv, ends: list[Conv]) -> None:
+    """`keep`: the parent goes on from a branch's conversation: the one at an index (known
+    now), or, chosen at run time, through a `join` message that stands for the kept branch's
+    conversation (the plan counts branch 0's)."""
+    assert s.keep is not None
+    if s.keep.rule == "index":
+        k = count(b, s.keep.index, ctx, "the branch to keep")
+        if k >= len(ends):
+            b.error("WL431", f"`keep {k}` names no branch: the spawn has {len(ends)} (0 to "
+                    f"{len(ends) - 1})", s.keep.span)
+            return
+        chosen = ends[k]
+    else:
+        b.picks.append(Pick(session=ctx.session, rule=s.keep.rule, span=s.keep.span,
+                            branches=tuple(BranchEnd(last_message=e.last,
+                                                     last_request=e.last_request)
+                                           for e in ends)))
+        chosen = Conv(**vars(ends[0]))
+        b.append(chosen, "join", (), 0, s.keep.span, pick=len(b.picks) - 1)
+    conv.last, conv.tokens, conv.last_request = chosen.last, chosen.tokens, chosen.last_request
+    conv.new_tokens, conv.calls = chosen.new_tokens, chosen.calls
+
+
+def lane_text(lane: Lane) -> str:
+    """A lane as `FORK.BRANCH/FORK.BRANCH` (empty outside parallel forks)."""
+    return "/".join(f"{f}.{k}" for f, k in lane)
 
 
 def stmt_fresh(b: Builder, s: ir.Fresh, ctx: Ctx, conv: Conv) -> None:
@@ -453,8 +532,9 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
         b.budget_params[rid] = tuple(sorted(refs_in(budget) & b.param_names))
     prompt = conv.tokens + GEN_PROMPT_TOKENS
     b.budget.request(rid, prompt, max_tokens, s.span)
-    last_in_session = b.last_in_session.get(ctx.session)
-    deps = tuple(dict.fromkeys(d for d in (last_in_session, conv.last_request) if d))
+    lane = (ctx.session, ctx.lane)
+    last_in_lane = b.last_in_lane.get(lane)
+    deps = tuple(dict.fromkeys(d for d in (*b.frontier.get(lane, ()), conv.last_request) if d))
     stop_group, stop_on, stop_iter = ctx.stop if ctx.stop else (None, None, None)
     fields = dict(
         id=rid, seq=len(b.drafts), session=ctx.session, session_name=ctx.session_name,
@@ -464,13 +544,15 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
         max_tokens=max_tokens, abort_after=abort, reply_kept=kept,
         options={**b.options, **options} if options else b.options, expect=expect,
         stop_group=stop_group, stop_on=stop_on, stop_iter=stop_iter,
-        wait_before=b.pending_wait.pop(ctx.session, 0.0),
-        isolated=ctx.isolated or getattr(s, "isolated", False), send_at=send_at, span=s.span)
+        wait_before=b.pending_wait.pop(lane, 0.0),
+        isolated=ctx.isolated or getattr(s, "isolated", False), send_at=send_at,
+        lane=lane_text(ctx.lane), span=s.span)
     generated = abort if abort is not None else max_tokens
-    candidates = tuple(c for c in dict.fromkeys((conv.last_request, last_in_session)) if c)
+    candidates = tuple(c for c in dict.fromkeys((conv.last_request, last_in_lane)) if c)
     b.by_id[rid] = len(b.drafts)
-    b.drafts.append(Draft(fields, group or ctx.session, candidates, resend_of, generated))
-    b.last_in_session[ctx.session] = rid
+    b.drafts.append(Draft(fields, group or ctx.session, candidates, resend_of, generated,
+                          ctx.lane))
+    b.last_in_lane[lane], b.frontier[lane] = rid, (rid,)
     conv.last_request, conv.new_tokens = rid, 0
     name = fields["name"]
     if name:

@@ -48,13 +48,31 @@ def seg_identity(s: Seg) -> Hashable:
 
 
 def message_atoms(m: PMessage) -> list[tuple[Hashable, int]]:
-    """A message's atoms: its header, each segment, its end marker (identity, tokens)."""
+    """A message's atoms: its header, each segment, its end marker (identity, tokens); none
+    for a `join` (it stands for the conversation before it)."""
+    if m.role == "join":
+        return []
     return [(("h", m.role), HEADER_TOKENS), *((seg_identity(s), s.tokens) for s in m.segs),
             (("e",), END_TOKENS)]
 
 
 def message_weight(m: PMessage) -> int:
+    if m.role == "join":
+        return 0
     return HEADER_TOKENS + END_TOKENS + sum(s.tokens for s in m.segs)
+
+
+Lane = tuple[tuple[int, int], ...]
+"""The branches of parallel forks a request is in, outermost first: (fork, branch) pairs."""
+
+
+def concurrent(a: Lane, b: Lane) -> bool:
+    """Do requests in lanes `a` and `b` (of one session) run side by side: are they in
+    different branches of one fork? Otherwise the one planned first finishes first."""
+    for x, y in zip(a, b):
+        if x != y:
+            return x[0] == y[0]
+    return False
 
 
 class Node:
@@ -138,6 +156,8 @@ class MessageNodes:
 
     def atoms(self, m: PMessage) -> list[tuple[Hashable, int]]:
         """`message_atoms`, each shared segment's identity made once."""
+        if m.role == "join":
+            return []
         idents = self.idents
         out = [(("h", m.role), HEADER_TOKENS)]
         for seg in m.segs:
@@ -177,8 +197,9 @@ class MessageNodes:
 class Stream:
     """One request for the cache model: its prompt's node, its reply's node (None when the
     reply is not kept), its group (a session, or every trace request), its barrier level, the
-    requests to name first as the source (its conversation's last request, its session's last)
-    and, for a resend, the request it re-sends."""
+    requests to name first as the source (its conversation's last request, its lane's last),
+    for a resend the request it re-sends, and its lane (the parallel branches it is in: its
+    group's requests in other branches of one fork run side by side with it)."""
 
     prompt: Node
     reply: Node | None
@@ -186,6 +207,7 @@ class Stream:
     level: int
     candidates: tuple[int, ...] = ()
     resend_of: int | None = None
+    lane: Lane = ()
 
 
 @dataclass(slots=True)
@@ -232,12 +254,19 @@ class Prefix:
             if s.reply is not None:
                 self._stamp(s.reply, i, s, epoch)
         self._most(order[level_start:], out)
+        self._sibling_most(out)
         return out
 
     def _expect(self, i: int, s: Stream, epoch: int) -> Expectation:
         """The deepest node of the prompt's path that a request certainly finished before it
-        reached, and a request that reached it (`_source`)."""
+        reached, and a request that reached it (`_source`). In a parallel branch, a node its
+        group reached only in another branch of its fork is not certain."""
         n, level, root = s.prompt, s.level, self.trie.root
+        if s.lane:
+            streams = self.streams
+            while n is not root and n.min_level >= level and (
+                    n.epoch != epoch or concurrent(streams[n.grp_src].lane, s.lane)):
+                n = n.parent
         while n is not root and n.min_level >= level and n.epoch != epoch:
             n = n.parent
         if n is root:
@@ -269,11 +298,15 @@ class Prefix:
     def _stamp(self, n: Node | None, i: int, s: Stream, epoch: int) -> None:
         """Mark the path to `n` as reached by request i, upwards until a node already says all
         of it (its ancestors then say it too)."""
-        level, group = s.level, s.group
+        level, group, lane, streams = s.level, s.group, s.lane, self.streams
         while n is not None:
             changed = False
             if n.epoch != epoch:
                 n.epoch, n.grp_src, changed = epoch, i, True
+            elif lane and concurrent(streams[n.grp_src].lane, lane):
+                # a request of another branch reached it: for what comes later this one says
+                # as much (whatever follows it in its branch, and after the join)
+                n.grp_src, changed = i, True
             if n.min_level > level:
                 n.min_level, n.low_src, changed = level, i, True
             if n.lvl != level:
@@ -297,3 +330,39 @@ class Prefix:
                 n = n.parent
             if n.end > e.tokens:
                 e.most = n.end
+
+    def _sibling_most(self, out: list[Expectation]) -> None:
+        """For each request in a branch of a parallel fork: the deepest node of its path that a
+        request in another branch of that fork reached, when deeper than what it expects (they
+        are in flight together: either may finish first)."""
+        forks: dict[int, list[tuple[int, int]]] = {}
+        for i, s in enumerate(self.streams):
+            for fork, branch in s.lane:
+                forks.setdefault(fork, []).append((i, branch))
+        root = self.trie.root
+        for members in forks.values():
+            marks: dict[int, tuple[int, bool]] = {}  # node serial -> (a branch, several)
+            for i, branch in members:
+                s = self.streams[i]
+                _mark(marks, s.prompt, branch)
+                _mark(marks, s.reply, branch)
+            for i, branch in members:
+                e, n = out[i], self.streams[i].prompt
+                while n is not root and n.end > e.tokens and not marks.get(n.serial,
+                                                                            (0, False))[1]:
+                    n = n.parent
+                if n.end > max(e.tokens, e.most or 0):
+                    e.most = n.end
+
+
+def _mark(marks: dict[int, tuple[int, bool]], n: Node | None, branch: int) -> None:
+    """Mark the path to `n` as reached by `branch`, upwards until a node says so already."""
+    while n is not None:
+        found = marks.get(n.serial)
+        if found is None:
+            marks[n.serial] = (branch, False)
+        elif found[0] != branch and not found[1]:
+            marks[n.serial] = (found[0], True)
+        else:
+            return
+        n = n.parent

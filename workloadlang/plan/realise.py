@@ -13,7 +13,8 @@ corrects each filler to its planned size.
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Protocol
 
 from workloadlang.plan import synth
 from workloadlang.plan.model import Plan, PMessage, PRequest, Seg
@@ -78,6 +79,22 @@ class ExactSizer(RatioSizer):
         self.sized[key], self.measured[key] = best
 
 
+def branch_score(rule: str, request: str | None, o: Any) -> float | None:
+    """How a branch ranks for `keep first` (when its last request's answer ended: a branch
+    that sent nothing ended at once) or `keep longest` (minus its last request's prompt and
+    generated tokens); lowest first. None for a branch whose last request failed or was not
+    sent."""
+    if request is None:
+        return float("-inf") if rule == "first" else 0.0
+    if o is None or getattr(o, "error", None) is not None:
+        return None
+    if rule == "first":
+        return (getattr(o, "t_send", 0.0) or 0.0) + (getattr(o, "e2e_s", 0.0) or 0.0)
+    generated = o.completion_tokens if o.completion_tokens is not None else \
+        getattr(o, "streamed_tokens", 0)
+    return -float((getattr(o, "prompt_tokens", 0) or 0) + (generated or 0))
+
+
 def fillers(segs: tuple[Seg, ...]):
     """The filler segments of a message, a tool call's arguments' included."""
     for seg in segs:
@@ -97,17 +114,91 @@ class Realiser:
         self._static: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, tuple[str, ...]] = {}  # message -> the replies it carries
         self._encoded: dict[int, bytes] = {}  # final message -> its encoding (`encoded`)
+        self.chosen: dict[int, int] = {}  # `Plan.picks` index -> the branch it kept
+        self._resolved: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # `_ids`, decided
+        self._joins = frozenset(i for i, m in enumerate(plan.messages) if m.pick is not None) \
+            if plan.picks else frozenset()
 
     async def prepare(self, req: PRequest) -> None:
-        """Size every filler of this request's prompt, a tool call's arguments' too (asks the
-        tokenizer once per filler)."""
-        for i in self.plan.message_ids(req):
+        """Size every filler of this request's prompt, a tool call's arguments' too, whichever
+        branch a `keep` chooses (asks the tokenizer once per filler)."""
+        for i in self._every_id(self.plan.message_ids(req), set()):
             for seg in fillers(self.plan.messages[i].segs):
                 await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg))
 
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
-        return [self._message(i, replies) for i in self.plan.message_ids(req)]
+        return [self._message(i, replies) for i in self._ids(req, replies)]
+
+    # -- the branch a `keep first|longest` goes on from (`Plan.picks`)
+
+    def _ids(self, req: PRequest, replies: Mapping[str, Any],
+             force: bool = True) -> tuple[int, ...] | None:
+        """The messages of `req`'s prompt as sent: each `join` replaced by the conversation of
+        the branch its pick keeps, decided from `replies` (the branches' outcomes) the first
+        time it is needed. None when a pick is not decided and `force` is off (a branch is
+        still in flight)."""
+        ids = self.plan.message_ids(req)
+        if not self._joins:
+            return ids
+        found = self._resolved.get(req.last_message if req.last_message is not None else -1)
+        if found is not None:
+            return found
+        out = self._resolve(ids, replies, force)
+        if out is not None:
+            self._resolved[req.last_message if req.last_message is not None else -1] = out
+            if len(self._resolved) > 256:
+                self._resolved.popitem(last=False)
+        return out
+
+    def _resolve(self, ids: tuple[int, ...], replies: Mapping[str, Any],
+                 force: bool) -> tuple[int, ...] | None:
+        at = next((p for p in range(len(ids) - 1, -1, -1) if ids[p] in self._joins), None)
+        if at is None:
+            return ids
+        pick = self.plan.messages[ids[at]].pick
+        assert pick is not None
+        k = self._choose(pick, replies, force)
+        if k is None:
+            return None
+        head = self._resolve(self.plan.chain(self.plan.picks[pick].branches[k].last_message),
+                             replies, force)
+        return None if head is None else head + ids[at + 1:]
+
+    def _choose(self, pick: int, replies: Mapping[str, Any], force: bool) -> int | None:
+        """The branch pick `pick` keeps (see `Pick`); None while a branch's last request has
+        no outcome yet, unless `force` (then the branches without one are passed over)."""
+        if pick in self.chosen:
+            return self.chosen[pick]
+        p = self.plan.picks[pick]
+        ends = [b.last_request for b in p.branches]
+        outs = [None if r is None else replies.get(r) for r in ends]
+        if not force and any(r is not None and o is None for r, o in zip(ends, outs)):
+            return None
+        scored = [(k, branch_score(p.rule, r, o)) for k, (r, o) in enumerate(zip(ends, outs))]
+        scored = [(k, v) for k, v in scored if v is not None]
+        self.chosen[pick] = min(scored, key=lambda kv: (kv[1], kv[0]))[0] if scored else 0
+        return self.chosen[pick]
+
+    def source_of(self, req: PRequest) -> str | None:
+        """`req.prefix_source`, or, when it is the end of a kept fork's branch 0 and the run
+        kept another branch, that branch's end (the conversation `req` was sent on)."""
+        src = req.prefix_source
+        for pick, k in self.chosen.items():
+            branches = self.plan.picks[pick].branches
+            if k and src is not None and src == branches[0].last_request:
+                return branches[k].last_request
+        return src
+
+    def _every_id(self, ids: tuple[int, ...], seen: set[int]) -> Iterator[int]:
+        """`ids`, and behind each `join` every branch's conversation (each once)."""
+        for i in ids:
+            yield i
+            pick = self.plan.messages[i].pick
+            if pick is not None and pick not in seen:
+                seen.add(pick)
+                for b in self.plan.picks[pick].branches:
+                    yield from self._every_id(self.plan.chain(b.last_message), seen)
 
     def encoded(self, req: PRequest, replies: Mapping[str, Reply],
                 encode: Callable[[dict[str, Any]], bytes]) -> list[dict[str, Any] | bytes]:
@@ -115,7 +206,7 @@ class Realiser:
         (see `_message`) comes as its encoding by `encode`, made once: a conversation re-sent
         with one more turn encodes only what is new."""
         out: list[dict[str, Any] | bytes] = []
-        for i in self.plan.message_ids(req):
+        for i in self._ids(req, replies):
             done = self._encoded.get(i)
             if done is None:
                 m = self._message(i, replies)
@@ -131,8 +222,9 @@ class Realiser:
         (its messages are then final: a reply, once there, does not change). Looks only at
         the messages not made yet."""
         static = self._static
-        return all(k in replies for i in self.plan.message_ids(req) if i not in static
-                   for k in self._reply_keys(i))
+        ids = self._ids(req, replies, force=False)
+        return ids is not None and all(k in replies for i in ids if i not in static
+                                       for k in self._reply_keys(i))
 
     def _reply_keys(self, i: int) -> tuple[str, ...]:
         """Output: the requests whose replies message `i` carries (none for most)."""

@@ -57,6 +57,8 @@ def fmt_seconds(s: float | None) -> str:
 
 
 OPTIONAL = [  # (header, after which column, present in the plan?, cell); inserted in turn
+    ("lane", "index", lambda p: any(r.lane for r in p.requests),
+     lambda rs: span_cell(rs, lambda r: r.lane, lambda v: v or "–")),
     ("send at", "index", lambda p: any(r.send_at is not None for r in p.requests),
      lambda rs: span_cell(rs, lambda r: r.send_at, fmt_seconds)),
     ("LRU cached", "exp. cached", lambda p: p.cache_model is not None,
@@ -144,7 +146,8 @@ def extra_totals(plan: Plan) -> list[list[str]]:
     what the LRU cache of `--cache-tokens` serves."""
     t, rows = plan.totals, []
     if t.expected_cached_max_tokens is not None:
-        rows.append(["  up to (other sessions)",
+        rows.append(["  up to (other sessions, branches)"
+                     if any(r.lane for r in plan.requests) else "  up to (other sessions)",
                      share(t.expected_cached_max_tokens, t.prompt_tokens)])
     rows.extend(agent_totals(plan))
     if plan.cache_model is not None and t.lru_cached_tokens is not None:

@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import httpx
 
+from workloadlang.plan.lanes import lane_steps
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
 from workloadlang.run.client import (Answer, Endpoint, Outcome, WireRequest, body_parts, build,
@@ -349,7 +350,7 @@ class Executor:
         at = 0
         mine = self.by_session.get(sid, [])
         free = self.t0  # when this session could go on: start, a barrier, the last answer
-        for i, req in enumerate(mine):
+        for req, nxt, block in lane_steps(mine, 0):
             k = self.plan.phases.index(req.phase) + 1 if req.phase else at
             if at < k:  # the phase's barrier: make the request while the others finish
                 self._build_early(req)
@@ -357,11 +358,24 @@ class Executor:
                 await barrier.arrive(at)
                 free = max(free, barrier.opened_at[at] or free)
                 at += 1
-            free = await self._one(req, mine[i + 1] if i + 1 < len(mine) else None, free)
+            free = await (self._one(req, nxt, free) if block is None
+                          else self._fork(block, 1, free))
         self.isolation.leave(sid, None)
         while at <= len(self.plan.phases):
             await barrier.arrive(at)
             at += 1
+
+    async def _fork(self, branches: list[list[PRequest]], depth: int, free: float) -> float:
+        """A parallel fork's branches, each a lane of its session's requests sent in order,
+        all side by side. Output: when the last of them ended."""
+        return max([free, *await asyncio.gather(*(self._lane(b, depth, free)
+                                                  for b in branches))])
+
+    async def _lane(self, reqs: list[PRequest], depth: int, free: float) -> float:
+        for req, nxt, block in lane_steps(reqs, depth):
+            free = await (self._one(req, nxt, free) if block is None
+                          else self._fork(block, depth + 1, free))
+        return free
 
     async def _one(self, req: PRequest, after: PRequest | None, free: float) -> float:
         """Send one request, or record why not; make `after` (the session's next request) while
@@ -623,6 +637,11 @@ class Executor:
 
     def _record(self, req: PRequest, o: Outcome) -> Record:
         src_req = self.by_id.get(req.prefix_source) if req.prefix_source else None
+        # the branch a `keep` went on from: its outcome, with the planned shape the plan's
+        # expectation was made with (branch 0's)
+        source = self.realiser.source_of(req)
+        if source != req.prefix_source:
+            req = req.model_copy(update={"prefix_source": source})
         src = self.outcomes.get(req.prefix_source) if req.prefix_source else None
         rec = build_record(req, o, src_req=src_req, src=src, hit_ratio=self.plan.hit_ratio,
                            ref=self._reference(), t0=self.t0, contended_s=self._contended(o),

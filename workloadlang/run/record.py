@@ -169,7 +169,7 @@ def runtime_expected(req: PRequest, src_req: PRequest | None, src: Any | None,
                 src_req.reply_kept == "content" and not src.reasoning
                 and req.expected_cached == src_req.prompt_tokens)
             extra = generated(src) if replayed else 0
-            return min(prompt - 1, src.prompt_tokens + extra), f"engine:{src_req.id}"
+            return min(prompt - 1, src.prompt_tokens + extra), f"engine:{req.prefix_source}"
     scaled = round(req.expected_cached * prompt / max(1, req.prompt_tokens))
     return min(max(0, prompt - 1), scaled), "plan"
 
