@@ -393,6 +393,12 @@ class _Checker:
             self.check_default(p)
             self.check_range(p)
             self.check_choices(p)
+            self.check_sweep(p)
+        swept = [p for p in self.wl.params if p.sweep is not None]
+        for p in swept[1:]:
+            self.err("WL233", f"`{p.name}` is swept, and so is `{swept[0].name}`: a workload "
+                     "sweeps one param", p.sweep.span, "sweep the other from the command line "
+                     "in a second run (`--sweep NAME=A,B`)")
         for cycle in param_order(self.wl.params)[1]:
             first = self.params[cycle[0]]
             path = " -> ".join(f"`${n}`" for n in cycle)
@@ -412,6 +418,33 @@ class _Checker:
         if fits:
             self.check_whole(p, p.default)
             self.check_sign(p, p.default)
+
+    def check_sweep(self, p: ir.Param) -> None:
+        """`sweep [...]`: a list of constants of the param's type, each within its range and
+        choices; not for a list param."""
+        if p.sweep is None:
+            return
+        if p.is_list or not isinstance(p.sweep, ir.ListExpr) or not p.sweep.items or not all(
+                sweep_text(item) is not None for item in p.sweep.items):
+            self.err("WL233", f"the sweep of `{p.name}` must be a list of values written out, "
+                     "like `sweep [1, 2, 4]`" + (" (a list param is not swept)" if p.is_list
+                                                 else ""), p.sweep.span)
+            return
+        wanted = TYPE_KINDS[p.type]
+        for item in p.sweep.items:
+            if self.expect(item, self.top, wanted, f"each value of the sweep of `{p.name}`"):
+                self.check_whole(p, item)
+                self.check_sign(p, item)
+        low = constant(p.range.low) if p.range else None
+        high = constant(p.range.high) if p.range else None
+        for item in p.sweep.items:
+            v = constant(item)
+            if _is_number(v) and ((_is_number(low) and v < low) or (_is_number(high) and v > high)):
+                self.err("WL305", f"the sweep value {_constant_text(item, v)} of `{p.name}` is "
+                         "outside its range", item.span)
+            if p.choices and isinstance(v, str) and v not in p.choices:
+                self.err("WL304", f'the sweep value "{v}" of `{p.name}` is not one of its '
+                         "choices", item.span, did_you_mean(v, p.choices, '"{}"'))
 
     def check_sign(self, p: ir.Param, e: Any) -> None:
         """WL305 when a tokens or duration param gets a negative constant default."""
@@ -674,6 +707,20 @@ class _Checker:
             if p.name not in self.used:
                 self.diags.append(warning("WL213", f"parameter `{p.name}` is never used", p.span,
                                           "use it as `$" + p.name + "`, or remove it"))
+
+
+def sweep_text(e: Any) -> str | None:
+    """A sweep value as a command-line value (`8k`, `500ms`, `-2`, `true`, a string), or None
+    when it is not written out."""
+    if isinstance(e, ir.Num):
+        return e.text
+    if isinstance(e, ir.Neg) and isinstance(e.operand, ir.Num):
+        return "-" + e.operand.text
+    if isinstance(e, ir.Bool):
+        return "true" if e.value else "false"
+    if isinstance(e, ir.Str):
+        return e.value
+    return None
 
 
 def _statements(body: tuple) -> Iterable[Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 import unicodedata
 from typing import Any, Sequence
@@ -83,16 +84,31 @@ def load(target: str, fmt: str) -> api.Source:
 
 
 def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
+    source, wl, _, plans = load_and_plan_sweep(args, extra, env)
+    return source, wl, plans[0]
+
+
+def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any]):
+    """The workload and its plans: one, or one per value of the param swept (`--sweep`, or
+    the file's `sweep [...]`). Output: (source, workload, (param, values) or None, plans)."""
+    from workloadlang import sweep
+
     source = load(args.workload, getattr(args, "format", "text"))
     try:
         wl = api.parse_checked(source)
         overrides = param_overrides(wl, extra, args.param or [])
-        plan = api.make_plan(wl, source, overrides, salt=args.salt, env=env,
-                             limits=plan_limits(args), cache=cache_model(args))
+        swept = sweep.points(wl, overrides, getattr(args, "sweep", None))
+        values = [None] if swept is None else swept[1]
+        salt = args.salt or api.fresh_salt()  # every point sends the same text
+        plans = [api.make_plan(wl, source, overrides if v is None else {
+            **overrides, swept[0]: v}, salt=salt, env=env, limits=plan_limits(args),
+            cache=cache_model(args)) for v in values]
+    except sweep.SweepError as e:
+        raise UsageError(str(e)) from None
     except WorkloadError as e:
         show_diags(e.diagnostics, source, getattr(args, "format", "text"))
         raise SystemExit(EXIT_USAGE)
-    return source, wl, plan
+    return source, wl, swept, plans
 
 
 # ---------------------------------------------------------------- commands
@@ -131,7 +147,10 @@ def cmd_plan(args, extra) -> int:
     from workloadlang.plan.render import render_plan
 
     env = {"max_context": args.max_context}
-    _, _, plan = load_and_plan(args, extra, env)
+    _, _, swept, plans = load_and_plan_sweep(args, extra, env)
+    if swept is not None:
+        return print_sweep_plans(swept, plans, args)
+    plan = plans[0]
     if args.json:  # bytes straight out where it can: a 50,000-request plan's JSON is 100 MB
         from workloadlang.plan.assemble import PLAN_JSON
 
@@ -145,6 +164,34 @@ def cmd_plan(args, extra) -> int:
             out.flush()
     else:
         print(render_plan(plan, full=args.full), end="")
+    return EXIT_OK
+
+
+def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
+    """`wl plan` of a sweep: a row per point, then the first point's dry-run (or, with
+    `--json`, every plan in a JSON object)."""
+    from tabulate import tabulate
+
+    from workloadlang.plan.render import render_plan
+
+    name, values = swept
+    if args.json:
+        from workloadlang.plan.assemble import PLAN_JSON
+
+        print(json.dumps({"param": name, "values": values,
+                          "plans": [json.loads(PLAN_JSON.dump_json(p)) for p in plans]},
+                         indent=2))
+        return EXIT_OK
+    rows = [[v, f"{p.totals.requests:,}", f"{p.totals.prompt_tokens:,}",
+             f"{p.totals.expected_cached_tokens:,}", f"{p.totals.working_set_tokens:,}",
+             p.concurrency, p.plan_hash] for v, p in zip(values, plans)]
+    print(f"sweep {name}: {len(values)} runs, one per value, into one results file\n")
+    print(tabulate(rows, headers=[name, "requests", "prompt tokens", "exp. cached",
+                                  "working set", "concurrency", "plan"],
+                   tablefmt="simple", disable_numparse=True))
+    print(f"\nthe first run ({name}={values[0]}); `wl plan ... --{name.replace('_', '-')} "
+          f"VALUE` shows another:\n")
+    print(render_plan(plans[0], full=args.full), end="")
     return EXIT_OK
 
 
@@ -294,6 +341,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="set a param (every param is also a flag: kv_size -> --kv-size)")
     p.add_argument("--max-context", type=positive_int,
                    help="the engine's context limit, in tokens")
+    p.add_argument("--sweep", metavar="NAME=V1,V2,...",
+                   help="run once per value of a param, into one results file (a `sweep [...]` "
+                   "in the file does the same unless the param is set)")
     p.add_argument("--cache-tokens", type=token_count, metavar="C",
                    help="also give what an LRU prefix cache of C tokens would serve each request")
     p.add_argument("--cache-block", type=token_count, metavar="B",

@@ -281,14 +281,56 @@ def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None =
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        a, b = load_results(args.a), load_results(args.b)
-        reason = why_not_comparable(a, b)
-        if reason:
-            raise NotComparable(reason)
+        a, b = load_any(args.a), load_any(args.b)
+        pairs = point_pairs(a, b)
+        for _, x, y in pairs:
+            reason = why_not_comparable(x, y)
+            if reason:
+                raise NotComparable(reason)
     except NotComparable as e:
         err.write(f"wl compare: {e}\n")
         return EXIT_USAGE
-    text, code = compare_text(a, b, args.a, args.b)
-    out.write(text)
+    codes = []
+    for value, x, y in pairs:
+        if value is not None:
+            out.write(f"══ {a.param} = {value} ══\n")
+        text, code = compare_text(x, y, args.a, args.b)
+        out.write(text + ("\n" if value is not None else ""))
+        codes.append(code)
+    if len(pairs) > 1 or pairs[0][0] is not None:
+        regressed = [v for (v, _, _), c in zip(pairs, codes) if c]
+        out.write(f"sweep of {a.param}: {len(pairs)} point(s) compared; "
+                  + (f"REGRESSED at {', '.join(str(v) for v in regressed)}\n" if regressed
+                     else "no regression\n"))
     out.flush()
-    return code
+    return max(codes)
+
+
+def load_any(path: str) -> Any:
+    """A results file of a run or of a sweep; `NotComparable` when it is neither."""
+    from workloadlang.sweep import read_any
+
+    try:
+        return read_any(path)
+    except ResultsFileError as e:
+        raise NotComparable(str(e)) from None
+
+
+def point_pairs(a: Any, b: Any) -> list[tuple[str | None, Results, Results]]:
+    """The runs to compare: the two results, or a sweep's points with the other sweep's of the
+    same value (at least one in common, over the same param)."""
+    from workloadlang.sweep import SweepResults
+
+    if isinstance(a, SweepResults) != isinstance(b, SweepResults):
+        raise NotComparable("not comparable: one file is a sweep's results, the other a single "
+                            "run's (compare a sweep with a sweep)")
+    if not isinstance(a, SweepResults):
+        return [(None, a, b)]
+    if a.param != b.param:
+        raise NotComparable(f"not comparable: A sweeps {a.param}, B sweeps {b.param}")
+    theirs = dict(zip(b.values, b.points))
+    pairs = [(v, x, theirs[v]) for v, x in zip(a.values, a.points) if v in theirs]
+    if not pairs:
+        raise NotComparable(f"not comparable: the sweeps of {a.param} share no value (A "
+                            f"{', '.join(a.values)}; B {', '.join(b.values)})")
+    return pairs

@@ -142,7 +142,8 @@ class Param(Node):
     No default means required. A default that references other params is a derived value.
     `choices` restricts a string param to a set. `is_list` makes it a list of `type`
     (`lengths: tokens list = [50k, 100k]`; on the command line `--lengths 50k,100k`); `in` then
-    applies to each element.
+    applies to each element. `sweep`: a list of values `wl run` runs the workload with, once
+    each, into one results file.
     """
 
     name: str
@@ -152,6 +153,7 @@ class Param(Node):
     range: Range | None = None
     choices: tuple[str, ...] = ()
     doc: str = ""
+    sweep: Expr | None = None
     span: Span
 
 

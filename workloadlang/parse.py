@@ -371,6 +371,7 @@ class _Lower(Transformer):
     gates = _clause("gates", "all")
     report = _clause("report", "all")
     doc = pdoc = _clause("doc", "string")
+    psweep = _clause("sweep", "value")
 
     def isolated(self, meta: Any, c: list) -> _Clause:
         return _Clause("isolated", True, self.span(meta))
@@ -435,7 +436,7 @@ class _Lower(Transformer):
         return ir.Param(name=str(name), type=ptype, is_list=is_list is not None,
                         default=found.get("default"), range=found.get("range"),
                         choices=found.get("choices", ()), doc=found.get("doc", ""),
-                        span=self.span(meta))
+                        sweep=found.get("sweep"), span=self.span(meta))
 
     def range(self, meta: Any, c: list) -> ir.Range:
         return ir.Range(low=c[0], high=c[1], span=self.span(meta))

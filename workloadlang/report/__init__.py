@@ -18,20 +18,34 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def load_results(path: str | Path) -> Any:
-    """Input: a results JSON path (`wl run --output`). Output: a `Results`.
-    Raises `ResultsFileError` (a ValueError) with a one-line reason."""
-    from workloadlang.run.runner import read_results
+    """Input: a results JSON path (`wl run --output`). Output: a `Results`, or a
+    `SweepResults` for a sweep's file. Raises `ResultsFileError` (a ValueError) with a
+    one-line reason."""
+    from workloadlang.sweep import read_any
 
-    return read_results(path)
+    return read_any(path)
 
 
 def write_report(results_list: Sequence[Any], path: str | Path,
                  labels: Sequence[str] | None = None) -> Path:
     """Input: `Results` objects of one workload, the output path, optional run labels.
     Output: the path written. Raises `ReportError` (different workloads, no results)."""
-    from workloadlang.report.render import render_html
+    from workloadlang.report.render import ReportError, render_html
+    from workloadlang.report.sweep import render_sweep_html
+    from workloadlang.sweep import SweepResults
 
-    html = render_html(list(results_list), labels)
+    runs = list(results_list)
+    swept = [isinstance(r, SweepResults) for r in runs]
+    if all(swept) and runs:  # the curves against the swept value
+        names = list(labels) if labels else [f"run {i + 1}" for i in range(len(runs))]
+        try:
+            html = render_sweep_html(runs, names)
+        except ValueError as e:
+            raise ReportError(str(e)) from None
+    elif any(swept):
+        raise ReportError("a sweep's results and a single run's do not share a report")
+    else:
+        html = render_html(runs, labels)
     out = Path(path)
     out.write_text(html, encoding="utf-8")
     return out

@@ -164,9 +164,8 @@ def check_engine_log(path: str | None) -> str | None:
 
 
 async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
-    from workloadlang.cli import eprint, load_and_plan
+    from workloadlang.cli import eprint, load_and_plan_sweep
     from workloadlang.run import discover as disc
-    from workloadlang.run.view import make_view
 
     from workloadlang.run.transport import make_client
 
@@ -180,9 +179,9 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
         secret = key.get_secret_value() if key is not None else None
         for note in info.notes:
             eprint(f"note: {redact(note, secret)}")
-        _, _, plan = load_and_plan(args, extra, {"max_context": info.max_context})
+        _, _, swept, plans = load_and_plan_sweep(args, extra, {"max_context": info.max_context})
         if args.no_isolation:
-            plan = without_isolation(plan)
+            plans = [without_isolation(p) for p in plans]
         endpoint = Endpoint(base_url=base, root_url=root_of(base), model=info.model, api_key=key,
                             cached_zero_when_absent=args.cached_zero_when_absent,
                             idle_timeout_s=args.idle_timeout)
@@ -191,29 +190,76 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
                   "max_context": info.max_context, "max_context_source": info.max_context_source,
                   "tokenizer": info.tokenize_style, "notes": info.notes, "sim": bool(args.sim),
                   "slots": info.slots, "prefill_own": info.prefill_own}
-        view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
         writer = JsonlWriter(args.records)
-        view.start()
-        task = asyncio.ensure_future(run_plan(
-            plan, endpoint, engine, tokenizer, Tee(writer, view, secret), client=client,
-            metrics_url=info.metrics_url, time_budget_s=args.time_budget))
-        install_interrupt(task)
+        points = []
         try:
-            results = await task
-        except EndpointError as e:  # calibration could not use the engine (its tokenizer failed)
-            eprint(f"wl run: endpoint error: {e}")
-            return EXIT_ENDPOINT
+            for i, plan in enumerate(plans):
+                if swept is not None:  # the records of each point follow their marker
+                    writer.write({"type": "sweep_point", "param": swept[0],
+                                  "value": swept[1][i], "index": i})
+                    print(f"── sweep {swept[0]}={swept[1][i]} ({i + 1} of {len(plans)}) ──")
+                results = await run_one(plan, args, client, endpoint, engine, tokenizer, writer,
+                                        secret, info.metrics_url)
+                if results is None:
+                    return EXIT_ENDPOINT
+                points.append(results)
+                if results.exit_code == EXIT_INTERRUPTED:
+                    break  # what was measured is kept; the points after it are not run
         finally:
-            view.stop()
             writer.close()
-        if args.engine_log:
-            from workloadlang.run.annotate import annotate_results, summary_line
+        if swept is None:
+            deliveries = [d for d in (writer.delivery, *write_outputs(points[0], args)) if d]
+            return report_deliveries(deliveries, points[0].exit_code)
+        return finish_sweep(swept, points, args, writer)
 
-            eprint(redact(summary_line(annotate_results(results, args.engine_log)), secret))
-        results = redacted(results, secret)  # what is written and printed from here on
-        deliveries = [d for d in (writer.delivery, *write_outputs(results, args)) if d]
-        view.summary(results)
-        return report_deliveries(deliveries, results.exit_code)
+
+async def run_one(plan, args, client, endpoint: Endpoint, engine: dict, tokenizer,
+                  writer: JsonlWriter, secret: str | None, metrics_url: str | None):
+    """Run one plan with its own view. Output: its results (redacted: what is written and
+    printed from here on), or None when the engine could not be used."""
+    from workloadlang.cli import eprint
+    from workloadlang.run.view import make_view
+
+    view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
+    view.start()
+    task = asyncio.ensure_future(run_plan(
+        plan, endpoint, engine, tokenizer, Tee(writer, view, secret), client=client,
+        metrics_url=metrics_url, time_budget_s=args.time_budget))
+    install_interrupt(task)
+    try:
+        results = await task
+    except EndpointError as e:  # calibration could not use the engine (its tokenizer failed)
+        eprint(f"wl run: endpoint error: {e}")
+        return None
+    finally:
+        view.stop()
+    if args.engine_log:
+        from workloadlang.run.annotate import annotate_results, summary_line
+
+        eprint(redact(summary_line(annotate_results(results, args.engine_log)), secret))
+    results = redacted(results, secret)
+    view.summary(results)
+    return results
+
+
+def finish_sweep(swept: tuple[str, list[str]], points: list, args, writer: JsonlWriter) -> int:
+    """A sweep's results file (`--output`; `--report`: its curves) and table; the exit code
+    of its worst point."""
+    from workloadlang import sweep
+
+    result = sweep.SweepResults(workload=points[0].workload, param=swept[0],
+                                values=swept[1][:len(points)], points=points,
+                                exit_code=sweep.worst_exit([p.exit_code for p in points]))
+    print(f"\n── sweep {swept[0]}: {len(points)} of {len(swept[1])} runs ──")
+    print(sweep.table(result))
+    deliveries = [writer.delivery]
+    if args.output:
+        text = result.to_json()
+        deliveries.append(deliver("--output", args.output,
+                                  lambda p: Path(p).write_text(text, encoding="utf-8")))
+    if args.report:
+        deliveries.append(write_html(result, args.report))
+    return report_deliveries([d for d in deliveries if d], result.exit_code)
 
 
 class Redacting:

@@ -1,0 +1,105 @@
+"""Sweeps: `sweep [...]` on a param or `--sweep NAME=A,B`: one run per value into one results
+file, the dry-run per point, `wl report` curves, `wl compare` point by point, exit by the worst
+point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workloadlang.check import check
+from workloadlang.cli import main
+from workloadlang.parse import parse
+
+PRESSURE = """
+workload pressure {
+  params {
+    sessions: int = 2 in 1..16 sweep [1, 2, 4]
+    context: tokens = 1k
+  }
+  session s repeat $sessions {
+    user filler $context
+    reply 4 label opening
+    user "again"
+    reply 4 label again
+  }
+  gates {
+    kept: overall fraction(hit{again}) >= 90% -> evicted
+    few: overall count(ok{opening}) <= 2 -> too_many
+  }
+  report { reuse: mean(reuse{again}) as percent }
+}
+"""
+
+
+@pytest.mark.parametrize("params, code", [
+    ('a: int = 1 sweep [1, 2]; b: int = 1 sweep [3]', "WL233"),
+    ('a: int = 1 sweep [1, $b]; b: int = 1', "WL233"),
+    ('a: int list = [1] sweep [1, 2]', "WL233"),
+    ('a: int = 1 in 1..4 sweep [1, 8]', "WL305"),
+    ('a: string = "x" one of "x", "y" sweep ["x", "z"]', "WL304"),
+    ('a: tokens = 1 sweep [1.5]', "WL303"),
+])
+def test_a_bad_sweep_is_reported_by_check(params, code):
+    text = f'workload w {{ params {{ {params} }} session s {{ user "x"; reply 1 }} }}'
+    assert code in [d.code for d in check(parse(text, "w.wl"))]
+
+
+def test_the_dry_run_of_a_sweep_lists_every_point(tmp_path, capsys):
+    wl = tmp_path / "p.wl"
+    wl.write_text(PRESSURE)
+    assert main(["plan", str(wl), "--salt", "s"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sweep sessions: 3 runs, one per value, into one results file")
+    rows = [line.split() for line in out.splitlines()[4:7]]
+    assert [r[0] for r in rows] == ["1", "2", "4"] and [r[1] for r in rows] == ["2", "4", "8"]
+    assert "params: sessions=1, context=1000" in out  # then the first point's dry-run
+    # a param set on the command line is not swept; `--sweep` sweeps another
+    assert main(["plan", str(wl), "--salt", "s", "--sessions", "3"]) == 0
+    assert "sweep" not in capsys.readouterr().out
+    assert main(["plan", str(wl), "--salt", "s", "--sweep", "context=1k,2k,4k"]) == 0
+    assert capsys.readouterr().out.startswith("sweep context: 3 runs")
+    assert main(["plan", str(wl), "--sweep", "contxt=1k"]) == 2
+    assert "--sweep contxt=1k" in capsys.readouterr().err
+    assert main(["plan", str(wl), "--sweep", "sessions=1,2", "--sessions", "2"]) == 2
+
+
+def test_a_sweep_runs_every_point_into_one_file_and_exits_by_the_worst(tmp_path, capsys):
+    wl, out, recs = tmp_path / "p.wl", tmp_path / "s.json", tmp_path / "r.jsonl"
+    wl.write_text(PRESSURE)
+    code = main(["run", str(wl), "--sim", "--no-viz", "--salt", "s", "--output", str(out),
+                 "--records", str(recs), "--report", str(tmp_path / "s.html")])
+    text = capsys.readouterr().out
+    assert code == 1  # `few` fails at 4 sessions only
+    data = json.loads(out.read_text())
+    assert data["schema"] == "workloadlang.sweep/1" and data["param"] == "sessions"
+    assert data["values"] == ["1", "2", "4"] and data["exit_code"] == 1
+    assert [p["params"]["sessions"] for p in data["points"]] == [1, 2, 4]
+    assert [p["exit_code"] for p in data["points"]] == [0, 0, 1]
+    assert [len(p["records"]) for p in data["points"]] == [2, 4, 8]
+    assert len({p["salt"] for p in data["points"]}) == 1
+    marks = [json.loads(line) for line in recs.read_text().splitlines()
+             if '"sweep_point"' in line]
+    assert [m["value"] for m in marks] == ["1", "2", "4"]
+    assert "── sweep sessions: 3 of 3 runs ──" in text
+    table = text.split("── sweep sessions: 3 of 3 runs ──")[1].splitlines()
+    assert table[5].split()[:3] == ["4", "1", "few"]
+    page = (tmp_path / "s.html").read_text()
+    assert "sweep of sessions" in page and 'aria-label="warm hits against sessions"' in page
+
+    # the report and compare read the sweep's file
+    assert main(["report", str(out), "-o", str(tmp_path / "again.html")]) == 0
+    assert main(["compare", str(out), str(out)]) == 0
+    assert "sweep of sessions: 3 point(s) compared; no regression" in capsys.readouterr().out
+    worse = json.loads(out.read_text())
+    gate = next(g for g in worse["points"][0]["gates"] if g["name"] == "kept")
+    gate["status"] = "fail"
+    bad = tmp_path / "worse.json"
+    bad.write_text(json.dumps(worse))
+    assert main(["compare", str(out), str(bad)]) == 1
+    assert "REGRESSED at 1" in capsys.readouterr().out
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps(data["points"][0]))
+    assert main(["compare", str(out), str(single)]) == 2
+    assert "one file is a sweep's results" in capsys.readouterr().err

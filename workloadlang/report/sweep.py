@@ -1,0 +1,100 @@
+"""The report of sweeps: each headline number drawn against the swept value.
+
+Input: `SweepResults` of one workload and param (several overlay: one line each, e.g. two
+engines), with their labels. Output: one self-contained HTML page: a table of the points (the
+exit code and the gates each failed), then a chart per number that varies: the report items,
+hits and misses, mean reuse, TTFT, the engine's hit ratio (`sweep.curves`).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Sequence
+
+from workloadlang.report.svg import RUN_COLOURS, RUN_MARKERS, new_figure, styled, to_svg
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em;color:#222}} table{{border-collapse:collapse}}
+td,th{{padding:2px 10px;border-bottom:1px solid #ddd;text-align:right}} th{{background:#f4f5f7}}
+.charts{{display:flex;flex-wrap:wrap;gap:16px}} .chart{{width:420px}}
+.fail{{color:#b3261e;font-weight:bold}}</style></head>
+<body><h1>{title}</h1><p>{what}</p>{tables}<h2>Against {param}</h2>
+<div class="charts">{charts}</div></body></html>
+"""
+
+
+class SweepReportError(ValueError):
+    """Sweeps that cannot share a page (different workloads or params)."""
+
+
+def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
+    """Input: sweeps of one workload and param, and their labels. Output: the HTML page."""
+    first = sweeps[0]
+    for s in sweeps[1:]:
+        if (s.workload, s.param) != (first.workload, first.param):
+            raise SweepReportError(f"sweeps of {first.workload} over {first.param} and of "
+                                   f"{s.workload} over {s.param} do not share a page")
+    from workloadlang import sweep
+
+    tables = "".join(points_table(s, label) for s, label in zip(sweeps, labels))
+    names = list(dict.fromkeys(n for s in sweeps for n in sweep.curves(s)))
+    charts = []
+    for i, name in enumerate(names):
+        series = [(label, s.values, sweep.curves(s).get(name, ("", []))[1])
+                  for s, label in zip(sweeps, labels)]
+        if any(len({repr(v) for v in ys}) > 1 for _, _, ys in series):  # only what varies
+            charts.append(f'<div class="chart">{chart(name, first.param, series, i)}</div>')
+    return PAGE.format(title=html.escape(f"{first.workload}: sweep of {first.param}"),
+                       what=html.escape(", ".join(f"{label}: {len(s.points)} runs"
+                                                  for s, label in zip(sweeps, labels))),
+                       tables=tables, param=html.escape(first.param),
+                       charts="".join(charts) or "<p>no number varies across the points</p>")
+
+
+def points_table(s: Any, label: str) -> str:
+    rows = []
+    for value, res in zip(s.values, s.points):
+        failed = [g.name for g in res.gates if g.status == "fail" and g.severity == "fail"]
+        cls = ' class="fail"' if res.exit_code else ""
+        rows.append(f"<tr><td>{html.escape(value)}</td><td{cls}>{res.exit_code}</td>"
+                    f"<td>{html.escape(', '.join(failed) or '–')}</td>"
+                    f"<td>{len(res.records)}</td><td>{html.escape(res.plan_hash)}</td></tr>")
+    return (f"<h2>{html.escape(label)}</h2><table><tr><th>{html.escape(s.param)}</th>"
+            "<th>exit</th><th>gates failed</th><th>requests</th><th>plan</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+@styled
+def chart(name: str, param: str, series: list[tuple[str, list[str], list[Any]]],
+          key: int) -> str:
+    """One number against the swept value: a line per sweep (numeric values on a numeric
+    axis, others in their order)."""
+    fig = new_figure(4.3, 2.6)
+    ax = fig.add_subplot()
+    for j, (label, values, ys) in enumerate(series):
+        xs = [number(v) for v in values]
+        if any(x is None for x in xs):
+            xs = list(range(len(values)))
+            ax.set_xticks(xs, values)
+        pts = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float))
+               and not isinstance(y, bool)]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label,
+                    color=RUN_COLOURS[j % len(RUN_COLOURS)],
+                    marker=RUN_MARKERS[j % len(RUN_MARKERS)])
+    ax.set_title(name)
+    ax.set_xlabel(param)
+    if len(series) > 1:
+        ax.legend()
+    return to_svg(fig, f"sweep-{key}", f"{name} against {param}")
+
+
+def number(text: str) -> float | None:
+    """A swept value on a numeric axis (`8k` is 8000, `500ms` 0.5), or None."""
+    from workloadlang.evaluate import split_number
+
+    found = split_number(text.lstrip("-"))
+    if found is None:
+        return None
+    return -found[0] if text.startswith("-") else found[0]

@@ -1,0 +1,131 @@
+"""Sweeps: a workload run once per value of one param, into one results file.
+
+Input: a checked `ir.Workload`, the params set on the command line and `--sweep NAME=A,B,...`
+(or the file's `sweep [...]` clause of one param); after the runs, each point's `Results`.
+Output: the points to run (`points`), the sweep results file (`SweepResults`, schema
+`workloadlang.sweep/1`: one `Results` per point, in order, and the worst exit code of them),
+reading either kind of results file (`read_any`), the numbers of each point side by side
+(`curves`, `table`). `wl report` draws the curves, `wl compare` compares two sweeps point by
+point (docs/cli.md "Sweeps").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from tabulate import tabulate
+
+from workloadlang import ir
+from workloadlang.check import sweep_text
+from workloadlang.run.runner import Results, ResultsFileError, _results_of, read_results
+
+SCHEMA = "workloadlang.sweep/1"
+
+
+class SweepError(ValueError):
+    """A `--sweep` that cannot be run; the message says why (a usage error)."""
+
+
+class SweepResults(BaseModel):
+    """The results file of a sweep: the param, its values (as given on the command line) and
+    each point's results, in order; `exit_code` is the worst of theirs."""
+
+    schema_: str = SCHEMA
+    workload: str
+    param: str
+    values: list[str]
+    exit_code: int
+    points: list[Results]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2).replace('"schema_"', '"schema"', 1)
+
+
+def points(wl: ir.Workload, overrides: Mapping[str, str], flag: str | None
+           ) -> tuple[str, list[str]] | None:
+    """The param to sweep and its values: `--sweep NAME=A,B` (`flag`), else the `sweep [...]`
+    of a param not set on the command line; None when there is no sweep. Raises `SweepError`
+    for a flag that names no param, a param also set, or no value."""
+    if flag is None:
+        for p in wl.params:
+            if p.sweep is not None and p.name not in overrides:
+                return p.name, [sweep_text(v) or "" for v in p.sweep.items]
+        return None
+    name, eq, values = flag.partition("=")
+    name = name.strip().replace("-", "_")
+    known = {p.name for p in wl.params}
+    if not eq or name not in known:
+        raise SweepError(f"--sweep {flag}: write NAME=V1,V2,... with a param of this workload "
+                         f"({', '.join(sorted(known)) or 'it has none'})")
+    if name in overrides:
+        raise SweepError(f"--sweep {name}: the param is also set on the command line")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not items:
+        raise SweepError(f"--sweep {flag}: no value to sweep")
+    return name, items
+
+
+def worst_exit(codes: list[int]) -> int:
+    """The exit code of a sweep: its worst point's (0 ok < 1 a gate failed < 3 endpoint < 4
+    incomplete < 130 interrupted)."""
+    return max(codes, default=0)
+
+
+def read_any(path: str | Path) -> Results | SweepResults:
+    """A results file of one run or of a sweep. Raises `ResultsFileError` with a one-line
+    reason (`read_results`' for anything that is no sweep's file)."""
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        data = None
+    if not (isinstance(data, dict) and data.get("schema") == SCHEMA):
+        return read_results(path)
+    try:
+        return SweepResults.model_validate(
+            {**{k: v for k, v in data.items() if k != "schema"}, "points": [
+                _results_of(p, str(path)) for p in data.get("points", [])]})
+    except ValidationError as e:
+        raise ResultsFileError(f"{path} is not a valid sweep results file "
+                               f"({e.error_count()} problem(s))") from None
+
+
+def curves(s: SweepResults) -> dict[str, tuple[str, list[Any]]]:
+    """Each headline number of the points (`compare.headline`: report items, hit rate, reuse,
+    TTFT, ...) as `name -> (kind, one value per point)`, in the first point's order."""
+    from workloadlang.compare import headline
+
+    heads = [headline(p) for p in s.points]
+    names = list(dict.fromkeys(n for h in heads for n in h))
+    return {n: (next(h[n][0] for h in heads if n in h), [h.get(n, (None, None))[1]
+                                                          for h in heads]) for n in names}
+
+
+SHOWN = ("warm hits", "warm misses", "warm mean reuse", "warm median ttft", "cold median ttft",
+         "errors")
+
+
+def table(s: SweepResults) -> str:
+    """The points side by side: the swept value, the exit code, the gates failed, then the
+    report items and a few figures of each run."""
+    from workloadlang.compare import fmt_value
+
+    cols = curves(s)
+    names = [n for n in cols if n not in dict(curves_of_run()) or n in SHOWN]
+    rows = []
+    for i, (value, res) in enumerate(zip(s.values, s.points)):
+        failed = [g.name for g in res.gates if g.status == "fail" and g.severity == "fail"]
+        rows.append([value, res.exit_code, ", ".join(failed) or "–",
+                     *(fmt_value(cols[n][0], cols[n][1][i]) for n in names)])
+    return tabulate(rows, headers=[s.param, "exit", "gates failed", *names], tablefmt="simple",
+                    disable_numparse=True)
+
+
+def curves_of_run() -> list[tuple[str, str]]:
+    """The run figures `compare.headline` adds after the report items (name, kind)."""
+    return [(n, "") for n in ("requests", "skipped", "errors", "warm hits", "warm misses",
+                              "warm unknown", "warm mean reuse", "warm median ttft",
+                              "cold median ttft", "prompt tokens", "cached tokens",
+                              "engine hit ratio", "elapsed")]
