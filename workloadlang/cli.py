@@ -99,10 +99,11 @@ def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any]):
         overrides = param_overrides(wl, extra, args.param or [])
         swept = sweep.points(wl, overrides, getattr(args, "sweep", None))
         values = [None] if swept is None else swept[1]
-        salt = args.salt or api.fresh_salt()  # every point sends the same text
-        plans = [api.make_plan(wl, source, overrides if v is None else {
-            **overrides, swept[0]: v}, salt=salt, env=env, limits=plan_limits(args),
-            cache=cache_model(args)) for v in values]
+        salt = args.salt or api.fresh_salt()
+        plans = [api.make_plan(
+            wl, source, overrides if v is None else {**overrides, swept[0]: v},
+            salt=salt if v is None else sweep.point_salt(salt, swept[0], v), env=env,
+            limits=plan_limits(args), cache=cache_model(args)) for v in values]
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
     except WorkloadError as e:
@@ -172,6 +173,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     `--json`, every plan in a JSON object)."""
     from tabulate import tabulate
 
+    from workloadlang import sweep
     from workloadlang.plan.render import render_plan
 
     name, values = swept
@@ -189,8 +191,10 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     print(tabulate(rows, headers=[name, "requests", "prompt tokens", "exp. cached",
                                   "working set", "concurrency", "plan"],
                    tablefmt="simple", disable_numparse=True))
-    print(f"\nthe first run ({name}={values[0]}); `wl plan ... --{name.replace('_', '-')} "
-          f"VALUE` shows another:\n")
+    flag = f"--{name.replace('_', '-')}"
+    base = sweep.sweep_salt(plans[0].salt, name, values[0])
+    print(f"\nthe first run ({name}={values[0]}, salt {plans[0].salt}); `wl plan ... --salt "
+          f"{base}/{name}=VALUE {flag} VALUE` shows another:\n")
     print(render_plan(plans[0], full=args.full), end="")
     return EXIT_OK
 

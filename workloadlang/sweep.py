@@ -37,6 +37,7 @@ class SweepResults(BaseModel):
     workload: str
     param: str
     values: list[str]
+    salt: str | None = None  # the sweep's; each point's is `point_salt` of it
     exit_code: int
     points: list[Results]
 
@@ -66,6 +67,20 @@ def points(wl: ir.Workload, overrides: Mapping[str, str], flag: str | None
     if not items:
         raise SweepError(f"--sweep {flag}: no value to sweep")
     return name, items
+
+
+def point_salt(salt: str, name: str, value: str) -> str:
+    """The salt of a sweep's point: the sweep's salt and the point (`S/sessions=4`). Each point
+    sends its own text, so an engine's cache carries nothing from one point into the next (the
+    same text at every point would be served from what the points before it left); `--salt
+    S/sessions=4 --sessions 4` replays that point alone."""
+    return f"{salt}/{name}={value}"
+
+
+def sweep_salt(point: str, name: str, value: str) -> str:
+    """The sweep's salt back from a point's (`point_salt`)."""
+    suffix = f"/{name}={value}"
+    return point[: -len(suffix)] if point.endswith(suffix) else point
 
 
 def worst_exit(codes: list[int]) -> int:
