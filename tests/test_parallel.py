@@ -247,3 +247,73 @@ def test_the_continuation_goes_on_from_the_kept_branch(tmp_path, rule):
     assert after["cached_tokens"] >= kept["prompt_tokens"] + 8 - 16  # its prompt and answer
     assert after["expected_source"] == f"engine:{kept['id']}"
     assert after["hit"] is True and after["reuse"] >= 0.95
+
+
+# ---------------------------------------------------------------- peak concurrent demand
+
+
+def in_flight_together(plan: Plan, cap: int) -> int:
+    """Brute force: the most tokens (prompt and reply) of requests that can be in flight at
+    once, at most `cap` of them: requests of different sessions, or of different branches of
+    one fork of a session (every pair), whichever is largest."""
+    reqs = plan.requests
+    size = [r.prompt_tokens + r.max_tokens for r in reqs]
+
+    def together(i: int, j: int) -> bool:
+        a, b = reqs[i], reqs[j]
+        return a.session != b.session or concurrent(lane_tuple(a), lane_tuple(b))
+
+    def best(chosen: list[int], start: int) -> int:
+        top = sum(size[i] for i in chosen)
+        if len(chosen) == cap:
+            return top
+        for j in range(start, len(reqs)):
+            if all(together(i, j) for i in chosen):
+                top = max(top, best(chosen + [j], j + 1))
+        return top
+
+    return best([], 0)
+
+
+def test_peak_demand_counts_every_branch_in_flight():
+    plan = plan_of(BEST_OF)
+    sample = by_label(plan, "sample")[0]
+    assert plan.totals.peak_inflight_tokens == 4 * (sample.prompt_tokens + 64)
+    assert peak_line(plan) == f"{4 * (sample.prompt_tokens + 64):,} tokens (4 in flight)"
+    two = plan_of(BEST_OF.replace("session main {", "concurrency = 2\n"
+                                  "  session main {"))
+    assert two.totals.peak_inflight_tokens == 2 * (sample.prompt_tokens + 64)
+    assert peak_line(two).endswith("(2 in flight)")
+
+
+def peak_line(plan: Plan) -> str:
+    line = next(x for x in render_plan(plan).splitlines() if x.startswith("peak concurrent"))
+    return line.removeprefix("peak concurrent demand").strip()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=bodies(), other=st.integers(0, 60), cap=st.integers(1, 6))
+def test_peak_demand_agrees_with_a_brute_force(body, other, cap):
+    text = (f"workload w {{ concurrency = {cap} "
+            f"session s {{ user \"go\"; reply 3; {body}; reply 2 }} "
+            f"session t repeat 2 {{ user filler {other + 1}; reply 4 }} }}")
+    plan = plan_of(text)
+    assert plan.totals.peak_inflight_tokens == in_flight_together(plan, cap), text
+
+
+@settings(max_examples=200, deadline=None)
+@given(profiles=st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=4).map(
+    lambda xs: list(__import__("itertools").accumulate(xs))), min_size=1, max_size=5),
+    cap=st.integers(1, 10))
+def test_the_split_over_sessions_and_its_bound(profiles, cap):
+    """`peak_demand` splits the limit among sessions exactly; its envelope bound (used past a
+    work budget) is never below it."""
+    from itertools import product
+
+    from workloadlang.plan import lanes
+
+    exact = max(sum(([0] + p)[k] for p, k in zip(profiles, ks))
+                for ks in product(*(range(len(p) + 1) for p in profiles)) if sum(ks) <= cap)
+    got, n = lanes.peak_demand(profiles, cap)
+    assert got == exact and n == min(cap, sum(len(p) for p in profiles))
+    assert lanes.envelope_bound(profiles, n) >= exact

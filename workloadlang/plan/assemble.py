@@ -104,13 +104,9 @@ def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int) -> SessionInfo:
 
 
 def in_flight(b: Builder) -> int:
-    """How many requests can be in flight at once: one per session, or its widest parallel
-    fork's branches (the default concurrency)."""
-    by_session: dict[str, list[Any]] = {}
-    for d in b.drafts:
-        by_session.setdefault(d.fields["session"], []).append(SimpleNamespace(
-            lane=d.fields["lane"]))
-    return sum(lanes.width(rs) for rs in by_session.values())
+    """How many requests can be in flight at once (the default concurrency)."""
+    return lanes.in_flight([SimpleNamespace(session=d.fields["session"], lane=d.fields["lane"])
+                            for d in b.drafts])
 
 
 def plan_settings(b: Builder, wl: ir.Workload, root: Ctx, n_sessions: int) -> dict[str, Any]:
@@ -259,7 +255,7 @@ def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int,
     prompt = sum(r.prompt_tokens for r in reqs)
     cached = sum(r.expected_cached for r in reqs)
     most = [r.expected_cached_max for r in reqs if r.expected_cached_max is not None]
-    peaks = sorted((s.peak_tokens for s in sessions), reverse=True)
+    peak, _ = lanes.peak_demand(demands(reqs, sessions), concurrency)
     gen = sum(r.abort_after if r.abort_after is not None else r.max_tokens for r in reqs)
     return Totals(requests=len(reqs), prompt_tokens=prompt, cold_tokens=prompt - cached,
                   expected_cached_tokens=cached,
@@ -269,8 +265,17 @@ def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int,
                   lru_cached_tokens=None if cache is None else sum(r.lru_cached or 0
                                                                    for r in reqs),
                   max_tokens=sum(r.max_tokens for r in reqs),
-                  peak_inflight_tokens=sum(peaks[:concurrency]),
+                  peak_inflight_tokens=peak,
                   working_set_tokens=prompt - cached + gen)
+
+
+def demands(reqs: list[PRequest], sessions: list[SessionInfo]) -> list[list[int]]:
+    """Each session's demand profile (`lanes.demand`): its peak request, or with parallel
+    forks the most its requests in flight together hold."""
+    forked = {r.session for r in reqs if r.lane}
+    mine = lanes.by_session([r for r in reqs if r.session in forked])
+    return [lanes.demand(mine[s.id], lambda r: r.prompt_tokens + r.max_tokens)
+            if s.id in forked else [s.peak_tokens] for s in sessions]
 
 
 def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None,

@@ -3,13 +3,16 @@
 Input: a session's planned requests in plan order (`PRequest.lane`: the parallel branches each
 is in, outermost first, `FORK.BRANCH/...`). Output: its steps lane by lane (`lane_steps`: a
 request, or a fork's branches, each a lane one level deeper) and how many of its requests can
-be in flight at once (`width`). The runner walks the steps; the planner sizes the default
-concurrency by the width.
+be in flight at once (`width`), and the most tokens they can demand at once (`demand`, and
+over sessions under a concurrency limit, `peak_demand`). The runner walks the steps; the
+planner sizes the default concurrency by the width, and the dry-run's peak concurrent demand
+by the demand.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import math
+from typing import Any, Callable, Iterator, Sequence
 
 from workloadlang.plan.model import PRequest
 
@@ -53,3 +56,94 @@ def width(reqs: Sequence[PRequest], depth: int = 0) -> int:
         if branches is not None:
             best = max(best, sum(width(b, depth + 1) for b in branches))
     return best
+
+
+def by_session(reqs: Sequence[Any]) -> dict[str, list[Any]]:
+    """Requests (or anything with `session` and `lane`) grouped by session, in plan order."""
+    out: dict[str, list[Any]] = {}
+    for r in reqs:
+        out.setdefault(r.session, []).append(r)
+    return out
+
+
+def in_flight(reqs: Sequence[Any]) -> int:
+    """How many requests can be in flight at once: one per session, or its widest parallel
+    fork's branches."""
+    return sum(width(rs) if any(r.lane for r in rs) else 1
+               for rs in by_session(reqs).values())
+
+
+Profile = list[int]
+"""A lane's demand: `p[k - 1]` is the most tokens (prompt and reply) at most k of its requests
+in flight at once hold; non-decreasing, `len(p)` its width."""
+
+
+def demand(reqs: Sequence[PRequest], size: Callable[[PRequest], int], depth: int = 0
+           ) -> Profile:
+    """The demand profile of a lane (a session's, at depth 0): one request at a time of its
+    own, and of each parallel fork any request of each branch at once (branches go at their
+    own pace, so any of their requests can be in flight together)."""
+    best: Profile = []
+    for req, _, branches in lane_steps(reqs, depth):
+        step = [size(req)] if branches is None else side_by_side(
+            [demand(b, size, depth + 1) for b in branches])
+        best = upper(best, step)
+    return best
+
+
+def upper(a: Profile, b: Profile) -> Profile:
+    """The larger of two profiles at each count (a shorter one holds its last value)."""
+    n = max(len(a), len(b))
+    return [max(a[min(k, len(a) - 1)] if a else 0, b[min(k, len(b) - 1)] if b else 0)
+            for k in range(n)]
+
+
+def side_by_side(profiles: Sequence[Profile], cap: int | None = None) -> Profile:
+    """The profile of lanes in flight together: for each count, the best split of it among
+    them, each taking none or some of its requests (max-plus convolution), up to `cap`."""
+    best = [0]
+    for p in profiles:
+        q = [0, *p]
+        n = len(best) + len(q) - 1 if cap is None else min(cap + 1, len(best) + len(q) - 1)
+        best = [max(best[i] + q[k - i] for i in range(max(0, k - len(q) + 1),
+                                                      min(k, len(best) - 1) + 1))
+                for k in range(n)]
+    return best[1:]
+
+
+DP_BUDGET = 2_000_000
+"""Steps of the exact split over sessions (`peak_demand`) above which the bound is used."""
+
+
+def peak_demand(profiles: Sequence[Profile], concurrency: int) -> tuple[int, int]:
+    """Input: each session's demand profile and the concurrency limit. Output: the most tokens
+    the requests in flight at once can hold, and how many requests that is at most (the limit,
+    or every session's width when that is less). Sessions of width 1 take their peaks largest
+    first; the wider ones are split exactly (`side_by_side`), or, past `DP_BUDGET`, bounded
+    from above by their concave envelopes (`envelope_bound`)."""
+    narrow = sorted((p[0] for p in profiles if len(p) == 1), reverse=True)
+    wide = [p for p in profiles if len(p) > 1]
+    n = min(concurrency, len(narrow) + sum(len(p) for p in wide))
+    if n == len(narrow) + sum(len(p) for p in wide):
+        return sum(p[-1] for p in profiles if p), n
+    if len(wide) * min(n, sum(len(p) for p in wide)) * max((len(p) for p in wide), default=0) \
+            > DP_BUDGET:
+        return envelope_bound(profiles, n), n
+    split = [0, *side_by_side(wide, cap=n)]
+    prefix = [0]
+    for x in narrow:
+        prefix.append(prefix[-1] + x)
+    return max(split[j] + prefix[min(n - j, len(narrow))] for j in range(len(split))), n
+
+
+def envelope_bound(profiles: Sequence[Profile], n: int) -> int:
+    """An upper bound on `peak_demand`: the n largest steps of the profiles' upper concave
+    envelopes (exact when every profile is concave, as a fork of equal branches is)."""
+    steps: list[float] = []
+    for p in profiles:
+        k, at = 0, 0
+        while k < len(p):
+            j = max(range(k + 1, len(p) + 1), key=lambda j: ((p[j - 1] - at) / (j - k), j))
+            steps += [(p[j - 1] - at) / (j - k)] * (j - k)
+            k, at = j, p[j - 1]
+    return math.ceil(sum(sorted(steps, reverse=True)[:n]) - 1e-6)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from tabulate import tabulate
 
+from workloadlang.plan import lanes
 from workloadlang.plan.model import Plan, PRequest
 
 SUMMARY_ROWS = 60
@@ -129,7 +130,8 @@ def totals_block(plan: Plan) -> str:
         ["  expected from cache", f"{t.expected_cached_tokens:,} ({pct:.1f}%)"],
         *extra_totals(plan),
         ["peak concurrent demand", f"{t.peak_inflight_tokens:,} tokens "
-                                   f"({plan.concurrency} in flight)"],
+                                   f"({min(plan.concurrency, lanes.in_flight(plan.requests))} "
+                                   "in flight)"],
         ["working set (perfect cache)", f"{t.working_set_tokens:,} tokens"],
     ]
     for c in plan.calibrations:
