@@ -134,3 +134,38 @@ def test_split_concurrency_examples():
     assert split_concurrency(8, [3, 1]) == [6, 2]
     assert split_concurrency(3, [1, 1]) == [2, 1]
     assert split_concurrency(3, [5, 0, 0]) == [1, 1, 1]
+
+
+def test_a_reply_carried_in_a_tool_calls_arguments_keeps_both_together():
+    plan = plan_of("agent-sim", sessions="3", main_tokens="20k", sub_tokens="4k")
+    last = next(r for r in plan.requests if r.session == "main#0").last_message
+    donor = next(r for r in plan.requests if r.session == "main#1")
+    msgs = list(plan.messages)
+    call = Seg(kind="call", tokens=9, key="call-1", text="lookup",
+               args=(("q", Seg(kind="reply", tokens=5, key=donor.id)),))
+    msgs[last] = msgs[last].model_copy(update={"segs": (*msgs[last].segs, call)})
+    linked = plan.model_copy(update={"messages": tuple(msgs)})
+    assert session_groups(linked) == [["main#0", "main#1"], ["main#2"]]
+
+
+def test_a_parallel_fork_stays_in_its_session():
+    """`spawn N parallel` (branches in flight together, `keep first`) is one session's."""
+    text = """
+workload forks {
+  concurrency = 4
+  session main repeat 2 {
+    user filler 1k
+    reply 8
+    spawn 2 fork parallel keep first label branch { user filler 200; reply 8 }
+    user "go on"
+    reply 8
+  }
+}
+"""
+    source = api.Source(name="forks.wl", text=text)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="f",
+                         env={"max_context": 100_000})
+    assert plan.picks and {r.lane for r in plan.requests} > {""}  # branches in flight together
+    part = partition(plan, 2)
+    assert [sh.sessions for sh in part.shards] == [("main#0",), ("main#1",)]
+    assert [sh.concurrency for sh in part.shards] == [2, 2]

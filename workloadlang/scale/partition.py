@@ -28,8 +28,9 @@ workers runs on that many workers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
-from workloadlang.plan.model import Plan
+from workloadlang.plan.model import Plan, Seg
 
 REQUEST_COST_TOKENS = 1000
 """The client's fixed work per request (a connection turn, headers, the answer's stream, the
@@ -162,7 +163,8 @@ def session_groups(plan: Plan) -> list[list[str]]:
 
 def cross_session_links(plan: Plan) -> set[tuple[str, str]]:
     """Output: pairs of sessions that one request ties together: its dependencies, the replies
-    its prompt carries, the loop it belongs to."""
+    its prompt carries (tool calls' arguments too), the loop it belongs to, the branches a fork
+    keeps one of."""
     session_of = {r.id: r.session for r in plan.requests}
     carried = carried_sessions(plan, session_of)
     links: set[tuple[str, str]] = set()
@@ -176,6 +178,11 @@ def cross_session_links(plan: Plan) -> set[tuple[str, str]]:
             first = loops.setdefault(r.stop_group, r.session)
             if first != r.session:
                 links.add((r.session, first))
+    for pick in plan.picks:  # a fork's kept branch is chosen from its branches' answers
+        for end in pick.branches:
+            other = session_of.get(end.last_request or "")
+            if other is not None and other != pick.session:
+                links.add((pick.session, other))
     return links
 
 
@@ -187,12 +194,19 @@ def carried_sessions(plan: Plan, session_of: dict[str, str]) -> dict[int, frozen
     for i in message_order(plan):
         m = plan.messages[i]
         base = out.get(m.after, frozenset()) if m.after is not None else frozenset()
-        own = {session_of[s.key] for s in m.segs
+        own = {session_of[s.key] for s in segments(m.segs)
                if s.kind in ("reply", "partial") and s.key in session_of}
         carried = base | own if own - base else base
         if carried:
             out[i] = carried
     return out
+
+
+def segments(segs: Iterable[Seg]) -> Iterator[Seg]:
+    """Output: the segments and, inside each tool call, its arguments', depth first."""
+    for s in segs:
+        yield s
+        yield from segments(a for _, a in s.args)
 
 
 def message_order(plan: Plan) -> list[int]:
