@@ -169,3 +169,25 @@ workload forks {
     part = partition(plan, 2)
     assert [sh.sessions for sh in part.shards] == [("main#0",), ("main#1",)]
     assert [sh.concurrency for sh in part.shards] == [2, 2]
+
+
+def test_the_limit_follows_the_sessions_that_run_branches_in_parallel():
+    """Of 3 sessions, one runs 3 branches at once (its nested forks of 2 make 6 leaves): with
+    concurrency 8 on 2 workers, its worker gets the larger share."""
+    text = """
+workload wide {
+  concurrency = 8
+  session wide {
+    user filler 1k
+    reply 8
+    spawn 3 fork parallel label b { user filler 200; reply 8; spawn 2 fork parallel { user "x"; reply 4 } }
+  }
+  session narrow repeat 2 { user filler 1k; reply 8; user filler 1k; reply 8 }
+}
+"""
+    source = api.Source(name="wide.wl", text=text)
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="w",
+                         env={"max_context": 100_000})
+    part = partition(plan, 2)
+    by = {sh.sessions: sh.concurrency for sh in part.shards}
+    assert by == {("wide#0",): 6, ("narrow#0", "narrow#1"): 2}

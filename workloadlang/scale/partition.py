@@ -19,8 +19,9 @@ load being what a worker builds and sends: prompt tokens plus a fixed cost per r
 (`REQUEST_COST_TOKENS`).
 
 The concurrency limit is split, not shared: shard i gets `c_i` slots, the `c_i` add up to the
-plan's limit and follow each shard's share of the sessions (at least 1 each, the remainder to
-the largest fractions). So the whole run never has more requests in flight than the limit; a
+plan's limit and follow each shard's share of the demand (its sessions, a session with parallel
+forks counted once per branch it can have in flight; at least 1 each, the remainder to the
+largest fractions). So the whole run never has more requests in flight than the limit; a
 slot free on one worker is not used by another worker's sessions. A limit below the number of
 workers runs on that many workers.
 """
@@ -94,7 +95,8 @@ def make_shards(plan: Plan, groups: list[list[str]], bins: list[list[int]]) -> t
     """Output: the shards, their sessions in plan order, with their concurrency slots."""
     position = {s.id: i for i, s in enumerate(plan.sessions)}
     members = [sorted((s for g in b for s in groups[g]), key=position.__getitem__) for b in bins]
-    slots = split_concurrency(plan.concurrency, [len(m) for m in members])
+    width = session_widths(plan)
+    slots = split_concurrency(plan.concurrency, [sum(width.get(s, 1) for s in m) for m in members])
     reqs: dict[str, int] = {}
     tokens: dict[str, int] = {}
     for r in plan.requests:
@@ -106,10 +108,29 @@ def make_shards(plan: Plan, groups: list[list[str]], bins: list[list[int]]) -> t
                  for i, m in enumerate(members))
 
 
+def session_widths(plan: Plan) -> dict[str, int]:
+    """Output: per session with parallel forks, how many of its requests can be in flight at
+    once: the most leaf branches (`PRequest.lane`) one of its outermost forks has."""
+    lanes: dict[str, set[str]] = {}
+    for r in plan.requests:
+        if r.lane:
+            lanes.setdefault(r.session, set()).add(r.lane)
+    out = {}
+    for session, mine in lanes.items():
+        leaves = [x for x in mine if not any(y.startswith(x + "/") for y in mine)]
+        per_fork: dict[str, int] = {}
+        for leaf in leaves:
+            fork = leaf.split("/", 1)[0].split(".", 1)[0]
+            per_fork[fork] = per_fork.get(fork, 0) + 1
+        out[session] = max(per_fork.values())
+    return out
+
+
 def split_concurrency(limit: int, sessions: list[int]) -> list[int]:
-    """Input: the run's concurrency limit and each shard's number of sessions (no more shards
-    than the limit). Output: each shard's slots: at least 1, in proportion to its sessions, the
-    remainder to the largest fractions (the lower index on a tie); they add up to `limit`."""
+    """Input: the run's concurrency limit and each shard's demand (its sessions, each counted
+    as many times as it can have requests in flight: `session_widths`; no more shards than the
+    limit). Output: each shard's slots: at least 1, in proportion to its demand, the remainder
+    to the largest fractions (the lower index on a tie); they add up to `limit`."""
     n, total = len(sessions), sum(sessions)
     if n > limit:
         raise ValueError(f"{n} shards cannot share a concurrency limit of {limit}")
