@@ -3,6 +3,8 @@ sessions stay together, the concurrency limit is split exactly, the load is bala
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -14,6 +16,8 @@ from workloadlang.scale.partition import (
     shard_plan,
     split_concurrency,
 )
+
+TRACE = str(Path(__file__).resolve().parent / "data/mooncake/conversation_1000.jsonl")
 
 
 def plan_of(name: str, **params: str):
@@ -103,7 +107,8 @@ def test_a_loop_spanning_sessions_keeps_them_together():
 
 def test_bundled_workloads_partition_without_losing_a_request():
     for name, params in (("cache-pressure", {"kv_size": "64k"}), ("needle-test", {}),
-                         ("abort-sim", {}), ("perf-sim", {}), ("mooncake", {"trace": "tests/data/mooncake/conversation_1000.jsonl", "limit": "200"})):
+                         ("abort-sim", {}), ("perf-sim", {}),
+                         ("mooncake", {"trace": TRACE, "limit": "200"})):
         plan = plan_of(name, **params)
         part = partition(plan, 2)
         assert sum(sh.requests for sh in part.shards) == len(plan.requests), name
@@ -180,7 +185,11 @@ workload wide {
   session wide {
     user filler 1k
     reply 8
-    spawn 3 fork parallel label b { user filler 200; reply 8; spawn 2 fork parallel { user "x"; reply 4 } }
+    spawn 3 fork parallel label b {
+      user filler 200
+      reply 8
+      spawn 2 fork parallel { user "x"; reply 4 }
+    }
   }
   session narrow repeat 2 { user filler 1k; reply 8; user filler 1k; reply 8 }
 }
