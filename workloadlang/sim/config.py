@@ -22,17 +22,20 @@ FaultName = Literal[
     "no_timings",
     "duplicate_blocks",
     "error_rate",
+    "slow_prefill",
 ]
 FAULT_NAMES: tuple[str, ...] = FaultName.__args__  # type: ignore[attr-defined]
-_VALUED = {"evict_over_concurrency", "error_rate"}
+_VALUED = {"evict_over_concurrency", "error_rate", "slow_prefill"}
 
 
 class FaultSpec(BaseModel):
     """One fault (or behaviour) switched on, optionally scoped to some sessions.
 
-    `value`: the fault's number (N for evict_over_concurrency, P for error_rate), else None.
+    `value`: the fault's number (N for evict_over_concurrency, P for error_rate, the factor for
+    slow_prefill), else None.
     `sessions`: empty = every request; otherwise only requests whose `X-WL-Session` header
-    matches one entry (exactly, by base name before `#`, or as an fnmatch glob).
+    matches one entry (exactly, by base name before `#`, or as an fnmatch glob), or whose
+    `X-WL-Request` (the planned request id) matches one exactly or as a glob.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -51,11 +54,16 @@ class FaultSpec(BaseModel):
             raise ValueError("error_rate must be within 0..1")
         if self.name == "evict_over_concurrency" and (self.value or 0) < 0:
             raise ValueError("evict_over_concurrency must be >= 0")
+        if self.name == "slow_prefill" and not 0.0 < float(self.value or 0) <= 1000.0:
+            raise ValueError("slow_prefill must be within (0, 1000]")
         return self
 
-    def applies_to(self, session: str | None) -> bool:
-        """True when this fault covers a request carrying `X-WL-Session: session`."""
+    def applies_to(self, session: str | None, request: str | None = None) -> bool:
+        """True when this fault covers a request carrying `X-WL-Session: session` and
+        `X-WL-Request: request`."""
         if not self.sessions:
+            return True
+        if request and any(p == request or fnmatchcase(request, p) for p in self.sessions):
             return True
         if not session:
             return False
@@ -114,10 +122,12 @@ class SimConfig(BaseModel):
         """The effective (needle) context in tokens."""
         return self.effective_context or self.max_model_len
 
-    def fault(self, name: str, session: str | None) -> FaultSpec | None:
-        """The first configured fault `name` that applies to `session`, or None."""
+    def fault(self, name: str, session: str | None,
+              request: str | None = None) -> FaultSpec | None:
+        """The first configured fault `name` that applies to `session` (or to the planned
+        request id `request`), or None."""
         for f in self.faults:
-            if f.name == name and f.applies_to(session):
+            if f.name == name and f.applies_to(session, request):
                 return f
         return None
 

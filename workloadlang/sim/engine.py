@@ -23,7 +23,7 @@ from time import perf_counter
 from typing import Any, AsyncIterator, Optional
 
 from .cache import PrefixCache
-from .config import SimConfig
+from .config import FaultSpec, SimConfig
 from .replies import ReplyPlan, plan_reply
 from .timing import SlotPool, decode_seconds, prefill_seconds, restore_seconds
 from .tokenizer import ROOT_HASH, THINK, THINK_END, MessageError, Rendered, Renderer, chain_hashes
@@ -83,6 +83,7 @@ class Job:
     omit_zero: bool = False
     no_timings: bool = False
     drop_aborted: bool = False
+    slow: float = 1.0  # the slow_prefill factor
     state: str = "queued"  # queued | prefill | decode | done | cancelled
     finished: bool = False
     slot_held: bool = False
@@ -205,6 +206,11 @@ def wants_thinking(body: dict) -> bool:
     )
 
 
+def _factor(fault: FaultSpec | None) -> float:
+    """A slow_prefill fault's factor (1.0 when none applies)."""
+    return float(fault.value) if fault is not None and fault.value is not None else 1.0
+
+
 class Simulator:
     """The engine state shared by all requests of one server (single event loop, no locks)."""
 
@@ -284,6 +290,7 @@ class Simulator:
             omit_zero=cfg.fault("omit_cached_when_zero", session) is not None,
             no_timings=cfg.fault("no_timings", session) is not None,
             drop_aborted=cfg.fault("drop_aborted", session) is not None,
+            slow=_factor(cfg.fault("slow_prefill", session, request_id)),
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -311,7 +318,11 @@ class Simulator:
 
     def _start(self, job: Job) -> float:
         """Slot acquired: apply evict_over_concurrency, match the cache, count; return the
-        prefill duration in seconds."""
+        prefill duration in seconds (times the slow_prefill factor)."""
+        return self._prefill_cost(job) * job.slow
+
+    def _prefill_cost(self, job: Job) -> float:
+        """`_start`'s work: the prefill duration in seconds at the configured speed."""
         cfg, counters = self.config, self.counters
         fault = cfg.fault("evict_over_concurrency", job.session)
         if fault is not None and self.active > int(fault.value or 0):
