@@ -145,6 +145,27 @@ def test_degraded_host_pays_a_prefill_only_for_what_came_back_from_the_host(sim)
     assert honest["timings"]["prompt_ms"] < 0.1 * cold["timings"]["prompt_ms"]
 
 
+def test_slow_prefill_scoped_by_the_planned_request_id(sim):
+    """`slow_prefill=F` makes a prefill F times slower; scoped by a glob over the planned
+    request id (`X-WL-Request`), it slows only the requests it names, and other faults scope
+    the same way."""
+    h = sim("slow_prefill=3@*/finalize/*", "degraded@*/finalize/*", prefill_us_per_token=200.0,
+            prefill_ctx_scale=0)
+    a, b = msgs("a", 400), msgs("b", 400)
+    plain = chat(h, a, session="main#0", request_id="main#0/grow/main/0")
+    slow = chat(h, b, session="main#0", request_id="main#0/back/finalize/0")
+    assert slow["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
+    ratio = slow["timings"]["prompt_ms"] / plain["timings"]["prompt_ms"]
+    assert ratio == pytest.approx(3, rel=0.05)
+    # `degraded` in the same scope: the finalize reports its cache and recomputes it (3x)
+    honest = chat(h, a, session="main#0", request_id="main#0/measure/baseline/0")
+    lie = chat(h, a, session="main#0", request_id="main#0/back/finalize/1")
+    assert cached(lie) == cached(honest) > 0
+    assert honest["timings"]["prompt_ms"] < 0.1 * plain["timings"]["prompt_ms"]
+    assert lie["timings"]["prompt_ms"] == pytest.approx(3 * plain["timings"]["prompt_ms"],
+                                                        rel=0.05)
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_no_cached_report_omits_fields(sim, stream):
     h = sim("no_cached_report")

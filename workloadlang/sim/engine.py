@@ -227,7 +227,7 @@ class Simulator:
     # -------------------------------------------------------------- admission
 
     def _inject_error(self, session: str | None, request_id: str | None) -> bool:
-        fault = self.config.fault("error_rate", session)
+        fault = self.config.fault("error_rate", session, request_id)
         if fault is None:
             return False
         if request_id:
@@ -273,6 +273,10 @@ class Simulator:
         plan = plan_reply(rendered, budget, wants_thinking(body), cfg.think_tokens, cfg.window,
                           cfg.seed)
         options = body.get("stream_options") or {}
+
+        def on(name: str) -> bool:
+            return cfg.fault(name, session, request_id) is not None
+
         return Job(
             id=f"chatcmpl-sim-{next(self._ids):08x}",
             session=session,
@@ -283,13 +287,13 @@ class Simulator:
             include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
             rendered=rendered,
             plan=plan,
-            units=2 if cfg.fault("duplicate_blocks", session) else 1,
-            degraded=cfg.fault("degraded", session) is not None,
-            degraded_host=cfg.fault("degraded_host", session) is not None,
-            no_report=cfg.fault("no_cached_report", session) is not None,
-            omit_zero=cfg.fault("omit_cached_when_zero", session) is not None,
-            no_timings=cfg.fault("no_timings", session) is not None,
-            drop_aborted=cfg.fault("drop_aborted", session) is not None,
+            units=2 if on("duplicate_blocks") else 1,
+            degraded=on("degraded"),
+            degraded_host=on("degraded_host"),
+            no_report=on("no_cached_report"),
+            omit_zero=on("omit_cached_when_zero"),
+            no_timings=on("no_timings"),
+            drop_aborted=on("drop_aborted"),
             slow=_factor(cfg.fault("slow_prefill", session, request_id)),
         )
 
@@ -324,7 +328,7 @@ class Simulator:
     def _prefill_cost(self, job: Job) -> float:
         """`_start`'s work: the prefill duration in seconds at the configured speed."""
         cfg, counters = self.config, self.counters
-        fault = cfg.fault("evict_over_concurrency", job.session)
+        fault = cfg.fault("evict_over_concurrency", job.session, job.request_id)
         if fault is not None and self.active > int(fault.value or 0):
             self.cache.evict_unpinned()
             counters.concurrency_evictions += 1
