@@ -641,17 +641,24 @@ class _Checker:
         self.unique(self.wl.gates, "gate")
         scope = self.gate_scope()
         for g in self.wl.gates:
-            left = self.gkind(g.left, scope)
-            if g.op is None:
-                if left not in ("bool", "any"):
-                    self.err("WL307", f"gate `{g.name}` has no comparison, so it must be true or "
-                             f"false, but it is {describe(left)}", g.left.span,
-                             "compare it (`... >= 90%`) or use all(...) / any(...)")
-                continue
-            right = self.gkind(g.right, scope)
-            span = g.left.span.model_copy(update={"end_line": g.right.span.end_line,
-                                                  "end_col": g.right.span.end_col})
-            self.combine(g.op, (g.left, g.right), (left, right), span)
+            self.check_test(g, f"gate `{g.name}`", scope)
+            if g.when is not None:
+                self.check_test(g.when, f"the condition of gate `{g.name}`", scope)
+
+    def check_test(self, t: ir.Gate | ir.Condition, what: str, scope: _Scope) -> None:
+        """`LEFT [CMP RIGHT]` of a gate or of its `when`: metrics, selectors and kinds; without
+        a comparison the left side must be yes/no."""
+        left = self.gkind(t.left, scope)
+        if t.op is None:
+            if left not in ("bool", "any"):
+                self.err("WL307", f"{what} has no comparison, so it must be true or false, but "
+                         f"it is {describe(left)}", t.left.span,
+                         "compare it (`... >= 90%`) or use all(...) / any(...)")
+            return
+        right = self.gkind(t.right, scope)
+        span = t.left.span.model_copy(update={"end_line": t.right.span.end_line,
+                                              "end_col": t.right.span.end_col})
+        self.combine(t.op, (t.left, t.right), (left, right), span)
 
     def check_report(self) -> None:
         self.unique(self.wl.report, "report item")

@@ -201,7 +201,8 @@ class ScopeResult(BaseModel):
     """One scope of a gate. Of the values it read: `exact` ones, `ranges` (a first-token stamp
     that may be late, a prefill that may hold others' work: `Span`), `unknown` ones (not
     reported, errored, not judged: `unknown_ids`). The gate is judged over every value the
-    ranges and the unknown values allow."""
+    ranges and the unknown values allow. `not_applicable`: 1 when the gate's `when` condition
+    is false here (the gate does not apply: status `pass`, the detail says why), else 0."""
     scope: str
     status: Status
     value: Any = None
@@ -211,11 +212,13 @@ class ScopeResult(BaseModel):
     ranges: int = 0
     unknown: int = 0
     unknown_ids: list[str] = []
+    not_applicable: int = 0
     detail: str = ""
 
 
 class GateResult(BaseModel):
-    """A gate over all its scopes; `exact`, `ranges`, `unknown`: the values read, summed."""
+    """A gate over all its scopes; `exact`, `ranges`, `unknown`: the values read, summed;
+    `not_applicable`: the scopes where its `when` condition was false."""
     name: str
     scope: str
     severity: str
@@ -226,6 +229,7 @@ class GateResult(BaseModel):
     exact: int = 0
     ranges: int = 0
     unknown: int = 0
+    not_applicable: int = 0
 
     @property
     def passed(self) -> bool:
@@ -415,6 +419,47 @@ def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
 
 
 def judge_once(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
+    """Output: the gate judged on one scope's records, its `when` condition first: false, the
+    gate does not apply (`pass`, `not_applicable`); true, the gate's test decides; unknown,
+    the gate passes only when its test passes (either way it would), else it is unknown."""
+    if g.when is None:
+        return judge_test(j, g, scope)
+    jc = Judge(j.plan, j.records, j.env, j.by_id, j.unknown_flags)  # the condition's reads
+    cond = judge_test(jc, g.when, scope)
+    j.flag_unknown += jc.flag_unknown
+    if cond.status == "fail":
+        shown = "" if cond.value is None else f": {applies_value(cond)}"
+        return scope_result(jc, scope, "pass", None, None, not_applicable=1, detail=(
+            f"does not apply: `{g.when.text}` is false{shown}"))
+    out = with_reads(judge_test(j, g, scope), j, jc)
+    if cond.status == "pass" or out.status == "pass":
+        return out if cond.status == "pass" else out.model_copy(update={"detail": "; ".join(
+            filter(None, [out.detail, f"whether `{g.when.text}` holds is not known "
+                          f"({cond.detail}); it passes either way"]))})
+    return out.model_copy(update={"status": "unknown", "detail": (
+        f"whether it applies is not known: `{g.when.text}`: {cond.detail or 'unknown'}; "
+        f"{out.status} if it does" + (f" ({out.detail})" if out.detail else ""))})
+
+
+def with_reads(out: ScopeResult, j: Judge, jc: Judge) -> ScopeResult:
+    """Output: a gate's result on a scope (`out`, read by `j`) with the values its condition
+    read (`jc`) counted too."""
+    return out.model_copy(update={
+        "reads": len(j.reads | jc.reads), "exact": out.exact + jc.exact,
+        "ranges": out.ranges + jc.ranges, "unknown": out.unknown + jc.unknown,
+        "unknown_ids": (out.unknown_ids + jc.unknown_ids)[:20]})
+
+
+def applies_value(cond: ScopeResult) -> str:
+    """`12 vs 50`: the condition's value against its threshold (the value alone for a yes/no
+    condition)."""
+    return fmt(cond.value) + ("" if cond.threshold is None else f" vs {fmt(cond.threshold)}")
+
+
+def judge_test(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
+    """Output: `LEFT [CMP RIGHT]` (a gate's test, or its condition's) judged on one scope:
+    `pass` when it holds for every value the ranges and unknown values allow, `fail` when for
+    none, else `unknown`."""
     try:
         if isinstance(g.left, ir.MetricRef) and g.op is not None:
             return judge_each(j, g, scope)
@@ -438,13 +483,14 @@ def judge_once(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
 
 
 def scope_result(j: Judge, scope: str, status: Status, value: Any, threshold: Any,
-                 detail: str = "") -> ScopeResult:
+                 detail: str = "", not_applicable: int = 0) -> ScopeResult:
     """Output: a `ScopeResult` with the judge's counts of exact, range and unknown values."""
     if not detail and j.unknown:
         detail = left_out(j, decides=False)
     return ScopeResult(scope=scope, status=status, value=value, threshold=threshold,
                        reads=len(j.reads), exact=j.exact, ranges=j.ranges, unknown=j.unknown,
-                       unknown_ids=j.unknown_ids[:20], detail=detail)
+                       unknown_ids=j.unknown_ids[:20], not_applicable=not_applicable,
+                       detail=detail)
 
 
 def left_out(j: Judge, decides: bool) -> str:
@@ -456,7 +502,7 @@ def left_out(j: Judge, decides: bool) -> str:
     return f"{j.unknown} value(s) not known ({ids}) {effect}" + (f": {why}" if why else "")
 
 
-def judge_each(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
+def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     """`metric{...} CMP rhs`: every selected value must satisfy the comparison."""
     picked = j.picked(g.left)
     vals = [metric_value(g.left.metric, r) for r in picked]
@@ -518,7 +564,8 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
                               line=g.span.line, status=status, results=results,
                               exact=sum(r.exact for r in results),
                               ranges=sum(r.ranges for r in results),
-                              unknown=sum(r.unknown for r in results)))
+                              unknown=sum(r.unknown for r in results),
+                              not_applicable=sum(r.not_applicable for r in results)))
     return out
 
 

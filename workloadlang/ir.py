@@ -522,18 +522,36 @@ class GCall(Node):
 GExpr = Annotated[Union[MetricRef, Agg, GNum, GBin, GCall], Field(discriminator="kind")]
 
 
+CmpOp = Literal["<", "<=", ">", ">=", "==", "!="]
+
+
+class Condition(Node):
+    """`when LHS [CMP RHS]` of a gate: where it is false, the gate does not apply. Read like a
+    gate's own test (a bare `metric{...}` on the left: every selected value; without `CMP RHS`
+    the left side must be true). `text`: the condition as written (to show where it decided)."""
+
+    left: GExpr
+    op: CmpOp | None = None
+    right: GExpr | None = None
+    text: str
+    span: Span
+
+
 class Gate(Node):
-    """`NAME: [each session|overall] LHS [CMP RHS] [-> verdict] [warn]`.
+    """`NAME: [each session|overall] LHS [CMP RHS] [when COND] [-> verdict] [warn]`.
 
     A bare `metric{...}` on the left means every selected value must satisfy the comparison.
-    Without `CMP RHS` the left side must be true (`all(ok{needle})`).
+    Without `CMP RHS` the left side must be true (`all(ok{needle})`). With `when`, the gate
+    applies only where its condition holds (`Condition`); a gate without one leaves the field
+    out of its JSON, so the plans (and hashes) of workloads that do not use it are unchanged.
     """
 
     name: str
     scope: Literal["overall", "each_session"] = "overall"
     left: GExpr
-    op: Literal["<", "<=", ">", ">=", "==", "!="] | None = None
+    op: CmpOp | None = None
     right: GExpr | None = None
+    when: Condition | None = Field(None, exclude_if=lambda v: v is None)
     verdict: str | None = None
     severity: Literal["fail", "warn"] = "fail"
     span: Span

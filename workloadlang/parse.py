@@ -99,7 +99,7 @@ def parse(text: str, filename: str) -> ir.Workload:
     a text beyond `limits` (too large, too many tokens, nested too deeply)."""
     text = text[1:] if text.startswith("\ufeff") else text
     tree = _syntax_tree(text, filename)
-    lower = _Lower(filename)
+    lower = _Lower(filename, text)
     try:
         workload = lower.transform(tree)
     except VisitError as exc:  # a bug in lowering, not in the file: let it surface as itself
@@ -324,6 +324,7 @@ class _Clause(NamedTuple):
     span: ir.Span
 
 
+_COMMENT = re.compile(r"#[^\n]*")  # no string can stand in a gate expression
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)")
 _REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "session", "gates", "report"})
@@ -349,9 +350,9 @@ def _clause(key: str, how: str) -> Any:
 class _Lower(Transformer):
     """Builds IR nodes bottom-up; problems go to `self.diags` (lowering always finishes)."""
 
-    def __init__(self, filename: str):
+    def __init__(self, filename: str, text: str = ""):
         super().__init__()
-        self.filename = filename
+        self.filename, self.text = filename, text
         self.diags: list[Diagnostic] = []
 
     ptype = setting_name = calib_name = role = stop_on = severity = _keyword
@@ -629,12 +630,25 @@ class _Lower(Transformer):
     # -- gates and report
 
     def gate(self, meta: Any, c: list) -> ir.Gate:
-        name, scope, left, compare, verdict, severity = c
+        name, scope, left, compare, when, verdict, severity = c
         op, right = compare or (None, None)
         scope = "each_session" if scope == "each session" else "overall"
         return ir.Gate(name=str(name), scope=scope,
-                       left=_gexpr(left), op=op, right=right and _gexpr(right), verdict=verdict,
-                       severity=severity or "fail", span=self.span(meta))
+                       left=_gexpr(left), op=op, right=right and _gexpr(right), when=when,
+                       verdict=verdict, severity=severity or "fail", span=self.span(meta))
+
+    def applies(self, meta: Any, c: list) -> ir.Condition:
+        left, compare = c
+        op, right = compare or (None, None)
+        span = self.span(meta)
+        return ir.Condition(left=_gexpr(left), op=op, right=right and _gexpr(right),
+                            text=self.written(meta, skip="when"), span=span)
+
+    def written(self, meta: Any, skip: str = "") -> str:
+        """The source text of a node, comments left out and blanks collapsed, without its
+        leading keyword `skip`."""
+        text = " ".join(_COMMENT.sub("", self.text[meta.start_pos:meta.end_pos]).split())
+        return text[len(skip):].lstrip() if skip and text.startswith(skip) else text
 
     def compare(self, meta: Any, c: list) -> tuple:
         return (c[0].value, c[1])

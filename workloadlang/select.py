@@ -68,11 +68,19 @@ def select_static(reqs: Iterable[PRequest], selector: Sequence[ir.SelItem],
 
 
 def gate_metric_refs(g: ir.Gate | ir.ReportItem) -> list[ir.MetricRef]:
-    """Every metric reference in a gate (both sides) or report item."""
+    """Every metric reference in a gate (both sides, and its `when` condition's) or report
+    item."""
     out: list[ir.MetricRef] = []
-    for e in (getattr(g, "left", None), getattr(g, "right", None), getattr(g, "value", None)):
+    when = getattr(g, "when", None)
+    for e in (getattr(g, "left", None), getattr(g, "right", None), getattr(g, "value", None),
+              when and when.left, when and when.right):
         out.extend(metric_refs(e))
     return out
+
+
+def test_refs(g: ir.Gate) -> list[ir.MetricRef]:
+    """The metric references of a gate's own test (both sides), not of its condition."""
+    return metric_refs(g.left) + metric_refs(g.right)
 
 
 def metric_refs(e: ir.GExpr | None) -> list[ir.MetricRef]:

@@ -29,7 +29,7 @@ from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Bui
                                        Ctx, Draft, in_bounds, iterations, options_value, value,
                                        walk)
 from workloadlang.plan.prefix import HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie
-from workloadlang.select import gate_metric_refs, select_static
+from workloadlang.select import gate_metric_refs, select_static, test_refs
 
 
 def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str = "",
@@ -236,14 +236,18 @@ def plan_gates(b: Builder, requests: list[PRequest], wl: ir.Workload, env: Mappi
     for g in wl.gates:
         scopes = sessions if g.scope == "each_session" else ["overall"]
         reads: dict[str, int] = {}
+        # the condition's metrics (`when`) are read like the gate's own
+        cond = {id(r) for r in gate_metric_refs(g)} - {id(r) for r in test_refs(g)}
         for scope in scopes:
             pool = requests if scope == "overall" else by_session.get(scope, [])
             ids: set[str] = set()
             for ref in gate_metric_refs(g):
                 picked = select_static(pool, ref.selector, env)
                 if not picked and (scope == "overall" or scope == sessions[0]):
-                    b.error("WL405", f"gate `{g.name}`: `{ref.metric}{{...}}` matches no planned "
-                            f"request" + ("" if scope == "overall" else f" in {scope}"), ref.span)
+                    where = "'s condition" if id(ref) in cond else ""
+                    b.error("WL405", f"gate `{g.name}`{where}: `{ref.metric}{{...}}` matches no "
+                            f"planned request" + ("" if scope == "overall" else f" in {scope}"),
+                            ref.span)
                 ids.update(r.id for r in picked)
             reads[scope] = len(ids)
         out.append(GatePlan(gate=g, reads=reads))

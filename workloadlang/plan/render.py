@@ -198,7 +198,11 @@ def assumptions_block(plan: Plan) -> str:
 
 
 def gates_block(plan: Plan) -> str:
+    """The gates table: each gate's scope, severity, verdict, how many planned requests it
+    reads (its condition's too) and its line; with a column for the `when` conditions when a
+    gate has one."""
     rows = []
+    conditions = any(gp.gate.when is not None for gp in plan.gates)
     for gp in plan.gates:
         g = gp.gate
         reads = gp.reads.get("overall")
@@ -208,9 +212,11 @@ def gates_block(plan: Plan) -> str:
         else:
             reads_s = str(reads)
         rows.append([g.name, "each session" if g.scope == "each_session" else "overall",
-                     g.severity, g.verdict or "–", reads_s, f"line {g.span.line}"])
-    return tabulate(rows, headers=["gate", "scope", "severity", "verdict", "reads", "source"],
-                    tablefmt="simple", disable_numparse=True)
+                     g.severity, g.verdict or "–", reads_s, f"line {g.span.line}",
+                     *([g.when.text if g.when else "–"] if conditions else [])])
+    headers = ["gate", "scope", "severity", "verdict", "reads", "source",
+               *(["applies when"] if conditions else [])]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def render_plan(plan: Plan, full: bool = False) -> str:

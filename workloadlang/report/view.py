@@ -125,23 +125,34 @@ def gate_cell(g: Any) -> dict[str, Any]:
     """Input: one `GateResult`. Output: its state, value vs threshold (for one scope) or a
     count of failing scopes, and every scope that did not pass."""
     bad = [r for r in g.results if r.status != "pass"]
+    na = [r for r in g.results if getattr(r, "not_applicable", 0)]
+    shown = bad + na
     cell: dict[str, Any] = {"state": gate_state(g), "verdict": g.verdict or "",
-                            "scopes": [scope_text(r) for r in bad[:20]],
-                            "more": max(0, len(bad) - 20)}
+                            "scopes": [scope_text(r) for r in shown[:20]],
+                            "more": max(0, len(shown) - 20)}
     if len(g.results) == 1:
         r = g.results[0]
-        cell.update(value=fmt_num(r.value) if r.status != "unknown" else "",
+        cell.update(value=fmt_num(r.value) if r.status != "unknown" and not na else "",
                     threshold="" if r.threshold is None else fmt_num(r.threshold), detail=r.detail,
                     summary="")
         cell["scopes"] = []
     else:
-        cell.update(value="", threshold="", detail="",
-                    summary=f"{len(bad)} of {len(g.results)} scopes did not pass" if bad
-                    else f"all {len(g.results)} scopes pass")
+        summary = (f"{len(bad)} of {len(g.results)} scopes did not pass" if bad
+                   else f"all {len(g.results)} scopes pass")
+        cell.update(value="", threshold="", detail="", summary=summary + (
+            f" (in {len(na)} the gate does not apply)" if na else ""))
     return cell
 
 
 def scope_text(r: Any) -> str:
+    """`main#2: unknown (no data)`, `main#2: 0.41 vs 0.66 fail`, or `main#2: does not apply
+    (...)` where the gate's `when` condition was false."""
+    if getattr(r, "not_applicable", 0):
+        return f"{r.scope}: {r.detail}"
+    return _scope_text(r)
+
+
+def _scope_text(r: Any) -> str:
     """`main#2: unknown (no data)` or `main#2: 0.41 vs 0.66 fail`."""
     if r.status == "unknown":
         return f"{r.scope}: unknown ({r.detail})" if r.detail else f"{r.scope}: unknown"

@@ -116,11 +116,28 @@ def gate_rows(results: Any) -> list[list[Any]]:
         if unknown:  # not known, and shown not to change the outcome
             detail = "; ".join(filter(None, [detail, f"{unknown} value(s) not known, "
                                                      "none could change it"]))
-        shown = worst[0] if worst else g.results[0]
+        detail = "; ".join(filter(None, [detail, not_applicable(g.results)]))
+        applied = [r for r in g.results if not r.not_applicable]
+        shown = worst[0] if worst else (applied or g.results)[0]
         status = g.status.upper() if g.severity == "fail" else f"{g.status.upper()} (warn)"
+        counts = f"{g.exact}/{g.ranges}/{g.unknown}" + (
+            f", {g.not_applicable} n/a" if g.not_applicable else "")
         rows.append([g.name, g.scope, status, fmt_val(shown.value), fmt_val(shown.threshold),
-                     f"{g.exact}/{g.ranges}/{g.unknown}", f"line {g.line}", detail or "–"])
+                     counts, f"line {g.line}", detail or "–"])
     return rows
+
+
+def not_applicable(scopes: list[Any]) -> str:
+    """Output: where a gate did not apply (its `when` condition false) and why, for the gate
+    table's detail; "" when it applied everywhere."""
+    na = [r for r in scopes if r.not_applicable]
+    if not na:
+        return ""
+    if len(scopes) == 1:
+        return na[0].detail
+    more = f" (and {len(na) - 1} more: {', '.join(r.scope for r in na[1:4])}" + (
+        ", ...)" if len(na) > 4 else ")") if len(na) > 1 else ""
+    return f"{na[0].scope}: {na[0].detail}{more}"
 
 
 def fmt_val(v: Any) -> str:
@@ -203,6 +220,8 @@ def gate_cell(g: Any, sid: str) -> str:
     r = next((r for r in g.results if r.scope == sid), None)
     if r is None:
         return "–"
+    if r.not_applicable:
+        return "n/a (does not apply)"
     cell = f"{fmt_val(r.value)} / {fmt_val(r.threshold)}"
     return cell if r.status == "pass" else f"{cell} {r.status.upper()}"
 
