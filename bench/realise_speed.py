@@ -2,8 +2,9 @@
 token against a per-word `random.choice` loop like the original tool's `make_body`.
 
 The issue's bars: every prompt of the default agent-sim plan (3 sessions × (150k main in 5k
-steps + 2 × 40k subs + a 2k finalize), 99 requests, 7.8M prompt tokens) in under 0.5 s with a
-`RatioSizer`; and at least 5× faster per token than the per-word loop.
+steps + 2 × 40k subs + a 2k finalize, a warm-up probe, 3 re-reads and 3 baseline forks), 120
+requests, 11.0M prompt tokens) in under 0.5 s with a `RatioSizer`; and at least 5× faster per
+token than the per-word loop.
 
 What is timed, each the best and the median of `--repeat` runs:
 

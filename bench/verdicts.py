@@ -39,7 +39,7 @@ SIM = {
 }
 FAULTS = [None, "evict_over_concurrency=1", "drop_aborted", "degraded", "degraded_host",
           "no_cached_report", "omit_cached_when_zero", "no_timings", "duplicate_blocks",
-          "error_rate=0.1"]
+          "error_rate=0.1", "slow_prefill=3@*/finalize/*"]
 LLAMA = {
     "agent-sim": ["--sessions", "2", "--main-tokens", "3k", "--step-tokens", "500",
                   "--sub-tokens", "1500", "--max-tokens", "16"],
@@ -64,8 +64,10 @@ def run(workload: str, args: list[str], salt: str = "verdicts") -> tuple[int, di
 
 
 def gates_cell(res: dict, severity: str) -> str:
-    """`name status e/r/u` for each gate of that severity."""
+    """`name status e/r/u` for each gate of that severity, and `(N n/a)` for the scopes where
+    its `when` condition was false."""
     return "; ".join(f"{g['name']} {g['status']} {g['exact']}/{g['ranges']}/{g['unknown']}"
+                     + (f" ({g['not_applicable']} n/a)" if g.get("not_applicable") else "")
                      for g in res.get("gates", []) if g["severity"] == severity) or "–"
 
 

@@ -1,0 +1,102 @@
+"""Ground truth for a machine whose speed drifts between the finalize and its baselines: an
+honestly evicted context is `evicted`, never `degraded` besides; a lie stays `degraded`.
+
+The simulator's `slow_prefill=3@*/finalize/*` makes only the finalizes' prefills 3x slower (a
+host that got busy between the finalize and the baselines measured after it). agent-sim's
+`restore` (and the `speed` warning) apply only when the finalize claims at least 10 % of its
+prompt cached (`when`): a finalize that recomputed its whole context has no claim to judge.
+The control runs the same workload with the condition taken out, and must be called
+`degraded`: that is the false verdict the condition removes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runhelp import gate, records, verdicts, wl_run
+from test_groundtruth_degraded import small, survival_agrees_with_its_report
+from workloadlang.resources import bundled_workloads
+
+DRIFT = ["--sim-fault", "slow_prefill=3@*/finalize/*"]
+CONDITION = " when cached_tokens{finalize} >= 10% * prompt_tokens{finalize}"
+
+
+def evicting(sessions: int) -> list[str]:
+    """agent-sim at `sessions` sessions on a 9k-token device without a host tier: the
+    sub-agents (2 x 6k) push every 8k main context out, so each finalize recomputes it all."""
+    return ["--sessions", str(sessions), "--main-tokens", "8k", "--step-tokens", "1k",
+            "--sub-tokens", "6k", "--finalize-tokens", "500", "--max-tokens", "16",
+            "--sim-prefill-us-per-token", "10", "--sim-decode-us-per-token", "100",
+            "--sim-device-tokens", "9000"]
+
+
+def timings_args(timings: str) -> list[str]:
+    return ["--sim-fault", "no_timings"] if timings == "client" else []
+
+
+def unconditional(tmp_path) -> str:
+    """agent-sim as it was without the condition, as a file to run."""
+    text = dict(bundled_workloads())["agent-sim"].read_text(encoding="utf-8")
+    assert text.count(CONDITION) == 2, "restore and speed carry the condition"
+    path = tmp_path / "agent-sim-unconditional.wl"
+    path.write_text(text.replace(CONDITION, ""), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("timings", ["engine", "client"])
+@pytest.mark.parametrize("sessions", [1, 2])
+def test_an_honest_eviction_on_a_drifting_machine_is_only_evicted(tmp_path, sessions, timings):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *evicting(sessions), *DRIFT,
+                       *timings_args(timings))
+    assert verdicts(res) == {f"main#{i}": "evicted" for i in range(sessions)}, res["gates"]
+    assert code == 1
+    for fin in records(res, "finalize"):
+        assert fin["cached_tokens"] < 0.1 * fin["prompt_tokens"], "recomputed: no claim"
+    for name in ("restore", "speed"):
+        g = gate(res, name)
+        assert g["status"] == "pass" and g["not_applicable"] == sessions, g
+        assert all(r["detail"].startswith("does not apply: ") for r in g["results"])
+    survival_agrees_with_its_report(res)
+
+
+@pytest.mark.parametrize("timings", ["engine", "client"])
+def test_without_the_condition_the_same_run_is_falsely_degraded(tmp_path, timings):
+    """The control: the test above can fail. Judged without `when`, the finalize that
+    recomputed its context honestly at 3x the baselines' price is called `degraded` too."""
+    code, res = wl_run(tmp_path, unconditional(tmp_path), "--sim", *evicting(1), *DRIFT,
+                       *timings_args(timings))
+    assert verdicts(res) == {"main#0": "evicted, degraded"}, res["gates"]
+    assert gate(res, "restore")["not_applicable"] == 0
+    assert code == 1
+
+
+@pytest.mark.parametrize("timings", ["engine", "client"])
+@pytest.mark.parametrize("sessions", [1, 2])
+def test_a_host_tier_as_slow_as_a_recompute_stays_degraded_on_a_drifting_machine(
+        tmp_path, sessions, timings):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *small(sessions), "--sim-fault",
+                       "degraded_host", *DRIFT, *timings_args(timings))
+    assert set(verdicts(res).values()) == {"degraded"}, res["gates"]
+    assert code == 1
+    restore = gate(res, "restore")
+    assert {r["status"] for r in restore["results"]} == {"fail"}
+    assert restore["not_applicable"] == 0
+
+
+@pytest.mark.parametrize("timings", ["engine", "client"])
+def test_a_partial_lie_on_a_drifting_machine_stays_degraded(tmp_path, timings):
+    """The finalize reports about 70 % of its prompt cached (an 18k device keeps the head of
+    the main context past the sub-agents) and recomputes all of it (`degraded` scoped to the
+    finalize, so the re-reads are honest and `timing` cannot see it), 3x slower besides:
+    `restore` applies and calls it `degraded`; `survival` passes (a hit)."""
+    args = evicting(1)
+    args[args.index("9000")] = "18000"
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *args, *DRIFT,
+                       "--sim-fault", "degraded@*/finalize/*", *timings_args(timings))
+    (fin,) = records(res, "finalize")
+    assert 0.6 < fin["cached_tokens"] / fin["prompt_tokens"] < 0.8, fin
+    assert verdicts(res) == {"main#0": "degraded"}, res["gates"]
+    assert code == 1
+    assert gate(res, "restore")["results"][0]["status"] == "fail"
+    assert gate(res, "timing")["status"] == "pass"
+    assert gate(res, "survival")["status"] == "pass"
