@@ -25,7 +25,8 @@ The simulator decodes at `--decode-us` per token (default 10 ms, so that 64 stre
 in flight together); `--decode-us 0` saturates the client and the simulator instead. `--pin`
 runs the simulator on the last CPU and this client on the others, so that the figure is the
 client's and not the scheduler's interleaving of two busy processes. `--transport httpcore` runs
-the same over httpx's default connection pool, for comparison. Also reported: the client's CPU
+the same over httpx's default connection pool (the https path: each request sent at its turn),
+for comparison. Also reported: the client's CPU
 time per request (user + system of this process over the measured requests: both its threads),
 the executor's own client health (`results.client`), and how many overheads over 1 ms carry a
 first-token bound (`ttft_late_s`) that covers them: in executor mode every one should (the
@@ -56,9 +57,14 @@ from bench.harness import (add_json_argument, describe_machine, machine, pct, si
                            split_cpus, table, write_json)
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
-from workloadlang.run.executor import Executor, ListSink
-from workloadlang.run.transport import make_client
+from workloadlang.results import ListSink
+from workloadlang.run.ahead import WriteAhead
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.run.executor import Executor
+from workloadlang.run.pacing import InTurn
+from workloadlang.run.sse import Outcome
+from workloadlang.wire import HttpxTransport, Pool
 
 WORKLOAD = """
 workload overhead {
@@ -76,17 +82,22 @@ SIM_FLAGS = ("--prefill-us-per-token", "0", "--device-tokens", "8000000", "--slo
 Sample = tuple[float, float, Optional[float], Optional[float]]
 
 
-def client(transport: str) -> httpx.AsyncClient:
-    """`wire`: the client `wl run` builds (`run.transport.make_client`); `httpcore`: httpx's
-    default client and connection pool, for comparison."""
+def client(transport: str) -> Pool | HttpxTransport:
+    """`wire`: the wire client's pool, what `wl run` sends http:// chat requests through;
+    `httpcore`: httpx's default client and connection pool (the https path), for comparison."""
     if transport == "httpcore":
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-        return httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits)
-    return make_client()
+        return HttpxTransport(httpx.AsyncClient(timeout=httpx.Timeout(None), limits=limits))
+    return Pool()
 
 
-def warm(i: int, max_tokens: int) -> WireRequest:
-    return WireRequest(id=f"warm/{i}", messages=[{"role": "user", "content": "warm up"}],
+def pacing(c: Pool | HttpxTransport) -> WriteAhead | InTurn:
+    """What `wl run` paces requests with over `c`."""
+    return WriteAhead(c) if isinstance(c, Pool) else InTurn(c)
+
+
+def warm(i: int, max_tokens: int) -> ChatRequest:
+    return ChatRequest(id=f"warm/{i}", messages=[{"role": "user", "content": "warm up"}],
                        max_tokens=max_tokens)
 
 
@@ -120,7 +131,8 @@ async def run_executor(base: str, streams: int, rounds: int, max_tokens: int,
     async with client(transport) as c:
         # one connection per stream, as a long run has after its first round
         await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
-        executor = Executor(plan, Realiser(plan, RatioSizer(1.0)), c, endpoint, ListSink())
+        executor = Executor(plan, Realiser(plan, RatioSizer(1.0)), pacing(c), endpoint,
+                            ListSink())
         cpu0 = time.process_time()
         run = await executor.run()
         cpu = time.process_time() - cpu0
@@ -138,7 +150,7 @@ async def run_send(base: str, streams: int, rounds: int, max_tokens: int,
         await asyncio.gather(*(send(c, endpoint, warm(i, max_tokens)) for i in range(streams)))
         cpu0 = time.process_time()
         for k in range(rounds):
-            reqs = [WireRequest(id=f"r{k}/{i}", max_tokens=max_tokens,
+            reqs = [ChatRequest(id=f"r{k}/{i}", max_tokens=max_tokens,
                                 messages=[{"role": "user", "content": f"Say something {k} {i}."}])
                     for i in range(streams)]
             outs += await asyncio.gather(*(send(c, endpoint, r) for r in reqs))

@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 
 from workloadlang.api import load, make_plan, parse_checked
-from workloadlang.run.record import Record, base_record
-from workloadlang.run.runner import Results
-from workloadlang.run.view import after_abort_misses, footer
+from workloadlang.results import Record
+from workloadlang.run.record import base_record
+from workloadlang.results import Results
+from workloadlang.console.format import after_abort_misses
+from workloadlang.console.lines import footer
 
 
 def abort_results(gap_s: float, hit: bool, slots: int | None) -> Results:
@@ -47,7 +49,7 @@ def test_no_note_where_the_race_cannot_explain_the_miss() -> None:
 
 
 def test_the_report_s_evidence_row_says_it_too() -> None:
-    from workloadlang.report.view import evidence
+    from workloadlang.report.tables import evidence
 
     rows = {row[1]: row for row in evidence(abort_results(0.0003, False, 4), "run")["rows"]}
     assert "sent 0.3 ms after the aborted request it extends was closed" \

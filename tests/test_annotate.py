@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workloadlang.run.annotate import annotate, annotate_results, contradictions, summary_line
-from workloadlang.run.enginelog import LogEntry, parse_ninfer_lines
-from workloadlang.run.record import ErrorDetail, Record
-from workloadlang.run.runner import Results
+from workloadlang.enginelog.annotate import annotate, annotate_results, contradictions, summary_line
+from workloadlang.enginelog.ninfer import LogEntry, parse_ninfer_lines
+from workloadlang.results import ErrorDetail, Record
+from workloadlang.results import Results
 
 T0 = 1_700_000_000.0  # unix seconds
 

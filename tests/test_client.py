@@ -11,7 +11,10 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 import pytest
 
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, build_body, root_of, send
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint, build_body, root_of
+from workloadlang.run.sse import Outcome
+from workloadlang.wire import HttpxTransport
 
 MSGS = [{"role": "user", "content": "hi"}]
 
@@ -77,7 +80,7 @@ def run_send(
 
     async def go() -> Outcome:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            return await send(client, ep, WireRequest(**fields), clock=clock, wallclock=lambda: 1.7e9)
+            return await send(HttpxTransport(client), ep, ChatRequest(**fields), clock=clock, wallclock=lambda: 1.7e9)
 
     return asyncio.run(go())
 
@@ -120,7 +123,7 @@ def test_only_our_headers_and_no_cookies() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             ep = Endpoint(base_url="http://engine/v1", model="m")
             for n in range(2):
-                out = await send(client, ep, WireRequest(id=f"r{n}", messages=MSGS, max_tokens=8))
+                out = await send(HttpxTransport(client), ep, ChatRequest(id=f"r{n}", messages=MSGS, max_tokens=8))
                 assert out.error is None
 
     asyncio.run(go())
@@ -154,7 +157,7 @@ def test_root_url_removes_only_trailing_v1() -> None:
 
 def test_build_body_options_override_and_drop_none() -> None:
     ep = Endpoint(base_url="http://h/v1", model="m")
-    req = WireRequest(id="x", messages=MSGS, max_tokens=1, options={"max_tokens": None, "temperature": 0})
+    req = ChatRequest(id="x", messages=MSGS, max_tokens=1, options={"max_tokens": None, "temperature": 0})
     body = build_body(ep, req)
     assert body["max_tokens"] == 1 and body["temperature"] == 0
 
@@ -383,8 +386,8 @@ def test_cancelled_error_propagates() -> None:
 
         transport = httpx.MockTransport(lambda r: httpx.Response(200, content=body(), headers={"content-type": "text/event-stream"}))
         async with httpx.AsyncClient(transport=transport) as client:
-            task = asyncio.create_task(send(client, Endpoint(base_url="http://h/v1", model="m"),
-                                            WireRequest(id="c", messages=MSGS, max_tokens=4)))
+            task = asyncio.create_task(send(HttpxTransport(client), Endpoint(base_url="http://h/v1", model="m"),
+                                            ChatRequest(id="c", messages=MSGS, max_tokens=4)))
             await asyncio.sleep(0.05)
             task.cancel()
             await task

@@ -10,7 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.run.sse import Outcome
+from workloadlang.wire import Pool
 from workloadlang.run.discover import EngineInfo, Tokenizer, discover
 from workloadlang.run.metrics import PrefixCounters, delta, scrape
 
@@ -25,7 +28,7 @@ def messages(extra: str = "") -> list[dict[str, Any]]:
 
 def test_llama_server_end_to_end(llama_server: Any) -> None:
     async def go() -> tuple[EngineInfo, int, PrefixCounters | None, list[Outcome], PrefixCounters | None]:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient() as client, Pool() as pool:
             info = await discover(client, llama_server.base_url)
             tok = Tokenizer.from_info(client, info)
             assert tok is not None
@@ -33,9 +36,9 @@ def test_llama_server_end_to_end(llama_server: Any) -> None:
             before = await scrape(client, info.metrics_url)
             ep = Endpoint(base_url=llama_server.base_url, model=info.model)
             opts = {"cache_prompt": True, "temperature": 0}
-            cold = await send(client, ep, WireRequest(id="cold", messages=messages(), max_tokens=4, options=opts, deadline_s=120))
-            warm = await send(client, ep, WireRequest(id="warm", messages=messages(), max_tokens=4, options=opts, deadline_s=120))
-            cut = await send(client, ep, WireRequest(id="abort", messages=messages(" Write a long story."),
+            cold = await send(pool, ep, ChatRequest(id="cold", messages=messages(), max_tokens=4, options=opts, deadline_s=120))
+            warm = await send(pool, ep, ChatRequest(id="warm", messages=messages(), max_tokens=4, options=opts, deadline_s=120))
+            cut = await send(pool, ep, ChatRequest(id="abort", messages=messages(" Write a long story."),
                                                      max_tokens=200, abort_after=3, options=opts, deadline_s=120))
             after = await scrape(client, info.metrics_url)
             return info, n, before, [cold, warm, cut], after

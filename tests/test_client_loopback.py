@@ -14,14 +14,17 @@ import httpx
 import pytest
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.client import send
 from workloadlang.run.discover import discover
+from workloadlang.run.endpoint import ChatRequest, Endpoint
 from workloadlang.run.errors import EndpointError
-from workloadlang.run.transport import make_client
+from workloadlang.run.sse import Outcome
+from workloadlang.wire import HttpxTransport, Pool
 
 MSGS = [{"role": "user", "content": "hello"}]
-CLIENTS = {"httpcore": httpx.AsyncClient, "wire": make_client}  # httpx's default; what wl run uses
-new_client = make_client
+# the https path (httpx's own transport) and the wire pool (what wl run uses for http://)
+CLIENTS = {"httpcore": lambda: HttpxTransport(httpx.AsyncClient()), "wire": Pool}
+new_client = Pool
 
 
 @pytest.fixture(autouse=True, params=sorted(CLIENTS))
@@ -30,15 +33,15 @@ def _client_kind(request: pytest.FixtureRequest):
     global new_client
     new_client = CLIENTS[request.param]
     yield
-    new_client = make_client
+    new_client = Pool
 
 
-def request(rid: str, fault: str, **fields: Any) -> WireRequest:
+def request(rid: str, fault: str, **fields: Any) -> ChatRequest:
     headers = {"X-WL-Request": rid, "X-Fault": fault, **fields.pop("extra_headers", {})}
-    return WireRequest(id=rid, messages=MSGS, max_tokens=16, headers=headers, **fields)
+    return ChatRequest(id=rid, messages=MSGS, max_tokens=16, headers=headers, **fields)
 
 
-def run(server: FaultServer, req: WireRequest, **ep: Any) -> Outcome:
+def run(server: FaultServer, req: ChatRequest, **ep: Any) -> Outcome:
     endpoint = Endpoint(base_url=ep.pop("base_url", server.base_url), model="fault-model", **ep)
 
     async def go() -> Outcome:
@@ -77,7 +80,7 @@ def test_connection_refused() -> None:
 
     async def go() -> Outcome:
         async with new_client() as client:
-            return await send(client, endpoint, WireRequest(id="x", messages=MSGS, max_tokens=1, deadline_s=5))
+            return await send(client, endpoint, ChatRequest(id="x", messages=MSGS, max_tokens=1, deadline_s=5))
 
     out = asyncio.run(go())
     assert out.error is not None and out.error.kind == "connect"
@@ -153,7 +156,7 @@ def test_models_error_raises_endpoint_error() -> None:
         server.models_body = {"error": {"message": "Loading model", "type": "unavailable_error"}}
 
         async def go() -> None:
-            async with new_client() as client:
+            async with httpx.AsyncClient() as client:  # discovery goes through httpx
                 await discover(client, server.base_url)
 
         with pytest.raises(EndpointError) as info:

@@ -13,8 +13,8 @@ import pytest
 
 from workloadlang.compare import compare_command, fmt_delta, gate_changes, headline, load_results
 from workloadlang.gates import GateResult, ScopeResult
-from workloadlang.run.record import ErrorDetail, Record
-from workloadlang.run.runner import Results
+from workloadlang.results import ErrorDetail, Record
+from workloadlang.results import Results
 
 
 def record(i: int, *, session: str = "s1", warm: bool = True, reuse: float | None = 1.0,

@@ -77,11 +77,11 @@ def test_slots_still_limit_concurrency() -> None:
 
 
 def test_one_slot_engines_prefill_time_is_not_shared() -> None:
-    """`Executor._prefill_contended`: 0 on an engine that runs one request at a time (the
+    """`Recorder.prefill_contended`: 0 on an engine that runs one request at a time (the
     others wait outside its prefill time); else the time others held a slot within it."""
     from types import SimpleNamespace
 
-    from workloadlang.run.executor import Executor
+    from workloadlang.run.record import Recorder
 
     t = [0.0]
     slots = Slots(4, lambda: t[0])
@@ -93,10 +93,10 @@ def test_one_slot_engines_prefill_time_is_not_shared() -> None:
 
     asyncio.run(hold())
     o = SimpleNamespace(server_prefill_ms=1000.0, ttft_s=2.0, t_send=0.0)  # prefill 1.0-2.0 s
-    shared = SimpleNamespace(sem=slots, prefill_own=False)
-    assert Executor._prefill_contended(shared, o) == pytest.approx(1.0)
-    assert Executor._prefill_contended(SimpleNamespace(sem=slots, prefill_own=True), o) == 0.0
-    assert Executor._prefill_contended(shared, SimpleNamespace(
+    shared = SimpleNamespace(slots=slots, prefill_own=False)
+    assert Recorder.prefill_contended(shared, o) == pytest.approx(1.0)
+    assert Recorder.prefill_contended(SimpleNamespace(slots=slots, prefill_own=True), o) == 0.0
+    assert Recorder.prefill_contended(shared, SimpleNamespace(
         server_prefill_ms=None, ttft_s=2.0, t_send=0.0)) is None
 
 

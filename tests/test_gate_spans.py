@@ -11,7 +11,8 @@ import pytest
 
 from workloadlang.api import Source, make_plan, parse_checked
 from workloadlang.gates import Span, aggregate, arith, compare, evaluate_gates, metric_value
-from workloadlang.run.record import Record, base_record
+from workloadlang.results import Record
+from workloadlang.run.record import base_record
 
 WL = """
 workload w {

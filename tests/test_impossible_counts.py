@@ -9,7 +9,7 @@ import pytest
 
 from workloadlang import api
 from workloadlang.run.client import Outcome
-from workloadlang.run.errors import REDACTED, redact
+from workloadlang.redact import REDACTED, redact
 from workloadlang.run.record import TtftReference, build_record
 
 TEXT = """

@@ -128,24 +128,24 @@ def test_an_isolated_request_before_a_phase_barrier_gives_the_isolation_back(tmp
 def test_the_reader_thread_is_scheduled_first_while_a_request_is_timed_alone():
     """While a request is timed alone the socket reader runs real-time, so it reads the first
     token's packet before the next one lands (merged, the first would get the second's stamp);
-    after, it is back at nice 19. Without the right to do so (not root), nothing changes."""
+    after, it is back at nice 19. A reader whose thread starts during an isolated stretch
+    starts so. Without the right to do so (not root), nothing changes."""
     import os
-    import time
 
     import pytest
 
-    from workloadlang.run import transport
+    from workloadlang.wire import Reader
 
-    reader = transport._reader()
-    deadline = time.monotonic() + 5
-    while getattr(reader, "tid", None) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    tid = reader.tid
-    transport.alone(True)
+    reader = Reader()
+    reader.alone(True)  # before its thread started
+    reader.start()
     try:
-        if os.sched_getscheduler(tid) != os.SCHED_FIFO:
+        if os.sched_getscheduler(reader.tid) != os.SCHED_FIFO:
             pytest.skip("no right to raise a thread's priority here")
+        reader.alone(False)
+        assert os.sched_getscheduler(reader.tid) == os.SCHED_OTHER
+        assert os.getpriority(os.PRIO_PROCESS, reader.tid) == reader.nice == 19
+        reader.alone(True)
+        assert os.sched_getscheduler(reader.tid) == os.SCHED_FIFO
     finally:
-        transport.alone(False)
-    assert os.sched_getscheduler(tid) == os.SCHED_OTHER
-    assert os.getpriority(os.PRIO_PROCESS, tid) == transport.READER_NICE
+        reader.close()

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from workloadlang.ir import Span
 from workloadlang.plan.model import Plan, PRequest, SessionInfo, Totals
-from workloadlang.run import live
-from workloadlang.run.live import (
+from workloadlang.console import live
+from workloadlang.console.live import (
     LiveView,
     apply_event,
     apply_record,
@@ -20,8 +20,9 @@ from workloadlang.run.live import (
     render_state,
     state_from_plan,
 )
-from workloadlang.run.record import ErrorDetail, Record, base_record
-from workloadlang.run.runner import Results
+from workloadlang.results import ErrorDetail, Record
+from workloadlang.run.record import base_record
+from workloadlang.results import Results
 
 SPAN = Span(file="t.wl", line=1, col=1, end_line=1, end_col=2)
 # the session copy's field (being renamed from `copy`, which shadows BaseModel.copy)
@@ -264,7 +265,7 @@ def test_recording_does_not_render(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_footer_says_when_first_token_stamps_may_be_late() -> None:
-    from workloadlang.run.view import footer
+    from workloadlang.console.lines import footer
 
     plan = agent_plan(sessions=2)
     quiet = results_for(plan, [])
@@ -278,7 +279,7 @@ def test_the_footer_says_when_first_token_stamps_may_be_late() -> None:
 def test_the_footer_says_when_the_client_sent_requests_late() -> None:
     """A run whose client held some request back more than 10 ms says so, even when its p99 is
     fine (`client_bottleneck` false) — also when the simulator serves from its own process."""
-    from workloadlang.run.view import footer
+    from workloadlang.console.lines import footer
 
     plan = agent_plan(sessions=2)
     quiet = results_for(plan, [])
@@ -296,7 +297,8 @@ def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
     """The engine's own prefix-cache counters over the run (read before and after) next to what
     the records hold, and a note when the engine looked up prompt tokens the records do not
     have (aborted or errored requests, another client) or the other way round."""
-    from workloadlang.run.view import counters_line, summary_text
+    from workloadlang.console.format import counters_line
+    from workloadlang.console.lines import summary_text
 
     snaps = [{"at": "start", "queries_tokens": 0, "hits_tokens": 0, "family": "llamacpp"},
              {"at": "end", "queries_tokens": 30738, "hits_tokens": 21948, "family": "llamacpp"}]

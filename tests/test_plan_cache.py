@@ -16,7 +16,7 @@ import pytest
 from workloadlang import api, cli
 from workloadlang.plan.model import CacheModel, Plan
 from workloadlang.plan.prefix import END_TOKENS, GEN_PROMPT_TOKENS, HEADER_TOKENS
-from workloadlang.plan.render import render_plan
+from workloadlang.plan.dryrun import render_plan
 
 SYSTEM = "You are a helpful assistant."  # 28 characters: 7 planned tokens
 SYS_MSG = HEADER_TOKENS + 7 + END_TOKENS

@@ -432,7 +432,7 @@ def test_the_isolated_flag_selects_what_the_plan_marks():
 
 
 def test_the_dry_run_shows_isolation_only_when_a_plan_has_it():
-    from workloadlang.plan.render import render_plan
+    from workloadlang.plan.dryrun import render_plan
     assert "isolated" in render_plan(plan_of(ISOLATED)).splitlines()[4]
     assert "isolated" not in render_plan(plan_of(ISOLATED.replace(" isolated", "")
                                                  .replace("{isolated}", "{ok}")))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang.report import data, report_command, sample, view, write_report
+from workloadlang.report import data, report_command, sample, tables, write_report
 from workloadlang.report.render import ReportError, charts, render_html, run_labels
 
 EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>&amp;"
@@ -299,11 +299,11 @@ def gate_result(status, severity="fail"):
     ("pass", "fail", "pass"), ("fail", "fail", "fail"), ("unknown", "fail", "unverified"),
     ("fail", "warn", "warn"), ("unknown", "warn", "warn"), ("pass", "warn", "pass")])
 def test_gate_state(status, severity, state):
-    assert view.gate_state(gate_result(status, severity)) == state
+    assert tables.gate_state(gate_result(status, severity)) == state
 
 
 def test_per_session_gate_lists_failing_scopes():
-    rows = view.gate_rows([sample.agent(sessions=3, evicted=[2])])
+    rows = tables.gate_rows([sample.agent(sessions=3, evicted=[2])])
     survival = next(r for r in rows if r["name"] == "survival")
     cell = survival["cells"][0]
     assert cell["state"] == "fail" and cell["summary"] == "1 of 3 scopes did not pass"
@@ -314,7 +314,7 @@ def test_per_session_gate_lists_failing_scopes():
 def test_gate_missing_in_one_run_is_shown_as_such():
     a, b = sample.abort(), sample.abort()
     b = b.model_copy(update={"gates": b.gates[:1]})
-    rows = view.gate_rows([a, b])
+    rows = tables.gate_rows([a, b])
     assert rows[1]["cells"][1] is None
     assert "not in this run" in render_html([a, b])
 
@@ -323,7 +323,7 @@ def test_source_line_is_left_out_when_the_file_is_another_workload(tmp_path):
     other = tmp_path / "x.wl"
     other.write_text("workload something_else {}\n" * 50)
     res = sample.abort().model_copy(update={"source": str(other)})
-    assert all(r["code"] == "" for r in view.gate_rows([res]))
+    assert all(r["code"] == "" for r in tables.gate_rows([res]))
 
 
 # ---------------------------------------------------------------- evidence
@@ -336,30 +336,30 @@ def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_dou
     res = res.model_copy(update={"metrics": {
         "snapshots": snaps, "engine_queries_tokens": 5000, "engine_hits_tokens": 4000,
         "records_prompt_tokens": 5000, "records_cached_tokens": 4000}})
-    assert view.header(res, "x")["counters"] == (
+    assert tables.header(res, "x")["counters"] == (
         "engine counters over the run [vllm]: 4,000 of 5,000 prompt tokens from cache; the "
         "records: 4,000 of 5,000")
     assert "engine counters over the run [vllm]: 4,000 of 5,000" in render_html([res])
-    assert view.header(res.model_copy(update={"metrics": {}}), "x")["counters"] == ""
+    assert tables.header(res.model_copy(update={"metrics": {}}), "x")["counters"] == ""
     shared = res.model_copy(update={"engine": {"engine": "llamacpp", "slots": 4,
                                                "prefill_own": False}})
-    assert view.header(shared, "x")["engine"] == \
+    assert tables.header(shared, "x")["engine"] == \
         "llamacpp · 4 slots, prefill times may hold other requests' work"
     sim = res.model_copy(update={"engine": {"engine": "workloadlang-sim", "sim": True,
                                             "slots": 4, "prefill_own": True}})
-    assert view.header(sim, "x")["engine"] == \
+    assert tables.header(sim, "x")["engine"] == \
         "workloadlang-sim (simulator) · 4 slots, prefill times each request's own"
-    assert view.header(res.model_copy(update={"engine": {"engine": "vllm"}}),
+    assert tables.header(res.model_copy(update={"engine": {"engine": "vllm"}}),
                        "x")["engine"] == "vllm"
     r = res.records[1].model_copy(update={"ttft_late_s": 0.003, "ttft_contended_s": 0.2,
                                           "prefill_source": "client_ttft"})
-    note = view.row_note(r)
+    note = tables.row_note(r)
     assert "TTFT may be up to 3 ms late" in note
     assert "other requests in flight for" in note
-    assert "other requests" not in view.row_note(r.model_copy(update={"prefill_source": "server"}))
+    assert "other requests" not in tables.row_note(r.model_copy(update={"prefill_source": "server"}))
     shared = r.model_copy(update={"prefill_source": "server", "prefill_contended_s": 0.5})
     assert "other requests in flight for 500 ms of the engine's own prefill time" in \
-        view.row_note(shared)
+        tables.row_note(shared)
 
 
 def test_evidence_rows_carry_sources_and_flag_disagreements():
@@ -367,7 +367,7 @@ def test_evidence_rows_carry_sources_and_flag_disagreements():
     recs = list(res.records)
     k = next(i for i, r in enumerate(recs) if r.label == "finalize" and r.hit)
     recs[k] = recs[k].model_copy(update={"ttft_agrees": False})
-    ev = view.evidence(res.model_copy(update={"records": recs}), "x")
+    ev = tables.evidence(res.model_copy(update={"records": recs}), "x")
     assert ev["counts"]["disagree"] == 1
     row = ev["disagree"][0]
     assert row[0] == "disagree" and row[1] == recs[k].id
@@ -379,11 +379,11 @@ def test_evidence_rows_carry_sources_and_flag_disagreements():
 
 def test_evidence_row_shows_skips_errors_and_aborts():
     res = sample.retention()
-    skipped = view.evidence_row(res.records[-1])
+    skipped = tables.evidence_row(res.records[-1])
     assert skipped[0] == "skip" and "skipped: until miss" in skipped[14]
-    aborted = view.evidence_row(sample.abort().records[0])
+    aborted = tables.evidence_row(sample.abort().records[0])
     assert "aborted after 500 streamed tokens" in aborted[14]
-    err = view.evidence_row(sample.with_error(sample.perf(), 0, "bad gateway").records[0])
+    err = tables.evidence_row(sample.with_error(sample.perf(), 0, "bad gateway").records[0])
     assert err[0] == "err" and "http: bad gateway" in err[14]
 
 
@@ -391,7 +391,7 @@ def test_evidence_row_shows_skips_errors_and_aborts():
     (None, "–"), (True, "yes"), (12345, "12,345"), (0.98214, "0.9821"), (65536.0, "65,536"),
     ({"0": 1.5, "1": 2}, "0: 1.5, 1: 2")])
 def test_fmt_num(value, text):
-    assert view.fmt_num(value) == text
+    assert tables.fmt_num(value) == text
 
 
 def test_headline_numbers_follow_their_declared_format():
@@ -399,14 +399,14 @@ def test_headline_numbers_follow_their_declared_format():
         "report": {"retained_pct": 1.2232, "retained_tokens": 80130.0, "by_level": {"0": 0.5}},
         "report_format": {"retained_pct": "percent", "retained_tokens": "tokens",
                           "by_level": "percent"}})
-    head = dict(view.header(res, "x")["headline"])
+    head = dict(tables.header(res, "x")["headline"])
     assert head == {"retained_pct": "122.3%", "retained_tokens": "80,130 tokens",
                     "by_level": "0: 50.0%"}
 
 
 def test_fmt_seconds_and_percent():
-    assert view.fmt_seconds(0.0874) == "87 ms" and view.fmt_seconds(1.236) == "1.24 s"
-    assert view.fmt_pct(0.9821) == "98.2%" and view.fmt_pct(None) == "–"
+    assert tables.fmt_seconds(0.0874) == "87 ms" and tables.fmt_seconds(1.236) == "1.24 s"
+    assert tables.fmt_pct(0.9821) == "98.2%" and tables.fmt_pct(None) == "–"
 
 
 # ---------------------------------------------------------------- the command

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from faultserver import FaultServer, fault_server, run_wl  # noqa: F401  (fixture)
-from workloadlang.run.runner import JsonlWriter, read_results
+from workloadlang.cli.outputs import JsonlWriter
+from workloadlang.results import read_results
 
 TINY = """
 workload tiny {

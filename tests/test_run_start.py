@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
-
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from workloadlang import api
 from workloadlang.plan.realise import ExactSizer, Realiser
-from workloadlang.run.client import Endpoint, WireRequest, build, send
-from workloadlang.run.executor import Executor, ListSink
-from workloadlang.run.transport import (StartWrites, make_client, ready_to_write, send_now,
-                                        wire_transport)
+from workloadlang.results import ListSink
+from workloadlang.run.ahead import WriteAhead
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
+from workloadlang.run.executor import Executor
+from workloadlang.wire import Outgoing, Pool, StartWrites
 
 WORKLOAD = """
 workload start {
@@ -38,8 +38,8 @@ def test_first_requests_are_written_at_once_on_connections_opened_before(
     events: list[str] = []
     write, begin = StartWrites.write, StartWrites.begin_reading
 
-    def counted(self: StartWrites, request: httpx.Request) -> bool:
-        written.append(write(self, request))
+    def counted(self: StartWrites, out: Outgoing) -> bool:
+        written.append(write(self, out))
         events.append("write")
         return written[-1]
 
@@ -54,11 +54,11 @@ def test_first_requests_are_written_at_once_on_connections_opened_before(
         return len(text.split())
 
     async def go() -> tuple[list[Any], int]:
-        async with make_client() as client:
+        async with Pool() as pool:
             endpoint = Endpoint(base_url=fault_server.base_url, model="m")
-            run = await Executor(plan, Realiser(plan, ExactSizer(count)), client, endpoint,
-                                 ListSink()).run()
-            return run.records, wire_transport(client, httpx.URL(endpoint.chat_url)).connects
+            run = await Executor(plan, Realiser(plan, ExactSizer(count)), WriteAhead(pool),
+                                 endpoint, ListSink()).run()
+            return run.records, pool.connects
 
     records, connects = asyncio.run(go())
     assert [r.error for r in records] == [None] * 8
@@ -76,19 +76,17 @@ def test_first_requests_are_written_at_once_on_connections_opened_before(
 def test_a_request_larger_than_the_socket_buffer_is_finished_by_the_transport(
         fault_server: FaultServer) -> None:
     big = "word " * 2_000_000  # ~10 MB: the socket takes only part of it at once
-    wire = WireRequest(id="big", messages=[{"role": "user", "content": big}], max_tokens=2,
+    wire = ChatRequest(id="big", messages=[{"role": "user", "content": big}], max_tokens=2,
                        headers={"X-WL-Request": "big", "X-Tokens": "2"})
     endpoint = Endpoint(base_url=fault_server.base_url, model="m")
 
     async def go() -> tuple[bool, Any]:
-        async with make_client() as client:
-            request = build(endpoint, wire)
-            assert ready_to_write(client, request)
-            transport = wire_transport(client, request.url)
-            await transport.preconnect((request.url.host, request.url.port), 1, 5.0)
-            done = send_now(client, request)
-            rest = len(request.extensions["wl_conn"][1]) if done else None
-            out = await send(client, endpoint, wire, request=request)
+        async with Pool() as pool:
+            request = outgoing(endpoint, wire)
+            await pool.preconnect(endpoint.chat_url, 1, 5.0)
+            done = pool.write_now(request)
+            rest = len(request.rest) if done else None
+            out = await send(pool, endpoint, wire, out=request)
             return done, (rest, out)
 
     done, (rest, out) = asyncio.run(go())
@@ -99,22 +97,21 @@ def test_a_request_larger_than_the_socket_buffer_is_finished_by_the_transport(
 
 
 def test_nothing_is_written_without_an_idle_connection(fault_server: FaultServer) -> None:
-    wire = WireRequest(id="cold", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    wire = ChatRequest(id="cold", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     endpoint = Endpoint(base_url=fault_server.base_url, model="m")
 
     async def go() -> tuple[bool, Any]:
-        async with make_client() as client:
-            request = build(endpoint, wire)
-            assert ready_to_write(client, request)
-            done = send_now(client, request)
-            return done, await send(client, endpoint, wire, request=request)
+        async with Pool() as pool:
+            request = outgoing(endpoint, wire)
+            done = pool.write_now(request)
+            return done, await send(pool, endpoint, wire, out=request)
 
     done, out = asyncio.run(go())
     assert not done and out.error is None  # sent the usual way
 
 
-def _wire(i: int, **headers: str) -> WireRequest:
-    return WireRequest(id=f"w{i}", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+def _wire(i: int, **headers: str) -> ChatRequest:
+    return ChatRequest(id=f"w{i}", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
                        headers={"X-WL-Request": f"w{i}", **headers})
 
 
@@ -123,22 +120,19 @@ def test_start_writes_claim_idle_connections_and_give_back_the_unused(
     endpoint = Endpoint(base_url=fault_server.base_url, model="m")
 
     async def go() -> tuple[int, int, int, bool, int]:
-        async with make_client() as client:
-            url = httpx.URL(endpoint.chat_url)
-            transport = wire_transport(client, url)
-            origin = (url.host, url.port)
-            await transport.preconnect(origin, 3, 5.0)
-            writes = StartWrites.claim(client, endpoint.chat_url, 2)
-            claimed, left = len(writes.conns), len(transport._idle[origin])
-            request = build(endpoint, _wire(0))
-            assert ready_to_write(client, request)
+        async with Pool() as pool:
+            request = outgoing(endpoint, _wire(0))
+            origin = request.target.origin
+            await pool.preconnect(endpoint.chat_url, 3, 5.0)
+            writes = pool.claim(endpoint.chat_url, 2)
+            claimed, left = len(writes.conns), len(pool._idle[origin])
             wrote = writes.write(request)
             writes.begin_reading()
             writes.close()  # the claimed one not written on goes back
-            back = len(transport._idle[origin])
-            out = await send(client, endpoint, _wire(0), request=request)
+            back = len(pool._idle[origin])
+            out = await send(pool, endpoint, _wire(0), out=request)
             assert out.error is None and out.content
-            return claimed, left, back, wrote, transport.connects
+            return claimed, left, back, wrote, pool.connects
 
     claimed, left, back, wrote, connects = asyncio.run(go())
     assert (claimed, left, wrote) == (2, 1, True)
@@ -154,14 +148,13 @@ def test_start_writes_skip_a_connection_the_server_closed() -> None:
     port = listener.getsockname()[1]
 
     async def go() -> int:
-        async with make_client() as client:
+        async with Pool() as pool:
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            transport = wire_transport(client, httpx.URL(url))
-            await transport.preconnect(("127.0.0.1", port), 2, 5.0)
+            await pool.preconnect(url, 2, 5.0)
             accepted = [listener.accept()[0] for _ in range(2)]
             accepted[0].close()  # the server closes one of the two
             await asyncio.sleep(0.05)
-            writes = StartWrites.claim(client, url, 2)
+            writes = pool.claim(url, 2)
             n = len(writes.conns)
             writes.close()
             accepted[1].close()
@@ -181,16 +174,14 @@ def test_an_answer_read_after_the_start_keeps_its_arrival_stamp(
     wire = _wire(1, **{"X-Fault": "slow", "X-Tokens": "3", "X-Interval-Ms": "400"})
 
     async def go() -> Any:
-        async with make_client() as client:
-            url = httpx.URL(endpoint.chat_url)
-            await wire_transport(client, url).preconnect((url.host, url.port), 1, 5.0)
-            request = build(endpoint, wire)
-            assert ready_to_write(client, request)
-            writes = StartWrites.claim(client, endpoint.chat_url, 1)
+        async with Pool() as pool:
+            await pool.preconnect(endpoint.chat_url, 1, 5.0)
+            request = outgoing(endpoint, wire)
+            writes = pool.claim(endpoint.chat_url, 1)
             assert writes.write(request)
             await asyncio.sleep(0.3)  # the first token is in the socket, nobody reads it
             writes.begin_reading()
-            return await send(client, endpoint, wire, request=request)
+            return await send(pool, endpoint, wire, out=request)
 
     out = asyncio.run(go())
     assert out.error is None and out.content

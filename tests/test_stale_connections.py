@@ -7,7 +7,10 @@ import asyncio
 import httpx
 import pytest
 
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.run.sse import Outcome
+from workloadlang.wire import HttpxTransport
 from workloadlang.run.discover import Tokenizer
 from workloadlang.run.errors import EndpointError
 
@@ -53,7 +56,7 @@ def chat(fail_times: int) -> tuple[Outcome, list[int]]:
     async def go() -> Outcome:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             ep = Endpoint(base_url="http://engine/v1", model="m")
-            return await send(client, ep, WireRequest(id="r", messages=[], max_tokens=1))
+            return await send(HttpxTransport(client), ep, ChatRequest(id="r", messages=[], max_tokens=1))
 
     return asyncio.run(go()), calls
 

@@ -77,7 +77,7 @@ def test_calls_and_results_are_sent_in_the_openai_chat_format():
 
 
 def test_the_dry_run_counts_calls_results_and_replies_without_reasoning():
-    from workloadlang.plan.render import render_plan
+    from workloadlang.plan.dryrun import render_plan
 
     text = render_plan(plan_of(AGENT.replace("reply 16 label after",
                                              "reply 16 replay content label after")))

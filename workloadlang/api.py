@@ -3,9 +3,13 @@
     source = load("agent-sim")                 # a bundled name or a path
     wl = parse_checked(source)                  # ir.Workload, or WorkloadError
     plan = make_plan(wl, source, {"sessions": "2"}, salt="s1", env={"max_context": 32768})
+    async with open_engine("http://127.0.0.1:8000/v1") as engine:
+        plan = make_plan(wl, source, {}, env={"max_context": engine.info.max_context})
+        results = await run_workload(plan, engine, sink)   # results.Results
 
-Input: workload text and its name. Output: `ir.Workload`, `Plan`. Errors are `WorkloadError`
-carrying `Diagnostic`s; nothing here prints.
+Input: workload text and its name; an engine's URL. Output: `ir.Workload`, `Plan`, `Results`.
+Errors are `WorkloadError` carrying `Diagnostic`s (`EndpointError` for an engine that cannot be
+used); nothing here prints.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Mapping
+
+from pydantic import SecretStr
 
 from workloadlang import ir, limits
 from workloadlang.check import check
@@ -25,6 +31,12 @@ from workloadlang.plan.assemble import build_plan
 from workloadlang.plan.limits import Limits
 from workloadlang.plan.model import CacheModel
 from workloadlang.resources import bundled_workload_path, bundled_workloads
+from workloadlang.results import ExitCode, ListSink, Results, Sink
+from workloadlang.theory import cache_theory
+
+if TYPE_CHECKING:
+    from workloadlang.run.link import EngineLink
+    from workloadlang.run.runner import Measured
 
 
 @dataclass(frozen=True)
@@ -106,3 +118,62 @@ def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict
 
 def warnings(wl: ir.Workload) -> list[Diagnostic]:
     return [d for d in check(wl) if d.severity != "error"]
+
+
+# ---------------------------------------------------------------- running a plan
+
+
+def open_engine(base_url: str, api_key: SecretStr | None = None, **declared: Any
+                ) -> AsyncContextManager["EngineLink"]:
+    """`async with open_engine("http://127.0.0.1:8000/v1") as engine:` discovers the engine
+    (its model, context limit, tokenizer, counters) and keeps the connections to it open.
+    `declared`: `model`, `max_context`, `cached_zero_when_absent`, `idle_timeout_s`, `sim`
+    (`run.link.open_link`). Raises `EndpointError` when the engine cannot be used."""
+    from workloadlang.run.link import open_link
+
+    return open_link(base_url, api_key, **declared)
+
+
+async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = None, *,
+                       time_budget_s: float | None = None) -> Results:
+    """Run `plan` against `engine` (`open_engine`) and judge it: calibrate, execute, read the
+    engine's counters, evaluate the gates. `sink` gets every record as it completes and the
+    run's events (`results.Sink`); the API key is in neither (`Tee` redacts what the engine
+    echoed). Cancelled (Ctrl-C), it still judges what was measured (exit 130)."""
+    from workloadlang.run.runner import measure
+
+    sink = sink if sink is not None else ListSink()
+    measured = await measure(plan, engine, sink, time_budget_s=time_budget_s)
+    results = judge(plan, measured, engine.engine_fields())
+    for g in results.gates:
+        sink.event("gate", g.model_dump(mode="json"))
+    sink.event("summary", {"exit_code": results.exit_code, "incomplete": results.incomplete,
+                           "verdicts": results.verdicts, "report": results.report,
+                           "impossible": results.impossible})
+    return results
+
+
+def judge(plan: Plan, measured: "Measured", engine: dict[str, Any]) -> Results:
+    """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
+    records, the verdicts, the report's numbers and the exit code."""
+    from workloadlang.gates import evaluate_gates, evaluate_report, failed, session_verdicts
+
+    records = measured.records
+    gates = evaluate_gates(plan, records, measured.env)
+    if measured.interrupted:
+        code = ExitCode.INTERRUPTED
+    elif measured.incomplete:
+        code = ExitCode.INCOMPLETE
+    else:
+        code = ExitCode.GATE if failed(gates) else ExitCode.OK
+    return Results(
+        workload=plan.workload, source=plan.source, params=plan.params, salt=plan.salt,
+        plan_hash=plan.plan_hash, engine=engine, started_at=measured.started_at,
+        elapsed_s=measured.elapsed_s, hit_ratio=plan.hit_ratio,
+        calibration=measured.calibration, metrics=measured.metrics, client=measured.client,
+        incomplete=measured.incomplete, exit_code=code, gates=gates,
+        verdicts=session_verdicts(plan, gates),
+        report=evaluate_report(plan, records, measured.env),
+        report_format={item.name: item.fmt for item in plan.report},
+        impossible=sum(1 for r in records if r.impossible),
+        cache_theory=cache_theory(plan, records), records=records)

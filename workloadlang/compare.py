@@ -1,6 +1,6 @@
 """`wl compare A B`: two results files of the same plan, side by side, with gate verdicts.
 
-Input: two `--output` JSON files (the `Results` model of `workloadlang.run.runner`).
+Input: two `--output` JSON files (the `Results` model of `workloadlang.results`).
 Output: a table of every headline number (each report item, per group as `name[group]`, plus
 request, error, hit/miss, reuse, TTFT, token and engine-counter figures) with signed deltas and %
 change, then one verdict per gate and per session of a per-session gate: `fixed`, `regressed`,
@@ -22,9 +22,8 @@ from typing import IO, Any, Literal
 
 from tabulate import tabulate
 
-from workloadlang.run.runner import Results, ResultsFileError, read_results
+from workloadlang.results import ExitCode, Results, ResultsFileError, read_results
 
-EXIT_OK, EXIT_REGRESSED, EXIT_USAGE = 0, 1, 2
 Kind = Literal["count", "ratio", "seconds", "number"]
 
 
@@ -36,7 +35,7 @@ class NotComparable(Exception):
 
 
 def load_results(path: str) -> Results:
-    """Input: a path. Output: its `Results` (`runner.read_results`). Raises `NotComparable` with
+    """Input: a path. Output: its `Results` (`results.read_results`). Raises `NotComparable` with
     a one-line reason when it cannot be read or is not a results file."""
     try:
         return read_results(path)
@@ -269,9 +268,9 @@ def compare_text(a: Results, b: Results, path_a: str, path_b: str) -> tuple[str,
         named = ", ".join(c.gate if c.scope == "overall" else f"{c.gate}[{c.scope}]"
                           for c in failing if c.scope != "each session")
         parts += ["", f"REGRESSED · {summary} · B fails what A passed: {named}", ""]
-        return "\n".join(parts), EXIT_REGRESSED
+        return "\n".join(parts), ExitCode.GATE
     parts += ["", f"no regression · {summary}", ""]
-    return "\n".join(parts), EXIT_OK
+    return "\n".join(parts), ExitCode.OK
 
 
 def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
@@ -289,7 +288,7 @@ def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None =
                 raise NotComparable(reason)
     except NotComparable as e:
         err.write(f"wl compare: {e}\n")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     codes = []
     for value, x, y in pairs:
         if value is not None:

@@ -22,17 +22,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Callable, Literal, Mapping, NamedTuple
-
-from pydantic import BaseModel
+from typing import Any, Callable, Mapping, NamedTuple
 
 from workloadlang import ir
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
-from workloadlang.run.record import Record
-from workloadlang.select import select
-
-Status = Literal["pass", "fail", "unknown"]
+from workloadlang.results import GateResult, Record, ScopeResult, Status
+from workloadlang.selector import select
 
 
 def _bool(v: Any) -> bool | None:
@@ -195,45 +191,6 @@ def cold_ok(r: Record) -> bool | None:
 def flag_of(r: Record, flag: str) -> bool:
     return bool({"hit": r.hit is True, "miss": r.hit is False, "aborted": r.aborted,
                  "ok": bool(r.expect_ok) and r.error is None, "error": r.error is not None}[flag])
-
-
-class ScopeResult(BaseModel):
-    """One scope of a gate. Of the values it read: `exact` ones, `ranges` (a first-token stamp
-    that may be late, a prefill that may hold others' work: `Span`), `unknown` ones (not
-    reported, errored, not judged: `unknown_ids`). The gate is judged over every value the
-    ranges and the unknown values allow. `not_applicable`: 1 when the gate's `when` condition
-    is false here (the gate does not apply: status `pass`, the detail says why), else 0."""
-    scope: str
-    status: Status
-    value: Any = None
-    threshold: Any = None
-    reads: int = 0
-    exact: int = 0
-    ranges: int = 0
-    unknown: int = 0
-    unknown_ids: list[str] = []
-    not_applicable: int = 0
-    detail: str = ""
-
-
-class GateResult(BaseModel):
-    """A gate over all its scopes; `exact`, `ranges`, `unknown`: the values read, summed;
-    `not_applicable`: the scopes where its `when` condition was false."""
-    name: str
-    scope: str
-    severity: str
-    verdict: str | None
-    line: int
-    status: Status
-    results: list[ScopeResult]
-    exact: int = 0
-    ranges: int = 0
-    unknown: int = 0
-    not_applicable: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "pass"
 
 
 class Unknown(Exception):

@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 from workloadlang import ir
 from workloadlang.check import sweep_text
-from workloadlang.run.runner import Results, ResultsFileError, _results_of, read_results
+from workloadlang.results import Results, ResultsFileError, _results_of, read_results
 
 SCHEMA = "workloadlang.sweep/1"
 

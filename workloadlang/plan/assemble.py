@@ -29,7 +29,7 @@ from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Bui
                                        Ctx, Draft, in_bounds, iterations, options_value, value,
                                        walk)
 from workloadlang.plan.prefix import HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie
-from workloadlang.select import gate_metric_refs, select_static, test_refs
+from workloadlang.selector import gate_metric_refs, select_static, test_refs
 
 
 def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str = "",

@@ -1,7 +1,7 @@
 """The plan: a deterministic, salted request schedule, in tokens.
 
 Input: built by `workloadlang.plan.planner.build_plan` from an `ir.Workload`, resolved params and a
-salt. Output: printed as the dry-run (`workloadlang.plan.render`), serialised to JSON (`wl plan
+salt. Output: printed as the dry-run (`workloadlang.plan.dryrun`), serialised to JSON (`wl plan
 --json`), realised into text lazily (`workloadlang.plan.realise`) and executed by
 `workloadlang.run`.
 

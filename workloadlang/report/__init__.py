@@ -3,7 +3,7 @@
     write_report([results], "report.html")          # what `wl run --report` calls
     report_command(args)                            # `wl report A.json [B.json ...] -o out.html`
 
-Input: `Results` (the runner's summary JSON, `workloadlang.run.runner.Results`) of one workload;
+Input: `Results` (a run's summary JSON, `workloadlang.results.Results`) of one workload;
 several overlay on the charts (before / after). Output: an HTML file with no scripts and no
 network access needed to open it. See docs/report.md.
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any, Sequence
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def load_results(path: str | Path) -> Any:
@@ -57,15 +55,16 @@ def report_command(args: Any) -> int:
     from pydantic import ValidationError
 
     from workloadlang.report.render import ReportError
+    from workloadlang.results import ExitCode
 
     try:
         runs = [load_results(p) for p in args.results]
         out = write_report(runs, args.output, labels=[Path(p).stem for p in args.results])
     except (OSError, ValidationError, ValueError, ReportError) as e:
         print(f"wl report: error: {first_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     print(f"report: {out} ({out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def first_line(e: Exception) -> str:

@@ -338,7 +338,7 @@ class Theory:
 def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | None:
     """Input: one run's records and its `cache_theory`. Output: `Theory`, or None when the run
     had no cache model and replayed no trace, or nothing was answered with a cached count."""
-    from workloadlang.run.theory import measured as answered
+    from workloadlang.theory import measured as answered
 
     if not any(r.planned_lru_cached is not None or r.planned_send_at is not None
                for r in records):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import jinja2
 from markupsafe import Markup
 
-from workloadlang.report import data, view
+from workloadlang.report import data, tables
 from workloadlang.report.source import read_source, workload_lines
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -135,12 +135,12 @@ def context(runs: Sequence[Any], labels: Sequence[str]) -> dict[str, Any]:
                    for lab, d in sec["data"] for row in d.rows]
     return {"csp": Markup(CSP), "workload": runs[0].workload,
             "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "headers": [view.header(r, lab) for r, lab in zip(runs, labels)],
-            "labels": labels, "gates": view.gate_rows(runs), "charts": secs,
-            "needle_rows": [(lab, view.fmt_num(row.length),
+            "headers": [tables.header(r, lab) for r, lab in zip(runs, labels)],
+            "labels": labels, "gates": tables.gate_rows(runs), "charts": secs,
+            "needle_rows": [(lab, tables.fmt_num(row.length),
                              "found" if row.found else "not found" if row.found is False
                              else "errored", row.reply, row.error) for lab, row in needle_rows],
-            "evidence": [view.evidence(r, lab) for r, lab in zip(runs, labels)]}
+            "evidence": [tables.evidence(r, lab) for r, lab in zip(runs, labels)]}
 
 
 def render_html(runs: Sequence[Any], labels: Sequence[str] | None = None) -> str:

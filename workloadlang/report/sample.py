@@ -11,10 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from workloadlang.gates import GateResult, ScopeResult
 from workloadlang.report.source import read_source
-from workloadlang.run.record import ErrorDetail, Record
-from workloadlang.run.runner import Results
+from workloadlang.results import ErrorDetail, GateResult, Record, Results, ScopeResult
 
 SYSTEM = 12  # tokens of the system prompt and chat template
 

@@ -1,6 +1,6 @@
 """Run-time calibration: how to size text for this engine, and how a hit looks in TTFT.
 
-Input: an `httpx.AsyncClient`, an `Endpoint`, the engine's `Tokenizer` (or None) and the plan's
+Input: the chat `Transport`, an `Endpoint`, the engine's `Tokenizer` (or None) and the plan's
 salt. Output: a `Sizer` for the realiser, and a `Calibration` (reported in the results).
 
 Sizing uses the engine's tokenizer endpoint when there is one (one sample to learn the
@@ -19,12 +19,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-import httpx
 from pydantic import BaseModel
 
 from workloadlang.plan import synth
 from workloadlang.plan.realise import ExactSizer, RatioSizer, Sizer
-from workloadlang.run.client import Endpoint, Outcome, WireRequest, send
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.run.sse import Outcome
+from workloadlang.wire import Transport
 
 SAMPLE_WORDS = 2000
 MIN_SEPARATION = 1.5
@@ -47,13 +49,13 @@ class Calibration(BaseModel):
     notes: list[str] = []
 
 
-def probe(rid: str, user: str, max_tokens: int = 1) -> WireRequest:
-    return WireRequest(id=rid, messages=[{"role": "system", "content": SYSTEM},
+def probe(rid: str, user: str, max_tokens: int = 1) -> ChatRequest:
+    return ChatRequest(id=rid, messages=[{"role": "system", "content": SYSTEM},
                                          {"role": "user", "content": user}],
                        max_tokens=max_tokens, headers={"X-WL-Request": rid}, deadline_s=600)
 
 
-async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: Any,
+async def sizer_for(transport: Transport, endpoint: Endpoint, tokenizer: Any,
                     salt: str, cal: Calibration) -> Sizer:
     """An exact sizer over the engine's tokenizer, else a ratio sizer from two prefills."""
     sample = synth.filler(salt, "calibrate/sizing", SAMPLE_WORDS)
@@ -62,8 +64,8 @@ async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: An
         cal.tokens_per_word, cal.sizing = n / SAMPLE_WORDS, "tokenizer"
         cal.chars_per_token = len(sample) / n if n else None
         return ExactSizer(tokenizer.count, cal.tokens_per_word)
-    bare = await send(client, endpoint, probe("calibrate/sizing/bare", "Hello."))
-    full = await send(client, endpoint, probe("calibrate/sizing/full", "Hello. " + sample))
+    bare = await send(transport, endpoint, probe("calibrate/sizing/bare", "Hello."))
+    full = await send(transport, endpoint, probe("calibrate/sizing/full", "Hello. " + sample))
     cal.sizing_requests = 2
     if bare.prompt_tokens is None or full.prompt_tokens is None:
         cal.notes.append("the engine reported no prompt_tokens: sizing by the plan's estimate "
@@ -80,15 +82,15 @@ async def sizer_for(client: httpx.AsyncClient, endpoint: Endpoint, tokenizer: An
     return RatioSizer(cal.tokens_per_word)
 
 
-async def ttft_threshold(client: httpx.AsyncClient, endpoint: Endpoint, sizer: Sizer,
+async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
                          salt: str, tokens: int, repeat: int, cal: Calibration) -> list[Outcome]:
     """Cold/cached twins; sets cal.threshold_s when the two separate with margin."""
     outcomes = []
     words = sizer.words_for(f"calibrate/ttft/{tokens}", tokens)
     for k in range(max(1, repeat)):
         text = synth.filler(salt, f"calibrate/ttft/{k}", words)
-        cold = await send(client, endpoint, probe(f"calibrate/ttft/{k}/cold", text))
-        hot = await send(client, endpoint, probe(f"calibrate/ttft/{k}/hit", text))
+        cold = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/cold", text))
+        hot = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/hit", text))
         outcomes += [cold, hot]
         speed = cold_speed(cold)
         if speed is not None:

@@ -15,9 +15,10 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from .client import auth_headers, dumps, root_of
-from .errors import EndpointError, engine_message, redact
-from .transport import build_request, dispatch
+from workloadlang.run.endpoint import auth_headers, dumps, root_of
+from workloadlang.redact import redact
+from workloadlang.run.errors import EndpointError, engine_message
+from workloadlang.wire.request import USER_AGENT
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "ninfer", "workloadlang-sim", "unknown"]
 TokenizeStyle = Literal["prompt", "content"]
@@ -122,6 +123,15 @@ async def read_capped(response: httpx.Response, cap: int = MAX_ANSWER_BYTES) -> 
     return b"".join(parts)
 
 
+def plain_request(method: str, url: str, headers: dict[str, str], content: bytes | None,
+                  timeout: float | None) -> httpx.Request:
+    """Output: an httpx request with these headers only (plus Host, Content-Length and a
+    `User-Agent: workloadlang/VERSION` unless given): none of the client's defaults, so no
+    `Accept-Encoding` asks the engine to compress its answer."""
+    return httpx.Request(method, url, headers={"User-Agent": USER_AGENT, **headers},
+                         content=content, extensions={"timeout": httpx.Timeout(timeout).as_dict()})
+
+
 async def _fetch(client: httpx.AsyncClient, request: httpx.Request) -> tuple[httpx.Response, bytes]:
     """Output: the response and its body (at most `MAX_ANSWER_BYTES`: `AnswerTooLarge`). A
     pooled connection the server had already closed (keep-alive expiry) gets one retry on a
@@ -134,7 +144,7 @@ async def _fetch(client: httpx.AsyncClient, request: httpx.Request) -> tuple[htt
 
 async def _fetch_once(client: httpx.AsyncClient,
                       request: httpx.Request) -> tuple[httpx.Response, bytes]:
-    response = await dispatch(client, request)
+    response = await client.send(request, stream=True)
     try:
         return response, await read_capped(response)
     finally:
@@ -151,7 +161,7 @@ async def _request_json(
     if content is not None:
         request_headers["Content-Type"] = "application/json"
     try:
-        response, answer = await _fetch(client, build_request(method, url, request_headers,
+        response, answer = await _fetch(client, plain_request(method, url, request_headers,
                                                               content, timeout))
     except AnswerTooLarge as exc:
         raise EndpointError("bad_payload", f"{url}: {exc}", url=url) from None

@@ -1,7 +1,8 @@
-"""Errors of the runner's transport layer.
+"""Errors of the runner's requests and of its engine.
 
 * `ErrorInfo` is the data attached to a request `Outcome` (a request never raises for transport,
-  HTTP or stream problems; the problem is recorded instead).
+  HTTP or stream problems; the problem is recorded instead); its kinds are the results'
+  (`results.ErrorKind`).
 * `EndpointError` is raised by discovery and the tokenizer when the endpoint cannot be used at all
   (unreachable, HTTP error, unusable payload, no model). Its `str()` is one clear line.
 * `engine_message(body)` pulls the engine's own error message out of an error body.
@@ -14,22 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-ErrorKind = Literal["http", "connect", "timeout", "stream_cut", "malformed", "engine", "early_stop",
-                    "overrun", "idle", "interrupted"]
-"""Why a request did not complete normally:
-
-* `http`: the server answered with a status >= 400;
-* `connect`: no response at all (refused, DNS, reset before the headers);
-* `timeout`: the request's total deadline passed;
-* `stream_cut`: the stream ended (or broke) without `[DONE]` and without a finish_reason;
-* `malformed`: a chunk was not valid JSON (later chunks were still read);
-* `engine`: the engine reported an error inside the stream (`{"error": ...}` or `event: error`);
-* `early_stop`: an abort was planned but the stream finished before the abort target;
-* `overrun`: the answer went past its bounds (many more token events than `max_tokens`, more
-  bytes than such an answer can hold, an SSE line without end): the rest was not read;
-* `idle`: the answer sent nothing for the idle timeout after its first token;
-* `interrupted`: the run was stopped (Ctrl-C, SIGTERM) while the request was in flight.
-"""
+from workloadlang.results import ErrorKind
 
 EXCERPT_CHARS = 300
 
@@ -65,61 +51,6 @@ class EndpointError(Exception):
 
     def __str__(self) -> str:
         return self.message
-
-
-REDACTED = "[redacted]"
-
-
-_FRAGMENT = 6  # the shortest beginning of a key that counts as part of it
-
-
-def redact(text: str, secret: str | None) -> str:
-    """Input: text for the user or a file, and the API key (or None). Output: the text with the
-    key replaced by `[redacted]` (a server may repeat the credential it got in its error, or
-    in its reply), and so is every beginning of the key at least `_FRAGMENT` characters long,
-    wherever it stands (an excerpt cut it, or the engine repeated a part of it)."""
-    if not secret or not text:
-        return text
-    text = text.replace(secret, REDACTED)
-    head = secret[:_FRAGMENT]
-    if len(secret) < _FRAGMENT or head not in text:
-        return text
-    out, at = [], 0
-    while True:
-        found = text.find(head, at)
-        if found < 0:
-            break
-        end = found + _FRAGMENT
-        while end < len(text) and end - found < len(secret) and text[end] == secret[end - found]:
-            end += 1
-        out += [text[at:found], REDACTED]
-        at = end
-    out.append(text[at:])
-    return "".join(out)
-
-
-def redact_value(value: Any, secret: str | None) -> Any:
-    """Input: JSON-like data (dicts, lists, strings, numbers) and the API key. Output: the same
-    data with `redact` applied to every string in it, keys included (a copy where anything
-    changed)."""
-    if not secret:
-        return value
-    if isinstance(value, str):
-        return redact(value, secret)
-    if isinstance(value, dict):
-        return {redact_value(k, secret): redact_value(v, secret) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_value(v, secret) for v in value]
-    return value
-
-
-def mentions(text: str | bytes, secret: str | None) -> bool:
-    """Output: whether `text` holds the key or a beginning of it long enough to count
-    (`_FRAGMENT` characters): then it needs `redact`."""
-    if not secret:
-        return False
-    head = secret[:_FRAGMENT]
-    return (head.encode() in text) if isinstance(text, bytes) else head in text
 
 
 def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:

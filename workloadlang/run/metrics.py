@@ -24,8 +24,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from .client import auth_headers, root_of
-from .discover import AnswerTooLarge, read_capped
+from workloadlang.run.endpoint import auth_headers, root_of
+from workloadlang.run.discover import AnswerTooLarge, plain_request, read_capped
 
 # family -> (queries metric, hits metric, queries also add the hits)
 FAMILIES: tuple[tuple[str, str, str, bool], ...] = (
@@ -128,7 +128,7 @@ async def read(
 async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str],
                timeout: float) -> tuple[int, str]:
     """Output: the status and the text of a GET, read up to `discover.MAX_ANSWER_BYTES`."""
-    request = client.build_request("GET", url, headers=headers, timeout=timeout)
+    request = plain_request("GET", url, headers, None, timeout)
     response = await client.send(request, stream=True)
     try:
         body = await read_capped(response)

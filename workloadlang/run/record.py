@@ -1,7 +1,9 @@
 """Per-request evidence: a planned request plus what the engine did with it.
 
 Input: a `PRequest`, the client's `Outcome`, the outcome of its prefix source, and the TTFT
-reference (calibrated threshold, cold prefill speed). Output: a `Record`, one JSON line each.
+reference (calibrated threshold, cold prefill speed). Output: a `Record` (`results.Record`, one
+JSON line each); `Recorder` makes a run's, with what the run knows besides (who was in flight,
+the isolation's waits, the cold prefill speed measured so far).
 
 Every verdict-bearing number says where it came from: `cached_source` (which engine field),
 `expected_source` (the engine's own counts for the prefix request, or the plan), `hit_basis`
@@ -10,19 +12,16 @@ Every verdict-bearing number says where it came from: `cached_source` (which eng
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from workloadlang.plan.model import PRequest
+from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.prefix import GEN_PROMPT_TOKENS
-
-
-class ErrorDetail(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: str
-    message: str
-    status: int | None = None
+from workloadlang.results import ErrorDetail, Record
+from workloadlang.run.contention import Slots
+from workloadlang.run.health import percentile
+from workloadlang.run.isolation import Isolation
 
 
 class TtftReference(BaseModel):
@@ -50,89 +49,6 @@ def _unless_doubt(judge: Callable[[float], bool], ttft: float, doubt: float) -> 
     `ttft`) judges the same, else None: a verdict is never drawn from a stamp that may be late."""
     verdict = judge(ttft)
     return verdict if doubt <= 0 or judge(max(0.0, ttft - doubt)) == verdict else None
-
-
-class Record(BaseModel):
-    """One JSON line of `--records`: planned, reported and derived numbers for one request."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["request"] = "request"
-    id: str
-    seq: int
-    session: str
-    phase: str
-    label: str
-    index: int
-    kind: str
-    line: int
-    # the plan
-    planned_prompt_tokens: int
-    planned_expected_cached: int
-    planned_lru_cached: int | None = None  # with --cache-tokens: what the plan's LRU cache serves
-    planned_send_at: float | None = None  # a trace request's planned send time, s from the start
-    new_tokens: int
-    max_tokens: int
-    abort_after: int | None = None
-    prefix_source: str | None = None
-    # what the engine reported
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    cached_source: str = "none"
-    completion_tokens: int | None = None
-    streamed_tokens: int = 0
-    server_ttft_ms: float | None = None
-    server_prefill_ms: float | None = None
-    finish_reason: str | None = None
-    # what the client measured
-    t_start_s: float | None = None
-    t_send_unix: float | None = None
-    ttft_s: float | None = None
-    ttft_content_s: float | None = None
-    ttft_late_s: float | None = None  # the first token's stamp may be this late (client.Outcome)
-    # of the TTFT, how long other requests of the run were in flight (run.contention): time the
-    # engine may have spent on them, not on this prefill
-    ttft_contended_s: float | None = None
-    # of the engine's own prefill time (`prefill_source: server`), how long other requests of
-    # the run were in flight: time its batches may have shared (0 on a one-slot engine)
-    prefill_contended_s: float | None = None
-    # `isolated`: timed alone (run.isolation): it waited `isolation_wait_s` for the run's
-    # requests in flight to end; `isolation_held_s`: how long another session's isolation
-    # held this request back
-    isolated: bool = False
-    isolation_wait_s: float | None = None
-    isolation_held_s: float | None = None
-    e2e_s: float | None = None
-    aborted: bool = False
-    error: ErrorDetail | None = None
-    skipped: str | None = None
-    # derived
-    expected_cached: int | None = None
-    expected_source: str | None = None
-    reuse: float | None = None
-    missed: int | None = None
-    uncached_tokens: int | None = None
-    hit: bool | None = None
-    hit_basis: str | None = None
-    ttft_agrees: bool | None = None
-    ttft_agrees_note: str | None = None  # why `ttft_agrees` could not be judged
-    pp_tps: float | None = None
-    tg_tps: float | None = None
-    ttft_per_uncached: float | None = None
-    prefill_s: float | None = None
-    prefill_source: str | None = None
-    expect_ok: bool | None = None
-    reply_excerpt: str = ""
-    suspicious: list[str] = []
-    # counts no engine can report (`impossible_counts`): they were set aside as unknown
-    impossible: str | None = None
-    engine_log: dict[str, Any] | None = None
-
-    @property
-    def warm(self) -> bool:
-        """Planned warm: a perfect cache would serve at least half of the prompt (the same rule
-        as the `warm` selector flag, `select.is_warm`)."""
-        return 0 < self.planned_prompt_tokens <= 2 * self.planned_expected_cached
 
 
 def base_record(req: PRequest) -> dict[str, Any]:
@@ -335,3 +251,88 @@ def expectations_met(req: PRequest, o: Any) -> bool | None:
         return False
     text = f"{o.content}\n{o.reasoning}".lower()
     return all(e.text and e.text.lower() in text for e in req.expect)
+
+
+class Recorder:
+    """The records of one run. Each answered request's record carries how long other requests
+    of the run were in flight during its TTFT and within the engine's own prefill time (from
+    the concurrency limit's timeline, `Slots.overlap`) and what the run's isolation cost it;
+    its timing reference is the calibrated one, or, when calibration gave no cold prefill speed,
+    the median of the cold prefills measured so far whose time was their own (`learn`)."""
+
+    def __init__(self, plan: Plan, slots: Slots, isolation: Isolation, ref: TtftReference,
+                 prefill_own: bool,
+                 source_of: Callable[[PRequest], str | None] = lambda r: r.prefix_source) -> None:
+        self.by_id, self.hit_ratio, self.source_of = plan.by_id(), plan.hit_ratio, source_of
+        self.slots, self.isolation, self.ref = slots, isolation, ref
+        self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
+        self.cold_pp: list[float] = []
+        self.learnt: tuple[int, TtftReference | None] = (0, None)  # (samples, reference)
+
+    def make(self, req: PRequest, o: Any, outcomes: Mapping[str, Any], t0: float) -> Record:
+        """Output: the record of `req` answered with `o` (`outcomes`: the run's, for its prefix
+        source's counts; `t0`: the run's start). After a `keep` the prefix source is the kept
+        branch's end (`source_of`), with the planned shape of branch 0's, which the plan's
+        expectation was made with."""
+        planned = req.prefix_source
+        src = self.source_of(req)
+        if src != planned:
+            req = req.model_copy(update={"prefix_source": src})
+        rec = build_record(req, o, src_req=self.by_id.get(planned) if planned else None,
+                           src=outcomes.get(src) if src else None, hit_ratio=self.hit_ratio,
+                           ref=self.reference(), t0=t0, contended_s=self.contended(o),
+                           prefill_contended_s=self.prefill_contended(o),
+                           isolation=(req.isolated, self.isolation.waited.get(req.id),
+                                      self.isolation.held.get(req.id)))
+        self.learn(rec)
+        return rec
+
+    def contended(self, o: Any) -> float | None:
+        """Output: how long, between `o`'s send and its first token, another request of the
+        run was in flight; None without a first token."""
+        if o.ttft_s is None:
+            return None
+        return self.slots.overlap(o.t_send, o.t_send + o.ttft_s)
+
+    def prefill_contended(self, o: Any) -> float | None:
+        """Output: how long, within the engine's own prefill time of `o` (ending at its first
+        token), another request of the run was in flight — an engine running several requests
+        at once shares its batches among them, and its prefill time holds that; 0 when the
+        engine's prefill time is its own work (`EngineInfo.prefill_own`: one request at a time,
+        the others waiting outside it); None without the engine's prefill time."""
+        if o.server_prefill_ms is None or o.ttft_s is None:
+            return None
+        if self.prefill_own:
+            return 0.0
+        first = o.t_send + o.ttft_s
+        return self.slots.overlap(max(o.t_send, first - o.server_prefill_ms / 1000), first)
+
+    def learn(self, rec: Record) -> None:
+        """Keep the prefill speed of a cold request (nothing served from cache, at least 256
+        tokens) whose prefill time is its own: no other request of the run was in flight in it
+        (`prefill_contended_s` / `ttft_contended_s` 0, as for an isolated request) and its
+        first-token stamp is not late by more than 5 % of it. A prefill that shared the engine
+        looks slower than a cold prefill is, and a recompute would then pass for a hit."""
+        cold = rec.cached_tokens is not None and rec.prompt_tokens and \
+            rec.cached_tokens <= 0.1 * rec.prompt_tokens
+        if not (cold and rec.error is None and rec.prefill_s
+                and (rec.uncached_tokens or 0) >= 256):
+            return
+        server = rec.prefill_source == "server"
+        shared = rec.prefill_contended_s if server else rec.ttft_contended_s
+        late = 0.0 if server else (rec.ttft_late_s or 0.0)
+        if (shared or 0.0) > 0 or late > 0.05 * rec.prefill_s:
+            return
+        self.cold_pp.append(rec.uncached_tokens / rec.prefill_s)
+
+    def reference(self) -> TtftReference:
+        """Output: the timing reference for the next record: the calibrated one, its cold
+        prefill speed, when calibration gave none, the median of the cold prefills measured so
+        far (made again only when one more was measured: a record is built per answer)."""
+        if self.ref.cold_prefill_tps or not self.cold_pp:
+            return self.ref
+        if self.learnt[0] != len(self.cold_pp):
+            self.learnt = (len(self.cold_pp), self.ref.model_copy(
+                update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)}))
+        assert self.learnt[1] is not None
+        return self.learnt[1]

@@ -1,6 +1,7 @@
-"""`WireTransport` (workloadlang/run/transport.py) against real loopback sockets: keep-alive reuse,
-idle expiry, servers that close, cut or garble responses, timeouts, large bodies, interim 1xx,
-and kernel arrival stamps that keep TTFT true while the client's event loop is blocked."""
+"""The wire client (`workloadlang.wire`) against real loopback sockets: keep-alive reuse, idle
+expiry, servers that close, cut or garble responses, timeouts, large bodies, interim 1xx, kernel
+arrival stamps that keep TTFT true while the client's event loop is blocked, and an answer taken
+as it is read (`Stamps.on_read`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import threading
 import time
 from typing import Any, Callable
 
-import httpx
 import pytest
 
-from workloadlang.run.client import Endpoint, WireRequest, send
-from workloadlang.run.transport import WireTransport, make_client, responses_ended
+from workloadlang.run.client import send
+from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
+from workloadlang.wire import Outgoing, Pool, ReadTimeout, Reader
+
+READER = Reader()  # this module's pools share it: `hold_reader` keeps it from reading
 
 SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n'
@@ -96,23 +99,34 @@ def keepalive_sse(conn: socket.socket, index: int) -> None:
         conn.sendall(head(content_type="text/event-stream", transfer_encoding="chunked") + chunked(SSE))
 
 
-def chat(url: str, transport: WireTransport | None = None, **fields) -> list:
-    """Send `n` chat requests one after another over one `WireTransport`. Output: outcomes."""
+def chat(url: str, pool: Pool | None = None, **fields) -> list:
+    """Send `n` chat requests one after another over one `Pool`. Output: outcomes."""
     n = fields.pop("n", 1)
     pause = fields.pop("pause", 0.0)
 
     async def go() -> list:
-        async with httpx.AsyncClient(transport=transport or WireTransport()) as client:
+        async with pool or Pool(READER) as p:
             out = []
             for i in range(n):
                 if i and pause:
                     await asyncio.sleep(pause)
-                req = WireRequest(id=f"r{i}", messages=[{"role": "user", "content": "x"}],
+                req = ChatRequest(id=f"r{i}", messages=[{"role": "user", "content": "x"}],
                                   max_tokens=1, **fields)
-                out.append(await send(client, Endpoint(base_url=url + "/v1", model="m"), req))
+                out.append(await send(p, Endpoint(base_url=url + "/v1", model="m"), req))
             return out
 
     return asyncio.run(go())
+
+
+async def fetch(pool: Pool, url: str, timeout: float | None = None,
+                body: list[bytes] | None = None) -> tuple[int, bytes]:
+    """A plain request through `pool`. Output: the status and the body."""
+    method = "GET" if body is None else "POST"
+    response = await pool.open(Outgoing(method, url, [], body, timeout))
+    try:
+        return response.status, b"".join([c async for c in response.body()])
+    finally:
+        await response.aclose()
 
 
 def test_sequential_requests_reuse_one_connection() -> None:
@@ -123,35 +137,35 @@ def test_sequential_requests_reuse_one_connection() -> None:
 
 
 def test_each_response_read_to_its_end_is_counted() -> None:
-    """`responses_ended` (the runner's deferred work yields to answers just ended) counts every
-    response whose last byte was parsed, once; not a response cut before its end."""
+    """`Pool.ended` (the runner's deferred work yields to answers just ended) counts every
+    response whose last byte was parsed, once; not a response cut before its end; and only
+    its own pool's."""
     server = RawServer(keepalive_sse)
-    before = responses_ended()
-    outs = chat(server.url, n=3)
+    pool, other = Pool(READER), Pool(READER)
+    outs = chat(server.url, pool, n=3)
     assert [o.error for o in outs] == [None] * 3
-    assert responses_ended() - before == 3
+    assert (pool.ended, other.ended) == (3, 0)
     cut = RawServer(lambda conn, i: read_request(conn) and conn.sendall(
         head(content_type="text/event-stream", transfer_encoding="chunked") + b"5\r\ndata:"))
-    before = responses_ended()
-    assert chat(cut.url)[0].error is not None
-    assert responses_ended() == before
+    pool = Pool(READER)
+    assert chat(cut.url, pool)[0].error is not None
+    assert pool.ended == 0
 
 
 def test_connection_idle_past_expiry_is_not_reused() -> None:
     now = [0.0]
-    transport = WireTransport(keepalive_expiry=1.0, clock=lambda: now[0])
+    pool = Pool(READER, keepalive_expiry=1.0, clock=lambda: now[0])
     server = RawServer(keepalive_sse)
 
     async def go() -> None:
-        async with httpx.AsyncClient(transport=transport) as client:
+        async with pool:
             for advance in (0.0, 0.5, 2.0):
                 now[0] += advance
-                response = await client.get(server.url + "/")
-                await response.aread()
+                await fetch(pool, server.url + "/")
 
     asyncio.run(go())
     assert server.conns == 2  # reused after 0.5 s idle, not after 2 s
-    assert transport.connects == 2
+    assert pool.connects == 2
 
 
 def test_server_closing_an_idle_connection_costs_nothing() -> None:
@@ -177,8 +191,7 @@ def test_server_closing_just_as_a_request_is_sent_is_retried_once() -> None:
             read_request(conn)  # the second request, on the reused connection: dropped
 
     server = RawServer(drop_second)
-    transport = WireTransport()
-    outs = chat(server.url, transport, n=2)
+    outs = chat(server.url, n=2)
     assert [o.error for o in outs] == [None, None] and outs[1].content == "hi"
     assert server.conns == 2
 
@@ -245,10 +258,10 @@ def test_read_timeout_of_a_plain_call() -> None:
     server = RawServer(stall)
 
     async def go() -> None:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            await client.get(server.url + "/models", timeout=0.2)
+        async with Pool(READER) as pool:
+            await fetch(pool, server.url + "/models", timeout=0.2)
 
-    with pytest.raises(httpx.ReadTimeout):
+    with pytest.raises(ReadTimeout):
         asyncio.run(go())
 
 
@@ -268,19 +281,18 @@ def test_the_read_timeout_counts_from_each_wait_not_from_the_first() -> None:
 
     async def go() -> tuple[bytes, float, BaseException | None]:
         got, last, error = b"", 0.0, None
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            request = client.build_request("GET", server.url + "/s", timeout=0.3)
-            response = await client.send(request, stream=True)
+        async with Pool(READER) as pool:
+            response = await pool.open(Outgoing("GET", server.url + "/s", [], None, 0.3))
             try:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.body():
                     got, last = got + chunk, time.perf_counter()
-            except httpx.ReadTimeout as exc:
+            except ReadTimeout as exc:
                 error = exc
             await response.aclose()
         return got, time.perf_counter() - last, error
 
     got, after_last, error = asyncio.run(go())
-    assert got == b"xxxxx" and isinstance(error, httpx.ReadTimeout)
+    assert got == b"xxxxx" and isinstance(error, ReadTimeout)
     assert 0.25 <= after_last < 1.0, after_last
 
 
@@ -295,28 +307,23 @@ def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
     server = RawServer(serve)
     body = b"x" * (8 << 20)
 
-    async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            return await client.post(server.url + "/big", content=body)
+    async def go() -> tuple[int, bytes]:
+        async with Pool(READER) as pool:
+            return await fetch(pool, server.url + "/big", body=[body])
 
-    response = asyncio.run(go())
-    assert response.status_code == 200 and response.json() == {}
+    assert asyncio.run(go()) == (200, b"{}")
     assert got and got[0].endswith(body)
 
 
-def test_https_goes_through_httpx_own_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")  # not for the engine: direct
-    client = make_client()
-    assert isinstance(client._transport_for_url(httpx.URL("http://h/")), WireTransport)
-    assert not isinstance(client._transport_for_url(httpx.URL("https://h/")), WireTransport)
-    asyncio.run(client.aclose())
+def test_each_scheme_has_its_transport_and_the_https_one_is_made_at_its_first_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """http:// goes through the wire pool, https:// through httpx; making the link's httpx
+    client builds no SSL context (httpx's transport loads the CA certificates when it is made):
+    the first request makes the transport and goes through it, and closing closes it once."""
+    import httpx
 
-
-def test_the_https_transport_is_made_at_its_first_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Making the client builds no SSL context (httpx's transport loads the CA certificates
-    when it is made); the first https:// request makes the transport and goes through it, and
-    closing the client closes it once."""
-    from workloadlang.run import transport as transport_module
+    from workloadlang.run import link as link_module
+    from workloadlang.wire import HttpxTransport, transport_for
 
     made, closed = [], []
 
@@ -331,8 +338,12 @@ def test_the_https_transport_is_made_at_its_first_request(monkeypatch: pytest.Mo
         made.append(kwargs)
         return Recording()
 
-    monkeypatch.setattr(transport_module.httpx, "AsyncHTTPTransport", fake_transport)
-    client = make_client()
+    monkeypatch.setattr(link_module.httpx, "AsyncHTTPTransport", fake_transport)
+    client = link_module.make_http_client()
+    pool = Pool(READER)
+    assert transport_for("http://h/v1/chat/completions", pool, client) is pool
+    assert isinstance(transport_for("https://h/v1/chat/completions", pool, client),
+                      HttpxTransport)
     assert made == []
 
     async def go() -> dict:
@@ -359,10 +370,10 @@ def answer_while_busy(reply: Callable[[socket.socket], None], hold: Callable[[],
     endpoint = Endpoint(base_url=RawServer(serve).url + "/v1", model="m")
 
     async def go():
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            req = WireRequest(id="r", messages=[{"role": "user", "content": "x"}],
+        async with Pool(READER) as pool:
+            req = ChatRequest(id="r", messages=[{"role": "user", "content": "x"}],
                               max_tokens=max_tokens)
-            task = asyncio.ensure_future(send(client, endpoint, req))
+            task = asyncio.ensure_future(send(pool, endpoint, req))
             while not got_request.is_set():
                 await asyncio.sleep(0.001)
             holding.set()
@@ -479,9 +490,9 @@ def test_a_first_token_read_late_with_the_next_one_is_flagged() -> None:
 
 
 def hold_reader() -> Callable[[], None]:
-    from workloadlang.run.transport import _reader
-
-    lock = _reader().lock
+    """Keep this module's reader thread from reading until the function it returns is called
+    (its thread has started: the first token's request is being read)."""
+    lock = READER.lock
     lock.acquire()
     return lock.release
 
@@ -552,7 +563,7 @@ def test_tokens_that_came_in_one_packet_share_an_exact_stamp() -> None:
     assert out.ttft_s is not None and out.ttft_s < 0.09, out.ttft_s
 
 
-def test_a_streamed_upload_is_sent_with_its_length() -> None:
+def test_a_body_in_parts_is_sent_whole_with_its_length() -> None:
     got = []
 
     def serve(conn: socket.socket, index: int) -> None:
@@ -561,17 +572,21 @@ def test_a_streamed_upload_is_sent_with_its_length() -> None:
 
     server = RawServer(serve)
 
-    async def parts():
-        yield b"ab"
-        yield b"cd"
+    async def go() -> tuple[int, bytes]:
+        async with Pool(READER) as pool:
+            return await fetch(pool, server.url + "/up", body=[b"ab", b"", b"cd"])
 
-    async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            return await client.post(server.url + "/up", content=parts())
-
-    assert asyncio.run(go()).status_code == 200
+    assert asyncio.run(go()) == (200, b"{}")
     assert b"content-length: 4" in got[0].lower() and b"transfer-encoding" not in got[0].lower()
     assert got[0].endswith(b"\r\n\r\nabcd")
+
+
+def test_a_header_value_with_a_line_break_is_refused() -> None:
+    """A value cannot write a header of its own (an API key with a line break in it)."""
+    with pytest.raises(ValueError):
+        Outgoing("POST", "http://h/v1", [("Authorization", "Bearer k\r\nX-Evil: 1")], [b"{}"])
+    with pytest.raises(ValueError):
+        Outgoing("POST", "ftp://h/v1", [], [b"{}"])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reader thread is Linux-only")
@@ -593,9 +608,8 @@ def test_switching_to_loop_reads_keeps_the_byte_order() -> None:
     server = RawServer(serve)
 
     async def go() -> list[bytes]:
-        transport = WireTransport()
-        response = await transport.handle_async_request(httpx.Request("GET", server.url + "/s"))
-        stream = response.extensions["wl_stream"]
+        pool = Pool(READER)
+        stream = await pool.open(Outgoing("GET", server.url + "/s", [], None))
         chunks = stream.__aiter__()
         got = [await chunks.__anext__()]
         second.set()
@@ -616,18 +630,18 @@ def test_switching_to_loop_reads_keeps_the_byte_order() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reader thread is Linux-only")
 def test_the_reader_thread_runs_at_the_lowest_priority() -> None:
     """The reader thread (woken by every packet) must not preempt the event loop's thread: it
-    runs at nice 19, the loop's thread at the process's priority."""
-    from workloadlang.run import transport
-
-    transport._reader()  # noqa: SLF001 (started on first use)
-    threads = {t.name: t for t in threading.enumerate()}
-    reader = threads["wl-socket-reader"]
-    deadline = time.monotonic() + 5
-    while os.getpriority(os.PRIO_PROCESS, reader.native_id) != 19 and time.monotonic() < deadline:
-        time.sleep(0.01)  # it lowers its own priority as it starts
-    assert os.getpriority(os.PRIO_PROCESS, reader.native_id) == transport.READER_NICE == 19
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # this thread's own
-
+    runs at nice 19, the loop's thread at the process's priority; each reader is its own."""
+    reader, other = Reader(), Reader(nice=10)
+    reader.start()
+    other.start()
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, reader.tid) == 19
+        assert os.getpriority(os.PRIO_PROCESS, other.tid) == 10
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 10  # this thread's
+    finally:
+        reader.close()
+        other.close()
+    assert not reader.thread.is_alive() and not other.thread.is_alive()
 
 
 # ------------------------------------------------- an answer finished as its last byte is parsed
@@ -635,17 +649,17 @@ def test_the_reader_thread_runs_at_the_lowest_priority() -> None:
 
 def send_with_then(url: str, then: Callable[..., Any], n: int = 1) -> tuple[list, Any]:
     """Send `n` chat requests one after another with `then` (see `client.send`), over one
-    `WireTransport`. Output: their outcomes and the transport."""
-    transport = WireTransport()
+    `Pool`. Output: their outcomes and the pool."""
+    pool = Pool(READER)
 
     async def go() -> list:
-        async with httpx.AsyncClient(transport=transport) as client:
+        async with pool:
             endpoint = Endpoint(base_url=url + "/v1", model="m")
-            return [await send(client, endpoint, WireRequest(
+            return [await send(pool, endpoint, ChatRequest(
                 id=f"r{i}", messages=[{"role": "user", "content": "x"}], max_tokens=1),
-                then=lambda a: then(a, transport)) for i in range(n)]
+                then=lambda a: then(a, pool)) for i in range(n)]
 
-    return asyncio.run(go()), transport
+    return asyncio.run(go()), pool
 
 
 def keepalive_sse_later(conn: socket.socket, index: int) -> None:
@@ -664,13 +678,13 @@ def called_from(name: str) -> bool:
 
 def test_then_runs_as_the_answers_last_byte_is_parsed_with_its_connection_idle() -> None:
     """`then` (the runner writes the session's next request there) is called from the
-    transport's read of the answer's end (`_take_reads`), not once the session's task gets
+    transport's read of the answer's end (`take_reads`), not once the session's task gets
     its turn on the loop; the connection is already back in the pool, and the outcome is the
     one the task would have made."""
     server = RawServer(keepalive_sse_later)
     seen: list[tuple[Any, bool, int]] = []
     outs, _ = send_with_then(server.url, lambda a, t: seen.append(
-        (a, called_from("_take_reads"), sum(map(len, t._idle.values())))), n=3)
+        (a, called_from("take_reads"), sum(map(len, t._idle.values())))), n=3)
     assert server.conns == 1  # each request reused the connection handed back
     plain = chat(server.url)[0]
     assert [(a.content, early, idle) for a, early, idle in seen] == [("hi", True, 1)] * 3
@@ -694,7 +708,7 @@ def test_an_answer_whose_connection_cannot_be_reused_is_finished_by_its_task() -
     server = RawServer(closing)
     seen: list[tuple[str, bool]] = []
     outs, _ = send_with_then(server.url, lambda a, t: seen.append(
-        (a.content, called_from("_take_reads"))), n=2)
+        (a.content, called_from("take_reads"))), n=2)
     assert seen == [("hi", False)] * 2
     assert [(o.error, o.content) for o in outs] == [(None, "hi")] * 2 and server.conns == 2
 
@@ -703,27 +717,24 @@ def test_a_reader_woken_after_its_connection_was_handed_back_reads_nothing_of_th
     """`then` writes the next request on the connection just handed back, and the loop is kept
     busy until its answer is in the socket: the first request's reader, woken afterwards,
     ends there (the connection's turn moved on) instead of taking the next answer's bytes."""
-    from workloadlang.run.client import build
-    from workloadlang.run.transport import ready_to_write, send_now
-
     server = RawServer(keepalive_sse_later)
     endpoint = Endpoint(base_url=server.url + "/v1", model="m")
-    second = WireRequest(id="r1", messages=[{"role": "user", "content": "y"}], max_tokens=1)
+    second = ChatRequest(id="r1", messages=[{"role": "user", "content": "y"}], max_tokens=1)
 
     async def go() -> list:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            request = build(endpoint, second)
+        async with Pool(READER) as pool:
+            out = outgoing(endpoint, second)
             written: list[bool] = []
 
             def then(answer: Any) -> None:
-                assert called_from("_take_reads")
-                written.append(ready_to_write(client, request) and send_now(client, request))
+                assert called_from("take_reads")
+                written.append(pool.write_now(out))
                 time.sleep(0.2)  # the answer to it arrives, and the reader thread reads it
 
-            first = await send(client, endpoint, WireRequest(
+            first = await send(pool, endpoint, ChatRequest(
                 id="r0", messages=[{"role": "user", "content": "x"}], max_tokens=1), then=then)
             assert written == [True]
-            return [first, await send(client, endpoint, second, request=request)]
+            return [first, await send(pool, endpoint, second, out=out)]
 
     outs = asyncio.run(go())
     assert [(o.error, o.content, o.streamed_tokens) for o in outs] == [(None, "hi", 1)] * 2
@@ -752,13 +763,13 @@ def tokens_spaced(n: int, gap: float,
 
 def test_a_stream_is_parsed_as_it_is_read_without_waking_its_task_for_each_chunk(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """An SSE body read by `WireTransport` is parsed in the transport's read callback
-    (`_take_reads`): its task takes only what was queued before that began, and wakes at the
+    """An SSE body read by the wire pool is parsed in the connection's read callback
+    (`take_reads`): its task takes only what was queued before that began, and wakes at the
     end; the outcome is the one chunk-by-chunk reading makes."""
-    from workloadlang.run import transport
+    from workloadlang.wire import StampedResponse
 
     taken: list[bytes] = []
-    original = transport.ResponseStream.__anext__
+    original = StampedResponse.__anext__
 
     async def counting(self: Any) -> bytes:
         chunk = await original(self)
@@ -766,7 +777,7 @@ def test_a_stream_is_parsed_as_it_is_read_without_waking_its_task_for_each_chunk
         return chunk
 
     server = RawServer(tokens_spaced(8, 0.01))
-    monkeypatch.setattr(transport.ResponseStream, "__anext__", counting)
+    monkeypatch.setattr(StampedResponse, "__anext__", counting)
     pushed = chat(server.url, )[0]
     monkeypatch.undo()
     pulled = chat(server.url, abort_after=99)[0]  # read chunk by chunk
@@ -795,11 +806,10 @@ def test_a_read_hook_keeps_the_read_timeout_from_firing_while_data_comes() -> No
     server = RawServer(tokens_spaced(6, 0.1))
 
     async def go() -> tuple[list[bytes], float]:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            request = httpx.Request("POST", server.url + "/v1/chat/completions", content=b"{}",
-                                    extensions={"timeout": httpx.Timeout(0.3).as_dict()})
-            response = await client.send(request, stream=True)
-            stream = response.extensions["wl_stream"]
+        async with Pool(READER) as pool:
+            stream = await pool.open(Outgoing("POST", server.url + "/v1/chat/completions", [],
+                                              [b"{}"], 0.3))
+            response = stream
             got: list[bytes] = []
 
             def hook() -> bool:
@@ -849,15 +859,15 @@ def test_a_connection_handed_back_and_taken_by_a_task_already_queued_wakes_that_
     endpoint = Endpoint(base_url=server.url + "/v1", model="m")
 
     async def go() -> list:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
+        async with Pool(READER) as pool:
             later: list[asyncio.Task] = []
 
             def then(answer: Any) -> None:  # the task starts before the first reader resumes
-                later.append(asyncio.ensure_future(send(client, endpoint, WireRequest(
+                later.append(asyncio.ensure_future(send(pool, endpoint, ChatRequest(
                     id="r1", messages=[{"role": "user", "content": "y"}], max_tokens=1,
                     deadline_s=3))))
 
-            first = await send(client, endpoint, WireRequest(
+            first = await send(pool, endpoint, ChatRequest(
                 id="r0", messages=[{"role": "user", "content": "x"}], max_tokens=1), then=then)
             return [first, await later[0]]
 
@@ -873,11 +883,10 @@ def test_a_read_hook_that_raises_makes_its_reader_raise_at_once() -> None:
     server = RawServer(tokens_spaced(30, 0.1))
 
     async def go() -> tuple[BaseException | None, float]:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
-            request = httpx.Request("POST", server.url + "/v1/chat/completions", content=b"{}",
-                                    extensions={"timeout": httpx.Timeout(10).as_dict()})
-            response = await client.send(request, stream=True)
-            stream = response.extensions["wl_stream"]
+        async with Pool(READER) as pool:
+            stream = await pool.open(Outgoing("POST", server.url + "/v1/chat/completions", [],
+                                              [b"{}"], 10))
+            response = stream
 
             def hook() -> bool:
                 list(stream.queued())
@@ -900,13 +909,13 @@ def test_a_read_hook_that_raises_makes_its_reader_raise_at_once() -> None:
 
 def test_a_then_that_raises_in_the_read_callback_is_raised_by_send_once() -> None:
     """`then` must not raise; if it does while called from the read of the answer's end
-    (`_take_reads`), `send` raises it, as it would had its task called `then` — at once, and
+    (`take_reads`), `send` raises it, as it would had its task called `then` — at once, and
     without calling `then` a second time."""
     server = RawServer(keepalive_sse_later)
     calls: list[bool] = []
 
     def then(answer: Any, transport: Any) -> None:
-        calls.append(called_from("_take_reads"))
+        calls.append(called_from("take_reads"))
         raise ZeroDivisionError("then bug")
 
     t0 = time.perf_counter()
@@ -931,13 +940,13 @@ def test_a_connection_cut_after_done_parsed_in_the_read_callback_is_no_error() -
     server = RawServer(serve)
 
     async def go() -> Any:
-        async with httpx.AsyncClient(transport=WireTransport()) as client:
+        async with Pool(READER) as pool:
             async def block() -> None:
                 await asyncio.sleep(0.03)  # the head is in and the read hook set by then
                 time.sleep(0.3)
 
             blocker = asyncio.ensure_future(block())
-            out = await send(client, Endpoint(base_url=server.url + "/v1", model="m"), WireRequest(
+            out = await send(pool, Endpoint(base_url=server.url + "/v1", model="m"), ChatRequest(
                 id="r0", messages=[{"role": "user", "content": "x"}], max_tokens=1))
             await blocker
             return out

@@ -1,7 +1,7 @@
 """Annotating a run's records with the engine's own request log (ninfer `--request-log-jsonl`).
 
-Input: the run's `Record`s and the log's `request_done` entries (`enginelog`), joined by
-`enginelog.match` (seed, then nearest completion time within the tolerance where the prompt sizes
+Input: the run's `Record`s and the log's `request_done` entries (`ninfer`), joined by
+`ninfer.match` (seed, then nearest completion time within the tolerance where the prompt sizes
 agree, then completion order for what has no time).
 Output: `annotate(records, entries)` -> `AnnotateSummary` (pure: new record objects, inputs
 untouched); `annotate_results(results, log_path)` puts the annotated records and the summary into
@@ -12,7 +12,7 @@ Each matched record gets `engine_log = {request_id, computed, hit_tokens, reuse_
 ground_truth_reuse}`. For a warm request (the plan expects at least half its prompt from cache)
 `ground_truth_reuse` is the log's hit tokens over the expected cached tokens — the same ratio as
 `Record.reuse`, so the two compare directly — and `reuse_class` is hit / partial / miss / unknown
-(`enginelog.classify_reuse`; a `root` or `full_reset` path is a miss). A cold request is classed
+(`ninfer.classify_reuse`; a `root` or `full_reset` path is a miss). A cold request is classed
 `cold` (its ratio is hit / prompt), so requests meant to start from scratch never inflate the miss
 count. Unmatched records are kept, unchanged, and counted. When the log contradicts the API's
 cached tokens, the record's `suspicious` list says how.
@@ -24,14 +24,14 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field
 
-from workloadlang.run.enginelog import (
+from workloadlang.enginelog.ninfer import (
     NO_REUSE_PATHS,
     LogEntry,
     classify_reuse,
     match,
     read_ninfer_log,
 )
-from workloadlang.run.record import Record
+from workloadlang.results import Record
 
 TOLERANCE_MS = 15000.0
 CONTRADICTION = 0.10  # of the prompt: a disagreement smaller than this is block rounding

@@ -1,12 +1,16 @@
-"""`wl run`: wire the command line to discovery, planning, the runner and the views.
+"""`wl run`: the command line wired to the simulator, the engine, the run and the views.
 
-Input: parsed args plus the param flags. Output: files (`--records`, `--output`), the summary on
-stdout, and the exit code (docs/cli.md).
+Input: parsed args plus the param flags. Output: files (`--records`, `--output`, `--report`),
+the live view or plain lines and the summary on stdout, and the exit code (docs/cli.md).
+`add_run_args` adds the options to the parser (cheap: nothing of the runner is imported until
+a run starts).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import math
 import os
 import signal
 import sys
@@ -17,21 +21,14 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from workloadlang.run.client import Endpoint, root_of
-from workloadlang.run.errors import EndpointError, mentions, redact
-from workloadlang.run.runner import (
-    EXIT_ENDPOINT,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    EXIT_WRITE,
-    Delivery,
-    JsonlWriter,
-    Tee,
-    deliver,
-    redacted,
-    run_plan,
-)
+from workloadlang.cli.common import config_error, eprint, load_and_plan_sweep
+from workloadlang.cli.outputs import Delivery, JsonlWriter, Tee, deliver, redacted
+from workloadlang.redact import mentions, redact
+from workloadlang.results import ExitCode
 
+
+class KeyNotSet(Exception):
+    """`--api-key-env NAME` names a variable that is not set."""
 
 
 def api_key(args) -> SecretStr | None:
@@ -40,7 +37,7 @@ def api_key(args) -> SecretStr | None:
     if args.api_key_env:
         value = os.environ.get(args.api_key_env)
         if not value:
-            raise EndpointError("unreachable", f"--api-key-env {args.api_key_env}: not set")
+            raise KeyNotSet(f"--api-key-env {args.api_key_env}: not set")
         return SecretStr(value)
     return None
 
@@ -64,32 +61,28 @@ def start_sim(args, workload: str, stack: ExitStack) -> str:
 
 
 def run_command(args, extra) -> int:
-    from workloadlang.cli import eprint
-
     problem = preflight(args)
     if problem:
         eprint(f"wl run: error: {problem}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     with ExitStack() as stack:
         try:
             key = api_key(args)
-        except EndpointError as e:
+        except KeyNotSet as e:
             eprint(f"wl run: error: {e}")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         try:
             base = start_sim(args, args.workload, stack) if args.sim else args.base_url.rstrip("/")
         except ValueError as e:
-            from workloadlang.cli import config_error
-
             eprint(f"wl run: error: {config_error(e, 'sim-')}")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         except RuntimeError as e:  # the simulator could not listen or start
             eprint(f"wl run: error: {e}")
-            return EXIT_ENDPOINT
+            return ExitCode.ENDPOINT
         try:
             return asyncio.run(main_async(args, extra, base, key))
         except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+            return ExitCode.INTERRUPTED
 
 
 def preflight(args) -> str | None:
@@ -164,77 +157,62 @@ def check_engine_log(path: str | None) -> str | None:
 
 
 async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
-    from workloadlang.cli import eprint, load_and_plan_sweep
-    from workloadlang.run import discover as disc
+    from workloadlang import api
+    from workloadlang.run.errors import EndpointError
 
-    from workloadlang.run.transport import make_client
-
-    async with make_client() as client:
-        try:
-            info = await disc.discover(client, base, key, model=args.model,
-                                       max_context=args.max_context)
-        except EndpointError as e:
-            eprint(f"wl run: endpoint error: {e}")
-            return EXIT_ENDPOINT
-        secret = key.get_secret_value() if key is not None else None
-        for note in info.notes:
-            eprint(f"note: {redact(note, secret)}")
-        _, _, swept, plans = load_and_plan_sweep(args, extra, {"max_context": info.max_context})
-        if args.no_isolation:
-            plans = [without_isolation(p) for p in plans]
-        endpoint = Endpoint(base_url=base, root_url=root_of(base), model=info.model, api_key=key,
-                            cached_zero_when_absent=args.cached_zero_when_absent,
-                            idle_timeout_s=args.idle_timeout)
-        tokenizer = disc.Tokenizer.from_info(client, info, key)
-        engine = {"base_url": base, "model": info.model, "engine": info.engine,
-                  "max_context": info.max_context, "max_context_source": info.max_context_source,
-                  "tokenizer": info.tokenize_style, "notes": info.notes, "sim": bool(args.sim),
-                  "slots": info.slots, "prefill_own": info.prefill_own}
-        writer = JsonlWriter(args.records)
-        points = []
-        try:
+    secret = key.get_secret_value() if key is not None else None
+    writer: JsonlWriter | None = None
+    points = []
+    try:
+        async with api.open_engine(base, key, model=args.model, max_context=args.max_context,
+                                   cached_zero_when_absent=args.cached_zero_when_absent,
+                                   idle_timeout_s=args.idle_timeout, sim=bool(args.sim)) as engine:
+            for note in engine.info.notes:
+                eprint(f"note: {redact(note, secret)}")
+            _, _, swept, plans = load_and_plan_sweep(args, extra,
+                                                     {"max_context": engine.info.max_context})
+            if args.no_isolation:
+                plans = [without_isolation(p) for p in plans]
+            writer = JsonlWriter(args.records)
             for i, plan in enumerate(plans):
                 if swept is not None:  # the records of each point follow their marker
                     writer.write({"type": "sweep_point", "param": swept[0],
                                   "value": swept[1][i], "index": i})
                     print(f"── sweep {swept[0]}={swept[1][i]} ({i + 1} of {len(plans)}) ──")
-                results = await run_one(plan, args, client, endpoint, engine, tokenizer, writer,
-                                        secret, info.metrics_url)
-                if results is None:
-                    return EXIT_ENDPOINT
+                results = await run_one(plan, engine, args, writer, secret)
                 points.append(results)
-                if results.exit_code == EXIT_INTERRUPTED:
+                if results.exit_code == ExitCode.INTERRUPTED:
                     break  # what was measured is kept; the points after it are not run
-        finally:
+    except EndpointError as e:  # discovery, or calibration (the engine's tokenizer failed)
+        eprint(f"wl run: endpoint error: {e}")
+        return ExitCode.ENDPOINT
+    finally:
+        if writer is not None:
             writer.close()
-        if swept is None:
-            deliveries = [d for d in (writer.delivery, *write_outputs(points[0], args)) if d]
-            return report_deliveries(deliveries, points[0].exit_code)
-        return finish_sweep(swept, points, args, writer)
+    if swept is None:
+        deliveries = [d for d in (writer.delivery, *write_outputs(points[0], args)) if d]
+        return report_deliveries(deliveries, points[0].exit_code)
+    return finish_sweep(swept, points, args, writer)
 
 
-async def run_one(plan, args, client, endpoint: Endpoint, engine: dict, tokenizer,
-                  writer: JsonlWriter, secret: str | None, metrics_url: str | None):
-    """Run one plan with its own view. Output: its results (redacted: what is written and
-    printed from here on), or None when the engine could not be used."""
-    from workloadlang.cli import eprint
-    from workloadlang.run.view import make_view
+async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
+    """Run one plan through the API with its own view. Output: its results (redacted: what is
+    written and printed from here on). Raises `EndpointError` when the engine could not be
+    used."""
+    from workloadlang import api
+    from workloadlang.console import make_view
 
     view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
     view.start()
-    task = asyncio.ensure_future(run_plan(
-        plan, endpoint, engine, tokenizer, Tee(writer, view, secret), client=client,
-        metrics_url=metrics_url, time_budget_s=args.time_budget))
+    task = asyncio.ensure_future(api.run_workload(
+        plan, engine, Tee(writer, view, secret), time_budget_s=args.time_budget))
     install_interrupt(task)
     try:
         results = await task
-    except EndpointError as e:  # calibration could not use the engine (its tokenizer failed)
-        eprint(f"wl run: endpoint error: {e}")
-        return None
     finally:
         view.stop()
     if args.engine_log:
-        from workloadlang.run.annotate import annotate_results, summary_line
+        from workloadlang.enginelog.annotate import annotate_results, summary_line
 
         eprint(redact(summary_line(annotate_results(results, args.engine_log)), secret))
     results = redacted(results, secret)
@@ -298,20 +276,17 @@ def write_outputs(results, args) -> tuple[Delivery | None, Delivery | None]:
 
 
 def report_deliveries(deliveries: list[Delivery], exit_code: int) -> int:
-    """Say where each file that missed its path went; the exit code: EXIT_WRITE when one did,
-    else the run's own."""
-    from workloadlang.cli import eprint
-
+    """Say where each file that missed its path went; the exit code: `ExitCode.WRITE` when
+    one did, else the run's own."""
     missed = [d for d in deliveries if d.error]
     for d in missed:
         where = (f"written to {d.written} instead" if d.written
                  else "not written anywhere (the fallbacks failed too)")
-        eprint(f"wl run: {d.flag} {d.asked}: {d.error}; {where} (exit {EXIT_WRITE})")
-    return EXIT_WRITE if missed else exit_code
+        eprint(f"wl run: {d.flag} {d.asked}: {d.error}; {where} (exit {ExitCode.WRITE:d})")
+    return ExitCode.WRITE if missed else exit_code
 
 
 def write_html(results, path: str) -> Delivery | None:
-    from workloadlang.cli import eprint
     from workloadlang.report import write_report
     from workloadlang.report.render import ReportError
 
@@ -330,3 +305,48 @@ def install_interrupt(task: asyncio.Future) -> None:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
     except (NotImplementedError, RuntimeError):  # pragma: no cover - not on this platform
         pass
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (`--time-budget`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", default="http://localhost:8000/v1",
+                   help="OpenAI-compatible base URL (default: %(default)s)")
+    p.add_argument("--model", help="model id (default: auto-detected from /models)")
+    p.add_argument("--api-key", help="bearer token (never written to any output)")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="read the bearer token from this environment variable")
+    p.add_argument("--cached-zero-when-absent", action="store_true",
+                   help="the engine leaves out cached_tokens when it is 0 (vLLM "
+                        "--enable-prompt-tokens-details, SGLang --enable-cache-report)")
+    p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
+    p.add_argument("--output", "-o", help="write the summary JSON here")
+    p.add_argument("--records", help="write one JSON line per request as it completes")
+    p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
+    p.add_argument("--time-budget", type=positive_seconds,
+                   help="stop after this many seconds (exit 4)")
+    p.add_argument("--idle-timeout", type=positive_seconds, default=60.0, metavar="SECONDS",
+                   help="cut an answer that sends nothing this long after its first token "
+                        "(default: %(default)g)")
+    p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="send the requests marked `isolated` with the others (a load test: "
+                        "the verdicts that read them may then be unknown)")
+    from workloadlang.sim import add_sim_arguments
+
+    # --sim-preset (default: the workload's name when it is a preset), --sim-<field>, --sim-fault
+    add_sim_arguments(p, prefix="sim-")
+    viz = p.add_mutually_exclusive_group()
+    viz.add_argument("--viz", dest="viz", action="store_true", default=None,
+                     help="live view even when stdout is not a terminal")
+    viz.add_argument("--no-viz", dest="viz", action="store_false",
+                     help="plain lines, one per request")

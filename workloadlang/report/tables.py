@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from workloadlang.report.source import workload_lines
-from workloadlang.run.view import after_abort_misses, counters_line, fmt_gap
+from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap
 
 # ---------------------------------------------------------------- formatting
 
@@ -193,7 +193,7 @@ def row_class(r: Any) -> str:
 def row_note(r: Any, after_abort_s: float | None = None) -> str:
     """Why a row stands out, then what the model said (the template escapes it).
     `after_abort_s`: for a miss sent right after the aborted request it extends, on an engine
-    that may run several at once (`run.view.after_abort_misses`), how soon."""
+    that may run several at once (`console.format.after_abort_misses`), how soon."""
     parts = []
     if r.skipped:
         parts.append(f"skipped: {r.skipped}")

@@ -1,6 +1,6 @@
 """The `wl` command: a thin shell over `workloadlang.api`.
 
-Input: argv. Output: text on stdout/stderr and an exit code (docs/cli.md):
+Input: argv. Output: text on stdout/stderr and an exit code (`results.ExitCode`, docs/cli.md):
 0 passed, 1 a gate failed, 2 usage or workload error, 3 endpoint unreachable or lacking a
 capability, 4 run incomplete, 5 a file written to a fallback path instead of the one asked for,
 130 interrupted (after writing what was measured).
@@ -9,107 +9,16 @@ capability, 4 run incomplete, 5 a file written to a fallback path instead of the
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 import unicodedata
-from typing import Any, Sequence
+from typing import Sequence
 
 from workloadlang import api
-from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json, render_text
-
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_ENDPOINT, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-
-
-class UsageError(Exception):
-    pass
-
-
-def eprint(*a: Any) -> None:
-    print(*a, file=sys.stderr)
-
-
-# ---------------------------------------------------------------- params from the command line
-
-
-def param_overrides(wl, extra: Sequence[str], pairs: Sequence[str]) -> dict[str, str]:
-    """`-p name=value` and `--param-name value` / `--param-name=value` -> {name: text}."""
-    out: dict[str, str] = {}
-    for p in pairs:
-        if "=" not in p:
-            raise UsageError(f"-p expects name=value, got `{p}`")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    known = {p.name.replace("_", "-"): p.name for p in wl.params}
-    it = iter(extra)
-    for arg in it:
-        if not arg.startswith("--"):
-            raise UsageError(f"unexpected argument `{arg}`")
-        flag, _, val = arg[2:].partition("=")
-        name = known.get(flag)
-        if name is None:
-            guess = difflib.get_close_matches(flag, list(known), n=1)
-            hint = f" (did you mean --{guess[0]}?)" if guess else ""
-            params = ", ".join(f"--{k}" for k in known) or "none"
-            raise UsageError(f"unknown parameter --{flag}{hint}; this workload's: {params}")
-        if not val:
-            val = next(it, None)
-            if val is None:
-                raise UsageError(f"--{flag} needs a value")
-        out[name] = val
-    return out
-
-
-MAX_SHOWN = 50
-"""Diagnostics printed as text at most (JSON lists them all)."""
-
-
-def show_diags(diags: list[Diagnostic], source: api.Source, fmt: str) -> None:
-    if fmt == "json":
-        print(render_json(diags))
-        return
-    eprint(render_text(diags[:MAX_SHOWN], {source.name: source.text}).rstrip())
-    if len(diags) > MAX_SHOWN:
-        eprint(f"\n({len(diags) - MAX_SHOWN:,} more diagnostics not shown; --format json lists "
-               "them all)")
-
-
-def load(target: str, fmt: str) -> api.Source:
-    """`api.load`, its diagnostics (a file that is no `.wl` text) shown: exit 2."""
-    try:
-        return api.load(target)
-    except WorkloadError as e:
-        show_diags(e.diagnostics, api.Source(name=target, text=e.text or ""), fmt)
-        raise SystemExit(EXIT_USAGE)
-
-
-def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
-    source, wl, _, plans = load_and_plan_sweep(args, extra, env)
-    return source, wl, plans[0]
-
-
-def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any]):
-    """The workload and its plans: one, or one per value of the param swept (`--sweep`, or
-    the file's `sweep [...]`). Output: (source, workload, (param, values) or None, plans)."""
-    from workloadlang import sweep
-
-    source = load(args.workload, getattr(args, "format", "text"))
-    try:
-        wl = api.parse_checked(source)
-        overrides = param_overrides(wl, extra, args.param or [])
-        swept = sweep.points(wl, overrides, getattr(args, "sweep", None))
-        values = [None] if swept is None else swept[1]
-        salt = args.salt or api.fresh_salt()
-        plans = [api.make_plan(
-            wl, source, overrides if v is None else {**overrides, swept[0]: v},
-            salt=salt if v is None else sweep.point_salt(salt, swept[0], v), env=env,
-            limits=plan_limits(args), cache=cache_model(args)) for v in values]
-    except sweep.SweepError as e:
-        raise UsageError(str(e)) from None
-    except WorkloadError as e:
-        show_diags(e.diagnostics, source, getattr(args, "format", "text"))
-        raise SystemExit(EXIT_USAGE)
-    return source, wl, swept, plans
+from workloadlang.cli.common import (DEFAULT_CACHE_BLOCK, UsageError, config_error, eprint,
+                                     load_and_plan_sweep, show_diags)
+from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
+from workloadlang.results import ExitCode
 
 
 # ---------------------------------------------------------------- commands
@@ -118,12 +27,12 @@ def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any]):
 def cmd_check(args, extra) -> int:
     if extra:
         raise UsageError(f"unexpected arguments: {' '.join(extra)}")
-    status = EXIT_OK
+    status = ExitCode.OK
     all_diags = []
     for target in args.workloads:
         source, diags = check_one(target)
         if any(d.severity == "error" for d in diags):
-            status = EXIT_USAGE
+            status = ExitCode.USAGE
         all_diags += diags
         if args.format == "text" and diags:
             show_diags(diags, source, "text")
@@ -145,7 +54,7 @@ def check_one(target: str) -> tuple[api.Source, list[Diagnostic]]:
 
 
 def cmd_plan(args, extra) -> int:
-    from workloadlang.plan.render import render_plan
+    from workloadlang.plan.dryrun import render_plan
 
     env = {"max_context": args.max_context}
     _, _, swept, plans = load_and_plan_sweep(args, extra, env)
@@ -165,7 +74,7 @@ def cmd_plan(args, extra) -> int:
             out.flush()
     else:
         print(render_plan(plan, full=args.full), end="")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
@@ -174,7 +83,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     from tabulate import tabulate
 
     from workloadlang import sweep
-    from workloadlang.plan.render import render_plan
+    from workloadlang.plan.dryrun import render_plan
 
     name, values = swept
     if args.json:
@@ -183,7 +92,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
         print(json.dumps({"param": name, "values": values,
                           "plans": [json.loads(PLAN_JSON.dump_json(p)) for p in plans]},
                          indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     rows = [[v, f"{p.totals.requests:,}", f"{p.totals.prompt_tokens:,}",
              f"{p.totals.expected_cached_tokens:,}", f"{p.totals.working_set_tokens:,}",
              p.concurrency, p.plan_hash] for v, p in zip(values, plans)]
@@ -196,7 +105,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     print(f"\nthe first run ({name}={values[0]}, salt {plans[0].salt}); `wl plan ... --salt "
           f"{base}/{name}=VALUE {flag} VALUE` shows another:\n")
     print(render_plan(plans[0], full=args.full), end="")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_list(args, extra) -> int:
@@ -213,11 +122,11 @@ def cmd_list(args, extra) -> int:
         rows.append([name, wl.doc, params])
     print(tabulate(rows, headers=["workload", "what it measures", "params"], tablefmt="simple",
                    maxcolwidths=[None, 50, 60]))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_run(args, extra) -> int:
-    from workloadlang.run.cli_run import run_command
+    from workloadlang.cli.run import run_command
 
     return run_command(args, extra)
 
@@ -250,22 +159,8 @@ def cmd_sim(args, extra) -> int:
         serve(cfg, host=args.host, port=args.port)
     except OSError as exc:
         eprint(f"error: cannot listen on {args.host}:{args.port}: {exc}")
-        return EXIT_USAGE
-    return EXIT_OK
-
-
-def config_error(exc: ValueError, prefix: str = "") -> str:
-    """A simulator configuration error in one line, naming the flag (pydantic's errors name the
-    field: `device_tokens` is `--device-tokens`)."""
-    from pydantic import ValidationError
-
-    if not isinstance(exc, ValidationError):
-        return str(exc)
-    first = exc.errors()[0]
-    field = str(first["loc"][0]) if first["loc"] else ""
-    flag = f"--{prefix}{field.replace('_', '-')}" if field and field != "faults" else \
-        f"--{prefix}fault"
-    return f"{flag}: {first['msg'].lower()}, got {first.get('input')!r}"
+        return ExitCode.USAGE
+    return ExitCode.OK
 
 
 # ---------------------------------------------------------------- parser
@@ -314,27 +209,6 @@ def token_count(text: str) -> int:
     return int(parsed[0])
 
 
-def plan_limits(args) -> Any:
-    from workloadlang.plan.limits import Limits
-
-    return Limits(requests=args.max_requests, request_tokens=args.max_request_tokens,
-                  total_tokens=args.max_total_tokens)
-
-
-def cache_model(args) -> Any:
-    """The LRU cache of `--cache-tokens` / `--cache-block`, or None."""
-    from workloadlang.plan.model import CacheModel
-
-    if args.cache_tokens is None:
-        if args.cache_block is not None:
-            raise UsageError("--cache-block needs --cache-tokens")
-        return None
-    return CacheModel(tokens=args.cache_tokens, block=args.cache_block or DEFAULT_CACHE_BLOCK)
-
-
-DEFAULT_CACHE_BLOCK = 16
-
-
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     from workloadlang.plan import limits
 
@@ -380,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)",
                        allow_abbrev=False)
     add_plan_args(r)
-    from workloadlang.run.args import add_run_args
+    from workloadlang.cli.run import add_run_args
 
     add_run_args(r)
     cmp_ = sub.add_parser("compare", help="compare two results files of the same workload")
@@ -413,18 +287,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args, extra)
     except UsageError as e:
         eprint(f"wl {args.command}: error: {e}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except api.NotFound as e:
         eprint(f"wl {args.command}: error: {e}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except SystemExit as e:
         return int(e.code or 0)
     except KeyboardInterrupt:
         eprint("interrupted")
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK
+        return ExitCode.OK
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,9 +1,9 @@
 """The live terminal view: a header and one panel per session, redrawn in place by rich.
 
 Input: the `Plan` (planned requests per session and label, each session's context peak, the hit
-ratio), then records and events as they happen (the same interface as `view.PlainView`).
+ratio), then records and events as they happen (the same interface as `lines.PlainView`).
 Output: a frame redrawn about 8 times a second on `out` through `rich.live.Live` (no hand-written
-escape codes), the last frame left on screen, then the plain summary tables (`view.summary_text`).
+escape codes), the last frame left on screen, then the plain summary tables (`lines.summary_text`).
 
 The state (`RunState` of `SessionState`s) is plain data, updated in O(1) per record under a lock
 (`apply_record`, `apply_event`); drawing (`render_state`, a pure function of the state and a width)
@@ -25,8 +25,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from workloadlang.plan.model import Plan
-from workloadlang.run.record import Record
-from workloadlang.run.view import event_line, record_line, summary_text
+from workloadlang.results import Record
+from workloadlang.console.lines import event_line, record_line, summary_text
 
 PANEL_WIDTH = 38  # one session panel, borders included: two fit in 80 columns
 MAX_PANELS = 12  # beyond this, the interesting sessions get a panel and the rest one line

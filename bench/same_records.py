@@ -1,0 +1,123 @@
+"""Do two checkouts of workloadlang give the same records? The five bundled benchmarks run on
+the simulator with one salt by each checkout's own `wl`, and every record field that is not a
+time (nor derived from one) compared.
+
+Each checkout runs with its own interpreter (`CHECKOUT/.venv/bin/python`, else this one): a
+worktree of an older commit with its own virtual environment compares the code before a change
+with the code after it. The runs alternate between the two, workload by workload. `--base` may
+be the checkout itself: the same code twice shows what differs from run to run.
+
+What differs between two runs of the same plan on the simulator without being a difference of
+the code: times (`TIMES`), what is derived from them (a speed, whether the timing backs the
+cache's claim, a hit judged by TTFT), and the simulator's replies' text (they are seeded from
+the request, so not even that). Everything else (ids, planned and reported token counts, cache
+evidence, hits, errors, skips) must be equal.
+
+Usage: python -m bench.same_records --base DIR [--other DIR] [--salt S] [--only NAME,...]
+       [--keep DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.harness import ROOT, add_json_argument, describe_machine, machine, write_json
+
+TIMES = frozenset({
+    "t_start_s", "t_send_unix", "ttft_s", "ttft_content_s", "ttft_late_s", "ttft_contended_s",
+    "prefill_contended_s", "isolation_wait_s", "isolation_held_s", "e2e_s", "server_ttft_ms",
+    "server_prefill_ms", "pp_tps", "tg_tps", "ttft_per_uncached", "prefill_s", "ttft_agrees",
+    "ttft_agrees_note", "timings"})
+
+# small sizes that still run every statement of each workload
+WORKLOADS: dict[str, list[str]] = {
+    "cache-pressure": ["--kv-size", "16384", "--context-tokens", "1000",
+                       "--sim-device-tokens", "16384", "--sim-host-tokens", "0"],
+    "needle-test": ["--sim-prefill-us-per-token", "20"],
+    "agent-sim": ["--sessions", "3", "--main-tokens", "8k", "--step-tokens", "1k",
+                  "--sub-tokens", "1500", "--finalize-tokens", "500", "--max-tokens", "16",
+                  "--sim-prefill-us-per-token", "40", "--sim-decode-us-per-token", "100"],
+    "abort-sim": [],
+    "perf-sim": [],
+}
+
+
+def python_of(checkout: Path) -> str:
+    venv = checkout / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def run(checkout: Path, name: str, salt: str, folder: Path) -> tuple[int, list[dict[str, Any]]]:
+    """Run `wl run NAME --sim` in `checkout`. Output: its exit code and its records."""
+    records = folder / f"{name}.jsonl"
+    cmd = [python_of(checkout), "-m", "workloadlang.cli", "run", name, "--sim", "--salt", salt,
+           "--no-viz", "--records", str(records), "--output", str(folder / f"{name}.json"),
+           *WORKLOADS[name]]
+    proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=900)
+    rows = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    return proc.returncode, [r for r in rows if r.get("type") == "request"]
+
+
+def untimed(rec: dict[str, Any]) -> dict[str, Any]:
+    """Output: `rec` without its times and what is derived from them (see the module)."""
+    out = {k: v for k, v in rec.items() if k not in TIMES}
+    if rec.get("hit_basis") == "ttft":
+        out.pop("hit", None)
+    return out
+
+
+def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
+    """Output: what differs between two runs' records, by request id and field."""
+    by_a, by_b = {r["id"]: untimed(r) for r in a}, {r["id"]: untimed(r) for r in b}
+    out = [f"only in one: {i}" for i in sorted(set(by_a) ^ set(by_b))]
+    for rid in sorted(set(by_a) & set(by_b)):
+        ra, rb = by_a[rid], by_b[rid]
+        out += [f"{rid}.{k}: {ra.get(k)!r} != {rb.get(k)!r}"
+                for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", required=True, help="the checkout to compare with")
+    ap.add_argument("--other", default=str(ROOT), help="the other checkout (default: this one)")
+    ap.add_argument("--salt", default="same-records")
+    ap.add_argument("--only", help="comma-separated workload names")
+    ap.add_argument("--keep", help="keep the runs' files in this folder")
+    add_json_argument(ap)
+    args = ap.parse_args(argv)
+    started = machine()
+    print(describe_machine(started))
+    names = args.only.split(",") if args.only else list(WORKLOADS)
+    sides = {"base": Path(args.base).resolve(), "other": Path(args.other).resolve()}
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="same-records-"))
+    rows, same = [], True
+    for name in names:
+        got = {}
+        for side, checkout in sides.items():
+            where = folder / side
+            os.makedirs(where, exist_ok=True)
+            got[side] = run(checkout, name, args.salt, where)
+        diff = differences(got["base"][1], got["other"][1])
+        codes = (got["base"][0], got["other"][0])
+        ok = not diff and codes[0] == codes[1]
+        same &= ok
+        rows.append({"workload": name, "records": len(got["other"][1]), "exit_codes": codes,
+                     "same": ok, "differences": diff[:20]})
+        print(f"{name}: {len(got['other'][1])} records, exit {codes[0]} / {codes[1]}: "
+              + ("the same" if ok else f"{len(diff)} difference(s)"))
+        for line in diff[:20]:
+            print(f"  {line}")
+    write_json(args.json, "same_records", args, rows, started)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

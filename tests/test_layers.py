@@ -1,0 +1,124 @@
+"""The house's rules, read from the code's own imports (docs/architecture.md): no import circles;
+the results contract at the bottom imports nothing of the runner; no stage imports one above it
+(none of the language, the planner, the gates, the report or compare imports `run/`; `run/`
+imports no gate, view or command; the wire client imports nothing of the runner); no module over
+600 lines; the executor's core class under 250; no module named like a standard-library one."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "workloadlang"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module of the package that `path` imports, at its top or in a function."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    known = modules()
+    return {m for m in found if m in known and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: imports(path, name) for name, path in modules().items()}
+
+
+def test_there_is_no_import_circle() -> None:
+    edges = graph()
+    # a package's __init__ that only hands names on is its face, not a room: an edge from one of
+    # its own modules to it is the import system's, not a circle of the code
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if nxt.startswith(node + ".") or node.startswith(nxt + "."):
+                continue  # a package and its own modules
+            if seen.get(nxt) == 1:
+                circles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in seen:
+                visit(nxt)
+        stack.pop()
+        seen[node] = 2
+
+    for node in sorted(edges):
+        if node not in seen:
+            visit(node)
+    assert not circles, circles
+
+
+LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.limits",
+         "workloadlang.evaluate", "workloadlang.kinds", "workloadlang.parse",
+         "workloadlang.syntax", "workloadlang.check", "workloadlang.selector", "workloadlang.plan",
+         "workloadlang.results", "workloadlang.theory", "workloadlang.gates",
+         "workloadlang.compare", "workloadlang.report", "workloadlang.console",
+         "workloadlang.enginelog", "workloadlang.redact", "workloadlang.stamps",
+         "workloadlang.resources"]
+
+
+def under(name: str, prefixes: list[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize(("rooms", "never"), [
+    (LOWER, ["workloadlang.run", "workloadlang.wire", "workloadlang.cli", "workloadlang.api",
+             "workloadlang.sim"]),
+    (["workloadlang.results"], ["workloadlang"]),
+    (["workloadlang.run"], ["workloadlang.gates", "workloadlang.report", "workloadlang.compare",
+                            "workloadlang.console", "workloadlang.cli", "workloadlang.api",
+                            "workloadlang.parse", "workloadlang.check"]),
+    (["workloadlang.wire"], ["workloadlang.run", "workloadlang.plan", "workloadlang.results",
+                             "workloadlang.api", "workloadlang.cli"]),
+], ids=["stages below run", "results", "run", "wire"])
+def test_no_stage_imports_one_above_it(rooms: list[str], never: list[str]) -> None:
+    allowed = {"workloadlang", "workloadlang.results"} if rooms == ["workloadlang.results"] \
+        else set()
+    backwards = sorted(f"{a} -> {b}" for a, deps in graph().items() if under(a, rooms)
+                       for b in deps if under(b, never) and not under(b, rooms)
+                       and b not in allowed)
+    assert not backwards, backwards
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {n: len(p.read_text(encoding="utf-8").splitlines()) for n, p in modules().items()}
+    assert not {n: k for n, k in long.items() if k > 600}
+
+
+def test_the_executors_core_class_is_under_250_lines() -> None:
+    tree = ast.parse((PACKAGE / "run" / "executor.py").read_text(encoding="utf-8"))
+    core = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Executor")
+    assert core.end_lineno - core.lineno + 1 < 250
+
+
+def test_no_module_is_named_like_a_standard_library_module() -> None:
+    stdlib = getattr(sys, "stdlib_module_names", None)
+    if stdlib is None:  # Python 3.10 has it; older ones are not supported
+        pytest.skip("no sys.stdlib_module_names")
+    clash = [n for n in modules() if n.rpartition(".")[2] in stdlib]
+    assert not clash, clash

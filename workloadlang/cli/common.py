@@ -1,0 +1,139 @@
+"""What the `wl` commands share: loading and planning a workload from the command line, showing
+its diagnostics, and one-line errors.
+
+Input: parsed arguments and the param flags. Output: `api.Source`, `Plan`; diagnostics on stderr
+(or JSON on stdout); `UsageError` for what the command line got wrong (exit 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from typing import Any, Sequence
+
+from workloadlang import api
+from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json, render_text
+from workloadlang.results import ExitCode
+
+
+class UsageError(Exception):
+    pass
+
+
+def eprint(*a: Any) -> None:
+    print(*a, file=sys.stderr)
+
+
+def param_overrides(wl, extra: Sequence[str], pairs: Sequence[str]) -> dict[str, str]:
+    """`-p name=value` and `--param-name value` / `--param-name=value` -> {name: text}."""
+    out: dict[str, str] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise UsageError(f"-p expects name=value, got `{p}`")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    known = {p.name.replace("_", "-"): p.name for p in wl.params}
+    it = iter(extra)
+    for arg in it:
+        if not arg.startswith("--"):
+            raise UsageError(f"unexpected argument `{arg}`")
+        flag, _, val = arg[2:].partition("=")
+        name = known.get(flag)
+        if name is None:
+            guess = difflib.get_close_matches(flag, list(known), n=1)
+            hint = f" (did you mean --{guess[0]}?)" if guess else ""
+            params = ", ".join(f"--{k}" for k in known) or "none"
+            raise UsageError(f"unknown parameter --{flag}{hint}; this workload's: {params}")
+        if not val:
+            val = next(it, None)
+            if val is None:
+                raise UsageError(f"--{flag} needs a value")
+        out[name] = val
+    return out
+
+
+MAX_SHOWN = 50
+"""Diagnostics printed as text at most (JSON lists them all)."""
+
+
+def show_diags(diags: list[Diagnostic], source: api.Source, fmt: str) -> None:
+    if fmt == "json":
+        print(render_json(diags))
+        return
+    eprint(render_text(diags[:MAX_SHOWN], {source.name: source.text}).rstrip())
+    if len(diags) > MAX_SHOWN:
+        eprint(f"\n({len(diags) - MAX_SHOWN:,} more diagnostics not shown; --format json lists "
+               "them all)")
+
+
+def load(target: str, fmt: str) -> api.Source:
+    """`api.load`, its diagnostics (a file that is no `.wl` text) shown: exit 2."""
+    try:
+        return api.load(target)
+    except WorkloadError as e:
+        show_diags(e.diagnostics, api.Source(name=target, text=e.text or ""), fmt)
+        raise SystemExit(ExitCode.USAGE)
+
+
+def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
+    source, wl, _, plans = load_and_plan_sweep(args, extra, env)
+    return source, wl, plans[0]
+
+
+def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any]):
+    """The workload and its plans: one, or one per value of the param swept (`--sweep`, or
+    the file's `sweep [...]`). Output: (source, workload, (param, values) or None, plans)."""
+    from workloadlang import sweep
+
+    source = load(args.workload, getattr(args, "format", "text"))
+    try:
+        wl = api.parse_checked(source)
+        overrides = param_overrides(wl, extra, args.param or [])
+        swept = sweep.points(wl, overrides, getattr(args, "sweep", None))
+        values = [None] if swept is None else swept[1]
+        salt = args.salt or api.fresh_salt()
+        plans = [api.make_plan(
+            wl, source, overrides if v is None else {**overrides, swept[0]: v},
+            salt=salt if v is None else sweep.point_salt(salt, swept[0], v), env=env,
+            limits=plan_limits(args), cache=cache_model(args)) for v in values]
+    except sweep.SweepError as e:
+        raise UsageError(str(e)) from None
+    except WorkloadError as e:
+        show_diags(e.diagnostics, source, getattr(args, "format", "text"))
+        raise SystemExit(ExitCode.USAGE)
+    return source, wl, swept, plans
+
+
+def config_error(exc: ValueError, prefix: str = "") -> str:
+    """A simulator configuration error in one line, naming the flag (pydantic's errors name the
+    field: `device_tokens` is `--device-tokens`)."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    first = exc.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else ""
+    flag = f"--{prefix}{field.replace('_', '-')}" if field and field != "faults" else \
+        f"--{prefix}fault"
+    return f"{flag}: {first['msg'].lower()}, got {first.get('input')!r}"
+
+
+def plan_limits(args) -> Any:
+    from workloadlang.plan.limits import Limits
+
+    return Limits(requests=args.max_requests, request_tokens=args.max_request_tokens,
+                  total_tokens=args.max_total_tokens)
+
+
+def cache_model(args) -> Any:
+    """The LRU cache of `--cache-tokens` / `--cache-block`, or None."""
+    from workloadlang.plan.model import CacheModel
+
+    if args.cache_tokens is None:
+        if args.cache_block is not None:
+            raise UsageError("--cache-block needs --cache-tokens")
+        return None
+    return CacheModel(tokens=args.cache_tokens, block=args.cache_block or DEFAULT_CACHE_BLOCK)
+
+
+DEFAULT_CACHE_BLOCK = 16
