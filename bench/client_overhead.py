@@ -32,9 +32,15 @@ the executor's own client health (`results.client`), and how many overheads over
 first-token bound (`ttft_late_s`) that covers them: in executor mode every one should (the
 bound covers a first token read late; in `send` mode a request written late is not flagged).
 
+`--against DIR` compares this checkout's client with another checkout's (e.g. a worktree of
+main: `git worktree add /tmp/main-ref main`) in one run: one simulator, then `--repeat` turns
+in which each checkout runs the executor cases in a process of its own (`python -m
+bench.client_overhead --base-url ...` in its folder), the two alternating. The table gives each
+checkout's median over the turns of each figure, side by side.
+
 Usage: python -m bench.client_overhead [--streams 1,64] [--rounds 20] [--mode executor|send|both]
        [--max-tokens 32] [--decode-us 10000] [--pin] [--transport wire|httpcore] [--profile]
-       [--base-url URL] [--json PATH]
+       [--base-url URL] [--against DIR [--repeat 3]] [--json PATH]
 """
 
 from __future__ import annotations
@@ -43,17 +49,20 @@ import argparse
 import asyncio
 import cProfile
 import io
+import json
 import os
 import pstats
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from typing import Any, Iterable, Optional
 
 import httpx
 
-from bench.harness import (add_json_argument, describe_machine, machine, pct, simulator,
+from bench.harness import (ROOT, add_json_argument, describe_machine, machine, pct, simulator,
                            split_cpus, table, write_json)
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser
@@ -232,6 +241,51 @@ def profile(base: str, args: argparse.Namespace) -> None:
     print(text.getvalue())
 
 
+SIDE = ("overhead_p50_ms", "overhead_p90_ms", "overhead_p99_ms", "client_cpu_ms_per_request")
+
+
+def run_checkout(checkout: str, base: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run this bench's executor cases from `checkout`'s folder (its own code: the folder comes
+    first on `sys.path`) against the simulator at `base`, in a process of its own. Output: its
+    table's rows."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        subprocess.run([sys.executable, "-m", "bench.client_overhead", "--base-url", base,
+                        "--streams", args.streams, "--rounds", str(args.rounds),
+                        "--max-tokens", str(args.max_tokens), "--mode", "executor",
+                        "--json", out], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)["rows"]
+
+
+def side_by_side(base: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`--against`: the executor cases run by the other checkout and by this one, alternating,
+    `--repeat` times each. Output: one row per case with each side's median figures
+    (`other_*`: the `--against` checkout; `this_*`: this one)."""
+    sides = {"other": os.path.abspath(args.against), "this": str(ROOT)}
+    runs: dict[str, list[list[dict[str, Any]]]] = {k: [] for k in sides}
+    for turn in range(args.repeat):
+        for side, folder in sides.items():
+            runs[side].append(run_checkout(folder, base, args))
+            print(f"turn {turn + 1}/{args.repeat}: {side} ({folder}) done", file=sys.stderr)
+    rows = []
+    for i, first in enumerate(runs["this"][0]):
+        row: dict[str, Any] = {"case": first["case"], "n": first["n"]}
+        for side in sides:
+            for key in SIDE:
+                values = [r[i][key] for r in runs[side] if r[i].get(key) is not None]
+                row[f"{side}_{key}"] = statistics.median(values) if values else None
+        rows.append(row)
+    return rows
+
+
+def side_columns(other: str) -> list[tuple[str, str, str]]:
+    cols = [("case", "case", ""), ("n", "n", "d")]
+    for key, head in zip(SIDE, ("p50", "p90", "p99", "CPU ms/req")):
+        cols += [(f"other_{key}", f"{other} {head}", ".3f"), (f"this_{key}", f"this {head}", ".3f")]
+    return cols
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", default="1,64", help="comma-separated stream counts")
@@ -246,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="wire: what wl run uses; httpcore: httpx's default pool, for comparison")
     ap.add_argument("--profile", action="store_true", help="cProfile the 64-stream executor case")
     ap.add_argument("--base-url", help="an OpenAI base URL of a running simulator to use instead")
+    ap.add_argument("--against", metavar="DIR",
+                    help="another checkout to compare with, side by side in this one run")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="with --against: turns of each checkout (default: %(default)s)")
     add_json_argument(ap)
     args = ap.parse_args(argv)
     started = machine()
@@ -258,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
                simulator(*SIM_FLAGS, "--decode-us-per-token", str(args.decode_us), cpus=sim_cpus))
     with running as sim:
         base = args.base_url.rstrip("/") if args.base_url else sim.base_url
+        if args.against:
+            rows = side_by_side(base, args)
+            print(table(rows, side_columns(os.path.basename(os.path.abspath(args.against)))))
+            write_json(args.json, "client_overhead", args, rows, started)
+            return 0
         rows = measure(base, args)
         print(table(rows, COLUMNS))
         for row in rows:

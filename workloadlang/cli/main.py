@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import unicodedata
 from typing import Sequence
 
 from workloadlang import api
-from workloadlang.cli.common import (DEFAULT_CACHE_BLOCK, UsageError, config_error, eprint,
-                                     load_and_plan_sweep, show_diags)
+from workloadlang.cli.common import (UsageError, config_error, eprint, load_and_plan_sweep,
+                                     show_diags)
+from workloadlang.cli.options import add_plan_args, add_run_args, port_number
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
 from workloadlang.results import ExitCode
 
@@ -166,76 +166,6 @@ def cmd_sim(args, extra) -> int:
 # ---------------------------------------------------------------- parser
 
 
-def salt_text(text: str) -> str:
-    """An argparse type: a salt is 1 to 200 characters, none a control character or a byte that
-    was not text (an empty salt would silently draw a fresh one, and the run could not be
-    replayed)."""
-    if not 1 <= len(text) <= 200 or any(unicodedata.category(c) in ("Cc", "Cs") for c in text):
-        raise argparse.ArgumentTypeError(
-            f"a salt is 1 to 200 characters, no control characters, got {text[:40]!r}")
-    return text
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free one) to 65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {text!r}")
-    return port
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
-def token_count(text: str) -> int:
-    """An argparse type: a whole number of tokens, units allowed (`3M`, `512`, `64Ki`)."""
-    from workloadlang.evaluate import split_number
-
-    parsed = split_number(text.strip())
-    if parsed is None or parsed[1] != "number" or parsed[0] < 1 or parsed[0] != int(parsed[0]):
-        raise argparse.ArgumentTypeError(f"expected a whole number of tokens (e.g. 3M), got "
-                                         f"`{text}`")
-    return int(parsed[0])
-
-
-def add_plan_args(p: argparse.ArgumentParser) -> None:
-    from workloadlang.plan import limits
-
-    p.add_argument("workload", help="a .wl file or a bundled workload name (wl list)")
-    p.add_argument("--salt", type=salt_text,
-                   help="replay a run exactly (default: fresh per run, printed)")
-    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
-                   help="set a param (every param is also a flag: kv_size -> --kv-size)")
-    p.add_argument("--max-context", type=positive_int,
-                   help="the engine's context limit, in tokens")
-    p.add_argument("--sweep", metavar="NAME=V1,V2,...",
-                   help="run once per value of a param, into one results file (a `sweep [...]` "
-                   "in the file does the same unless the param is set)")
-    p.add_argument("--cache-tokens", type=token_count, metavar="C",
-                   help="also give what an LRU prefix cache of C tokens would serve each request")
-    p.add_argument("--cache-block", type=token_count, metavar="B",
-                   help=f"its block size in tokens (default {DEFAULT_CACHE_BLOCK})")
-    p.add_argument("--max-requests", type=token_count, default=limits.DEFAULT_REQUESTS,
-                   metavar="N", help="refuse a plan of more requests (default %(default)s)")
-    p.add_argument("--max-request-tokens", type=token_count,
-                   default=limits.DEFAULT_REQUEST_TOKENS, metavar="N",
-                   help="refuse a request of more tokens (default %(default)s)")
-    p.add_argument("--max-total-tokens", type=token_count, default=limits.DEFAULT_TOTAL_TOKENS,
-                   metavar="N", help="refuse a plan whose prompts add up to more tokens "
-                   "(default %(default)s)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="wl", description="workloadlang: measure what an "
                                  "inference engine's prefix cache really keeps")
@@ -254,8 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)",
                        allow_abbrev=False)
     add_plan_args(r)
-    from workloadlang.cli.run import add_run_args
-
     add_run_args(r)
     cmp_ = sub.add_parser("compare", help="compare two results files of the same workload")
     cmp_.add_argument("a")

@@ -15,7 +15,7 @@ no per-chunk clock reads after the first token. An answer past its bounds (`toke
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, computed_field

@@ -1,0 +1,129 @@
+"""The `wl` command's options: the argparse types of its values and the options of `wl plan`
+and `wl run` (cheap to import: nothing of the runner is imported until a run starts).
+
+Input: an `argparse.ArgumentParser`. Output: the parser with the options added; each type turns
+a command-line word into a value or raises `argparse.ArgumentTypeError` (exit 2 with argparse's
+message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import unicodedata
+
+from workloadlang.cli.common import DEFAULT_CACHE_BLOCK
+
+def salt_text(text: str) -> str:
+    """An argparse type: a salt is 1 to 200 characters, none a control character or a byte that
+    was not text (an empty salt would silently draw a fresh one, and the run could not be
+    replayed)."""
+    if not 1 <= len(text) <= 200 or any(unicodedata.category(c) in ("Cc", "Cs") for c in text):
+        raise argparse.ArgumentTypeError(
+            f"a salt is 1 to 200 characters, no control characters, got {text[:40]!r}")
+    return text
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {text!r}")
+    return port
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def token_count(text: str) -> int:
+    """An argparse type: a whole number of tokens, units allowed (`3M`, `512`, `64Ki`)."""
+    from workloadlang.evaluate import split_number
+
+    parsed = split_number(text.strip())
+    if parsed is None or parsed[1] != "number" or parsed[0] < 1 or parsed[0] != int(parsed[0]):
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens (e.g. 3M), got "
+                                         f"`{text}`")
+    return int(parsed[0])
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    from workloadlang.plan import limits
+
+    p.add_argument("workload", help="a .wl file or a bundled workload name (wl list)")
+    p.add_argument("--salt", type=salt_text,
+                   help="replay a run exactly (default: fresh per run, printed)")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
+                   help="set a param (every param is also a flag: kv_size -> --kv-size)")
+    p.add_argument("--max-context", type=positive_int,
+                   help="the engine's context limit, in tokens")
+    p.add_argument("--sweep", metavar="NAME=V1,V2,...",
+                   help="run once per value of a param, into one results file (a `sweep [...]` "
+                   "in the file does the same unless the param is set)")
+    p.add_argument("--cache-tokens", type=token_count, metavar="C",
+                   help="also give what an LRU prefix cache of C tokens would serve each request")
+    p.add_argument("--cache-block", type=token_count, metavar="B",
+                   help=f"its block size in tokens (default {DEFAULT_CACHE_BLOCK})")
+    p.add_argument("--max-requests", type=token_count, default=limits.DEFAULT_REQUESTS,
+                   metavar="N", help="refuse a plan of more requests (default %(default)s)")
+    p.add_argument("--max-request-tokens", type=token_count,
+                   default=limits.DEFAULT_REQUEST_TOKENS, metavar="N",
+                   help="refuse a request of more tokens (default %(default)s)")
+    p.add_argument("--max-total-tokens", type=token_count, default=limits.DEFAULT_TOTAL_TOKENS,
+                   metavar="N", help="refuse a plan whose prompts add up to more tokens "
+                   "(default %(default)s)")
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (`--time-budget`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", default="http://localhost:8000/v1",
+                   help="OpenAI-compatible base URL (default: %(default)s)")
+    p.add_argument("--model", help="model id (default: auto-detected from /models)")
+    p.add_argument("--api-key", help="bearer token (never written to any output)")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="read the bearer token from this environment variable")
+    p.add_argument("--cached-zero-when-absent", action="store_true",
+                   help="the engine leaves out cached_tokens when it is 0 (vLLM "
+                        "--enable-prompt-tokens-details, SGLang --enable-cache-report)")
+    p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
+    p.add_argument("--output", "-o", help="write the summary JSON here")
+    p.add_argument("--records", help="write one JSON line per request as it completes")
+    p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
+    p.add_argument("--time-budget", type=positive_seconds,
+                   help="stop after this many seconds (exit 4)")
+    p.add_argument("--idle-timeout", type=positive_seconds, default=60.0, metavar="SECONDS",
+                   help="cut an answer that sends nothing this long after its first token "
+                        "(default: %(default)g)")
+    p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="send the requests marked `isolated` with the others (a load test: "
+                        "the verdicts that read them may then be unknown)")
+    from workloadlang.sim import add_sim_arguments
+
+    # --sim-preset (default: the workload's name when it is a preset), --sim-<field>, --sim-fault
+    add_sim_arguments(p, prefix="sim-")
+    viz = p.add_mutually_exclusive_group()
+    viz.add_argument("--viz", dest="viz", action="store_true", default=None,
+                     help="live view even when stdout is not a terminal")
+    viz.add_argument("--no-viz", dest="viz", action="store_false",
+                     help="plain lines, one per request")
