@@ -79,7 +79,7 @@ LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.limits",
          "workloadlang.results", "workloadlang.theory", "workloadlang.gates",
          "workloadlang.compare", "workloadlang.report", "workloadlang.console",
          "workloadlang.enginelog", "workloadlang.redact", "workloadlang.stamps",
-         "workloadlang.resources"]
+         "workloadlang.resources", "workloadlang.tracefile"]
 
 
 def under(name: str, prefixes: list[str]) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from runhelp import wl_run
-from workloadlang import api, cli, trace
+from workloadlang import api, cli, tracefile
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.plan.assemble import finish_requests  # noqa: F401  (the pass under test)
 from workloadlang.plan.lru import Lru, generated_run, order, path_runs
@@ -31,8 +31,9 @@ SLICE = DATA / "conversation_1000.jsonl"
 TEMPLATE = 7  # planned tokens a trace prompt adds: user header 3, end 1, generation prompt 3
 
 
-def load(path: Path, **sel) -> trace.Trace:
-    return trace.load(path, trace.Selection(**sel), max_records=50_000, max_tokens=10_000_000)
+def load(path: Path, **sel) -> tracefile.Trace:
+    return tracefile.load(path, tracefile.Selection(**sel), max_records=50_000,
+                          max_tokens=10_000_000)
 
 
 def plan_trace(path: Path, cache: CacheModel | None = None, **params: str) -> Plan:
@@ -129,7 +130,7 @@ def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path: Path):
         f.write("1, " * 5_000_000 + "1]}\n")
     tracemalloc.start()
     try:
-        with pytest.raises(trace.TraceError, match="longer than 8 MiB"):
+        with pytest.raises(tracefile.TraceError, match="longer than 8 MiB"):
             load(p)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -140,9 +141,9 @@ def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path: Path):
 def test_more_records_than_the_request_limit_are_refused(tmp_path: Path):
     p = write(tmp_path, [{"timestamp": i, "input_length": 10, "output_length": 1,
                           "hash_ids": [i]} for i in range(30)])
-    with pytest.raises(trace.TraceError, match="more than 20 requests"):
-        trace.load(p, max_records=20, max_tokens=1000)
-    assert len(trace.load(p, trace.Selection(limit=20), max_records=20,
+    with pytest.raises(tracefile.TraceError, match="more than 20 requests"):
+        tracefile.load(p, max_records=20, max_tokens=1000)
+    assert len(tracefile.load(p, tracefile.Selection(limit=20), max_records=20,
                           max_tokens=1000).records) == 20
 
 
@@ -273,7 +274,7 @@ def test_the_plans_lru_cache_is_the_simulators_cache(tokens: int, block: int, se
     root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",
                env=params)
     b.options = options_value(b, wl.options, root)
-    plan_sessions(b, wl, root, trace.load_for(wl, params, Limits()))
+    plan_sessions(b, wl, root, tracefile.load_for(wl, params, Limits()))
     trie = Trie()
     streams = streams_of(b, trie)
     caps = [min(e.tokens, d.fields["prompt_tokens"] - 1)

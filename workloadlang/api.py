@@ -111,9 +111,9 @@ def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict
     """The trace of each trace session, read here (the planner reads no file)."""
     if not any(getattr(s, "trace", None) is not None for s in wl.sessions):
         return {}
-    from workloadlang import trace
+    from workloadlang import tracefile
 
-    return trace.load_for(wl, env, limits)
+    return tracefile.load_for(wl, env, limits)
 
 
 def warnings(wl: ir.Workload) -> list[Diagnostic]:

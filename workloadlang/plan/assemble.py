@@ -2,7 +2,7 @@
 
 Input: an `ir.Workload` that passed `check`, resolved param values (`evaluate.resolve_params`), a
 salt, the environment (`max_context`: the engine's context limit, or None), `Limits`, the
-traces its trace sessions replay (`trace.Trace`, loaded by the caller) and optionally the LRU
+traces its trace sessions replay (`tracefile.Trace`, loaded by the caller) and optionally the LRU
 cache to model (`CacheModel`). Output: a `plan.model.Plan`, or `WorkloadError` with every
 plan-time diagnostic (WL4xx).
 

@@ -1,7 +1,7 @@
 """Trace sessions: each request of a trace as a planned request.
 
 Input: the planner's `Builder`, a `session NAME trace PATH { ... }` (`ir.Session` with `trace`),
-the root context (params) and the `trace.Trace` the caller loaded for it. Output: the session
+the root context (params) and the `tracefile.Trace` the caller loaded for it. Output: the session
 copies (one per session of the trace, `NAME#k` in order of their first request) as
 `SessionInfo`s, the `TraceInfo` the plan carries, and one drafted request per trace record.
 
