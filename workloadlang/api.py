@@ -5,7 +5,7 @@
     plan = make_plan(wl, source, {"sessions": "2"}, salt="s1", env={"max_context": 32768})
     async with open_engine("http://127.0.0.1:8000/v1") as engine:
         plan = make_plan(wl, source, {}, env={"max_context": engine.info.max_context})
-        results = await run_workload(plan, engine, sink)   # results.Results
+        results = await run_workload(plan, engine, sink, RunOptions(time_budget_s=60))
 
 Input: workload text and its name; an engine's URL. Output: `ir.Workload`, `Plan`, `Results`.
 Errors are `WorkloadError` carrying `Diagnostic`s (`EndpointError` for an engine that cannot be
@@ -32,6 +32,7 @@ from workloadlang.plan.limits import Limits
 from workloadlang.plan.model import CacheModel
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
+from workloadlang.run.options import RunOptions
 from workloadlang.theory import cache_theory
 
 if TYPE_CHECKING:
@@ -134,16 +135,26 @@ def open_engine(base_url: str, api_key: SecretStr | None = None, **declared: Any
     return open_link(base_url, api_key, **declared)
 
 
-async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = None, *,
-                       time_budget_s: float | None = None) -> Results:
-    """Run `plan` against `engine` (`open_engine`) and judge it: calibrate, execute, read the
-    engine's counters, evaluate the gates. `sink` gets every record as it completes and the
-    run's events (`results.Sink`); the API key is in neither (`Tee` redacts what the engine
-    echoed). Cancelled (Ctrl-C), it still judges what was measured (exit 130)."""
-    from workloadlang.run.runner import measure
+async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = None,
+                       options: RunOptions | None = None) -> Results:
+    """Run an already-made `plan` against `engine` and judge it. The entry point for running a
+    plan; its signature stays:
 
+        run_workload(plan: Plan, engine: EngineLink, sink: Sink | None = None,
+                     options: RunOptions | None = None) -> Results
+
+    - `plan`: from `make_plan` (plan it with `env={"max_context": engine.info.max_context}`).
+    - `engine`: from `async with open_engine(base_url, api_key, ...)`.
+    - `sink`: gets every record the moment it is kept and the run's events (`results.Sink`:
+      `plan`, `calibration`, `metrics`, `gate`, `summary`, `note`); None: kept in a `ListSink`.
+      The API key is in no record or event the runner makes (what the engine echoed back is
+      the caller's to redact: `cli.outputs.Tee`).
+    - `options`: `RunOptions` (time budget, isolation, a shard's sessions, a common start).
+    Output: the `Results` (records, gates, verdicts, report numbers, exit code). Calibrate,
+    execute, read the engine's counters, evaluate the gates: `measure_workload` then `judge`.
+    Cancelled (Ctrl-C), it still judges what was measured (exit code 130)."""
     sink = sink if sink is not None else ListSink()
-    measured = await measure(plan, engine, sink, time_budget_s=time_budget_s)
+    measured = await measure_workload(plan, engine, sink, options)
     results = judge(plan, measured, engine.engine_fields())
     for g in results.gates:
         sink.event("gate", g.model_dump(mode="json"))
@@ -151,6 +162,17 @@ async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = Non
                            "verdicts": results.verdicts, "report": results.report,
                            "impossible": results.impossible})
     return results
+
+
+async def measure_workload(plan: Plan, engine: "EngineLink", sink: Sink,
+                           options: RunOptions | None = None) -> "Measured":
+    """Run `plan` against `engine` without judging it (a worker of a distributed run measures
+    its shard, `RunOptions.sessions`; the driver judges the records of all: `judge`).
+    Output: `run.runner.Measured` (records, calibration, counters, client health, why
+    incomplete, whether interrupted). Cancelled, it returns what was measured."""
+    from workloadlang.run.runner import measure
+
+    return await measure(plan, engine, sink, options or RunOptions())
 
 
 def judge(plan: Plan, measured: "Measured", engine: dict[str, Any]) -> Results:

@@ -169,8 +169,6 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
                 eprint(f"note: {redact(note, secret)}")
             _, _, swept, plans = load_and_plan_sweep(args, extra,
                                                      {"max_context": engine.info.max_context})
-            if args.no_isolation:
-                plans = [without_isolation(p) for p in plans]
             writer = JsonlWriter(args.records)
             for i, plan in enumerate(plans):
                 if swept is not None:  # the records of each point follow their marker
@@ -202,8 +200,9 @@ async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
 
     view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
     view.start()
-    task = asyncio.ensure_future(api.run_workload(
-        plan, engine, Tee(writer, view, secret), time_budget_s=args.time_budget))
+    options = api.RunOptions(time_budget_s=args.time_budget, isolation=not args.no_isolation)
+    task = asyncio.ensure_future(api.run_workload(plan, engine, Tee(writer, view, secret),
+                                                  options))
     install_interrupt(task)
     try:
         results = await task
@@ -252,13 +251,6 @@ class Redacting:
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
-
-
-def without_isolation(plan):
-    """Output: `plan` with no request marked `isolated` (`--no-isolation`)."""
-    reqs = tuple(r.model_copy(update={"isolated": False}) if r.isolated else r
-                 for r in plan.requests)
-    return plan.model_copy(update={"requests": reqs})
 
 
 def write_outputs(results, args) -> tuple[Delivery | None, Delivery | None]:

@@ -1,2 +1,5 @@
-"""The runner: transport (`client`, `evidence`, `errors`), engine discovery (`discover`), the
-`/metrics` cross-check (`metrics`), the engine request-log join (`enginelog`) and the executor."""
+"""The runner: execution only. The engine link (`link`: discovery, tokenizer, counters,
+connections), calibration, the chat exchange (`endpoint`, `client`, `sse`), the executor's core
+(`executor`) with its parts (`phases`, `stops`, `isolation`, `contention`, `maker`, `health`)
+and pacings (`pacing`, `ahead`), records (`record`), and `runner` (one run: what was measured).
+Entered through `workloadlang.api` (`open_engine`, `run_workload`)."""

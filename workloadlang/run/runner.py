@@ -25,6 +25,7 @@ from workloadlang.results import Record, Sink
 from workloadlang.run import calibrate, metrics
 from workloadlang.run.executor import Executor, RunResult
 from workloadlang.run.link import EngineLink
+from workloadlang.run.options import RunOptions
 from workloadlang.run.record import TtftReference
 
 
@@ -43,9 +44,11 @@ class Measured:
     interrupted: bool
 
 
-async def measure(plan: Plan, link: EngineLink, sink: Sink, *,
-                  time_budget_s: float | None = None) -> Measured:
-    """Calibrate, execute and read the counters (see the module)."""
+async def measure(plan: Plan, link: EngineLink, sink: Sink,
+                  options: RunOptions = RunOptions()) -> Measured:
+    """Calibrate, execute and read the counters (see the module), as `options` say."""
+    if not options.isolation:
+        plan = without_isolation(plan)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     sink.event("plan", {"workload": plan.workload, "plan_hash": plan.plan_hash, "salt": plan.salt,
                         "params": plan.params, "requests": len(plan.requests),
@@ -70,8 +73,9 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink, *,
             await snapshot(link, f"after {name}", snaps, sink)
 
         executor = Executor(plan, Realiser(plan, sizer), link.pacing(), link.endpoint, sink,
-                            ref=ref, on_phase=on_phase, time_budget_s=time_budget_s,
-                            prefill_own=link.info.prefill_own, on_alone=link.alone)
+                            ref=ref, on_phase=on_phase, time_budget_s=options.time_budget_s,
+                            prefill_own=link.info.prefill_own, on_alone=link.alone,
+                            sessions=options.sessions, start_at=start_on_clock(options))
         run = await executor.run()
         await snapshot(link, "end", snaps, sink)
     except asyncio.CancelledError:
@@ -86,6 +90,20 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink, *,
                     metrics=metrics_summary(snaps, records), client=run.client if run else {},
                     incomplete=run.incomplete if run else "not started",
                     interrupted=interrupted)
+
+
+def without_isolation(plan: Plan) -> Plan:
+    """Output: `plan` with no request marked `isolated` (`RunOptions.isolation` False)."""
+    reqs = tuple(r.model_copy(update={"isolated": False}) if r.isolated else r
+                 for r in plan.requests)
+    return plan.model_copy(update={"requests": reqs})
+
+
+def start_on_clock(options: RunOptions) -> float | None:
+    """Output: `options.start_at_unix` on the executor's clock (`time.perf_counter`), or None."""
+    if options.start_at_unix is None:
+        return None
+    return time.perf_counter() + (options.start_at_unix - time.time())
 
 
 def fresh_salt() -> str:

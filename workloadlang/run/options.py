@@ -1,0 +1,27 @@
+"""How one run of a plan is to go, beyond the plan itself (`api.run_workload`'s `options`).
+
+Input: what the caller decides (the command line, a distributed run's driver). Output: a frozen
+`RunOptions`, plain data: it can be shipped to another process and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """- `time_budget_s`: stop sending after this many seconds of the run (it is then
+      incomplete, exit 4); None: no budget.
+    - `isolation`: False sends the requests the plan marks `isolated` with the others (a load
+      test: the verdicts that read them may then be unknown; `wl run --no-isolation`).
+    - `sessions`: run only these sessions of the plan (a shard of a distributed run: a session
+      never splits); None: every session.
+    - `start_at_unix`: the wall-clock instant (`time.time()`) the run's clock starts at, after
+      calibration (the shards of one run start together); None: as soon as it is ready.
+    """
+
+    time_budget_s: float | None = None
+    isolation: bool = True
+    sessions: frozenset[str] | None = None
+    start_at_unix: float | None = None
