@@ -20,7 +20,7 @@ workload front {
   params { sessions: int = 3 }
   session s repeat $sessions {
     turn a { user filler 200; reply 4 }
-    turn b { user filler 50; reply 4 }
+    turn b isolated { user filler 50; reply 4 }
   }
   gates { hits: overall reuse{b} >= 90% }
 }
@@ -69,3 +69,16 @@ def test_a_shard_runs_only_its_sessions_from_the_start_instant_and_is_not_judged
     first = min(r.t_send_unix for r in measured.records)
     assert start <= first < start + 0.25  # sent at the common start, not before it
     assert measured.incomplete is None and not measured.interrupted
+
+
+def test_without_isolation_the_requests_marked_isolated_go_with_the_others() -> None:
+    async def go(isolation: bool):
+        with start_in_thread(SimConfig(prefill_us_per_token=1)) as sim:
+            async with api.open_engine(sim.base_url, sim=True) as engine:
+                plan = plan_for(engine)
+                options = api.RunOptions(isolation=isolation)
+                return await api.run_workload(plan, engine, None, options)
+
+    marked = {r.id for r in asyncio.run(go(True)).records if r.isolated}
+    assert marked and all(i.endswith(("/b/0",)) for i in marked)
+    assert not any(r.isolated for r in asyncio.run(go(False)).records)
