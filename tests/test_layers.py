@@ -75,11 +75,13 @@ def test_there_is_no_import_circle() -> None:
 
 LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.limits",
          "workloadlang.evaluate", "workloadlang.kinds", "workloadlang.parse",
-         "workloadlang.syntax", "workloadlang.check", "workloadlang.selector", "workloadlang.plan",
+         "workloadlang.syntax", "workloadlang.check", "workloadlang.checkparams",
+         "workloadlang.declared", "workloadlang.selector", "workloadlang.plan",
          "workloadlang.results", "workloadlang.theory", "workloadlang.gates",
          "workloadlang.compare", "workloadlang.report", "workloadlang.console",
          "workloadlang.enginelog", "workloadlang.redact", "workloadlang.stamps",
-         "workloadlang.resources", "workloadlang.tracefile"]
+         "workloadlang.resources", "workloadlang.tracefile", "workloadlang.headline",
+         "workloadlang.sweep"]
 
 
 def under(name: str, prefixes: list[str]) -> bool:

@@ -16,7 +16,8 @@ from lark import logger as lark_logger
 from workloadlang import ir
 from workloadlang.check import check
 from workloadlang.diagnostics import WorkloadError
-from workloadlang.parse import _LITERALS, parse, parser
+from workloadlang.parse import parse, parser
+from workloadlang.syntax import _LITERALS
 from workloadlang.resources import bundled_workloads, read_grammar
 
 GOLDEN = Path(__file__).parent / "golden" / "parse"

@@ -3,11 +3,14 @@
 Input: an `ir.Workload` (from `workloadlang.parse`). Output: every `Diagnostic` found, in source
 order; an empty list means the workload is fine. Nothing is raised for a bad workload.
 
+The kinds of values and metrics and how they combine are `workloadlang.kinds`'s; `METRICS`,
+`AGGREGATIONS`, `arith_kind` and `comparable` are handed on from there.
+
 Names (WL2xx): unknown and duplicate params, sessions, gates, report items, request names,
 option keys, calibrations; refs, loop variables, metrics, aggregations, functions and selector
 names, with "did you mean". Types and units (WL3xx): each value has a kind (`number`, `duration`,
 `ratio`, `bool`, `string`, `object`, `null`, lists of these) and each place wants one; the
-arithmetic rules are in `arith_kind` and documented in docs/language.md ("Units"). Checks that
+arithmetic rules are in `kinds.arith_kind` and documented in docs/language.md ("Units"). Checks that
 need param values (ranges of actual values, selectors matching planned requests) are the
 planner's (WL4xx).
 """
@@ -18,35 +21,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workloadlang import ir, limits
+from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
+                                      sweep_text)  # sweep_text: handed on (`sweep.py`)
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
-from workloadlang.evaluate import FUNCTIONS, MAX_CONTEXT, NON_NEGATIVE, constant, param_order
-from workloadlang.parse import FLAGS
-
-_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
-                     "prefill_time", "isolation_wait")
-_NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
-                   "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg",
-                   "prefill_work")
-_FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
-                 "ttft_agrees", "ttft_disagrees")
-METRICS: dict[str, str] = {**dict.fromkeys(_DURATION_METRICS, "duration"),
-                           **dict.fromkeys(_NUMBER_METRICS, "number"), "reuse": "ratio",
-                           **dict.fromkeys(_FLAG_METRICS, "bool")}
-"""Per-request metric -> kind of its values (`ttft_per_uncached` is seconds per token)."""
-
-AGGREGATIONS = ("median", "mean", "min", "max", "sum", "count", "p50", "p90", "p95", "p99",
-                "all", "any", "fraction")
-CALIBRATION_REFS = {"ttft_threshold": "ttft_threshold", "cold_ttft": "ttft_threshold",
-                    "hit_ttft": "ttft_threshold", "chars_per_token": "chars_per_token"}
-"""Run-time results usable in gates and report -> the `calibrate` step that measures them."""
-_CALIBRATION_KINDS = {"ttft_threshold": "duration", "cold_ttft": "duration",
-                      "hit_ttft": "duration", "chars_per_token": "number"}
-BUILTIN_REFS = {MAX_CONTEXT: "number"}
-TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration": "duration",
-              "ratio": "ratio", "bool": "bool", "string": "string"}
-SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
-                 "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
+from workloadlang.evaluate import FUNCTIONS, constant
+from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, CALIBRATION_KINDS, CALIBRATION_REFS,
+                                KIND_HINTS, LITERAL_KINDS, METRICS, NUMERIC, SETTING_KINDS,
+                                TYPE_KINDS, arith_kind, common_kind, comparable, describe,
+                                element, fits, is_zero, list_of)
+from workloadlang.declared import Declared
 
 _STMT_VALUES: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
     "reply": (("max_tokens", "number", "the `max_tokens` of `reply`", "max_tokens"),
@@ -77,15 +61,6 @@ TRACE_OPTIONS = {"time_scale": "number", "offset": "number", "limit": "number",
                  "sample": "ratio", "block_tokens": "number", "max_tokens": "number",
                  "label": "string"}
 """The options of `session NAME trace PATH { ... }` and their kinds (docs/traces.md)."""
-_LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
-_NUMERIC = frozenset({"number", "ratio", "duration"})
-_DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
-             "bool": "true or false", "string": "a string", "object": "an object",
-             "null": "null", "list": "a list"}
-_HINTS = {("duration", "number"): "write a duration with a unit, like `500ms` or `2s`",
-          ("number", "duration"): "write a plain number (a count), not a duration",
-          ("number", "ratio"): "write a plain number, not a percentage",
-          ("ratio", "duration"): "write a ratio like `95%` or `0.95`"}
 
 
 def check(wl: ir.Workload) -> list[Diagnostic]:
@@ -95,93 +70,6 @@ def check(wl: ir.Workload) -> list[Diagnostic]:
     return sort_diagnostics(checker.diags)
 
 
-# ---------------------------------------------------------------- kinds and units
-
-def list_of(kind: str) -> str:
-    return "list:" + kind
-
-
-def element(kind: str) -> str | None:
-    return kind[5:] if kind.startswith("list:") else None
-
-
-def describe(kind: str) -> str:
-    elem = element(kind)
-    return f"a list of {describe(elem)}" if elem else _DESCRIBE.get(kind, kind)
-
-
-def arith_kind(op: str, left: str, right: str) -> str | None:
-    """The kind of `left op right`, or None when the units make no sense together.
-
-    `+ -`: same kinds (number with ratio gives ratio). `*`: a number or a ratio scales anything;
-    duration * duration is nonsense. `/ // %`: anything by a number or a ratio keeps its kind
-    (ratio / ratio is a number), duration / duration is a number, a number by a duration is
-    nonsense. `+` also joins two strings or two lists.
-    """
-    if "any" in (left, right):
-        return "any"
-    if op == "+" and left == right and (left == "string" or element(left)):
-        return left
-    if left not in _NUMERIC or right not in _NUMERIC:
-        return None
-    if op in ("+", "-"):
-        return left if left == right else "ratio" if {left, right} == {"number", "ratio"} else None
-    if op == "*":
-        return _product(left, right)
-    return _quotient(op, left, right)
-
-
-def _product(left: str, right: str) -> str | None:
-    if "number" in (left, right):
-        return right if left == "number" else left
-    if left == right == "ratio":
-        return "ratio"
-    return "duration" if {left, right} == {"ratio", "duration"} else None
-
-
-def _quotient(op: str, left: str, right: str) -> str | None:
-    if right == "number":
-        return left
-    if right == "ratio":
-        return "number" if left == "ratio" and op != "%" else left
-    if left == right == "duration":
-        return "duration" if op == "%" else "number"
-    return None
-
-
-def common_kind(kinds: list[str]) -> str | None:
-    """The one kind of all `kinds` (null goes with anything; numbers with ratios are ratios),
-    or None when they differ."""
-    found = {k for k in kinds if k not in ("null", "any")}
-    if found == {"number", "ratio"}:
-        return "ratio"
-    if len(found) > 1:
-        return None
-    return found.pop() if found else ("null" if "null" in kinds else "any")
-
-
-def comparable(op: str, left: str, right: str) -> bool:
-    """Whether `left op right` compares like with like (numbers and ratios mix)."""
-    if "any" in (left, right) or (op in ("==", "!=") and "null" in (left, right)):
-        return True
-    if left == right:
-        return op in ("==", "!=") or left in _NUMERIC or left == "string"
-    return {left, right} == {"number", "ratio"}
-
-
-def _is_zero(e: Any) -> bool:
-    return isinstance(e, ir.Num) and e.value == 0
-
-
-def _fits(kind: str, wanted: str, e: Any) -> bool:
-    if "any" in (kind, wanted) or kind == wanted:
-        return True
-    if element(kind) and element(wanted):
-        return _fits(element(kind), element(wanted), None)
-    # A plain number is a ratio (0.95 is 95%), and zero is zero in any unit.
-    return (wanted == "ratio" and kind == "number") or (wanted in _NUMERIC and _is_zero(e))
-
-
 def _shown(e: Any) -> str:
     """How to name an expression in a message: its text if it is short."""
     if isinstance(e, ir.Num):
@@ -189,12 +77,6 @@ def _shown(e: Any) -> str:
     if isinstance(e, ir.Ref):
         return f"`${e.name}`"
     return "this"
-
-
-def _const_items(e: Any) -> list:
-    """The items of a constant list expression, or the constant as a one-item list."""
-    value = constant(e)
-    return value if isinstance(value, list) else [value]
 
 
 # ---------------------------------------------------------------- the checker
@@ -210,14 +92,14 @@ class _Scope(dict):
         return _Scope({**self, name: kind}, self.gates)
 
 
-class _Checker:
+class _Checker(ParamChecks):
     def __init__(self, wl: ir.Workload):
         self.wl = wl
         self.diags: list[Diagnostic] = []
         self.used: set[str] = set()
         self.params = {p.name: p for p in wl.params}
         self.top = _Scope({**BUILTIN_REFS, **{p.name: _param_kind(p) for p in wl.params}})
-        self.names = _Declared(wl, self.diags)
+        self.names = Declared(wl, self.diags)
 
     def err(self, code: str, message: str, span: ir.Span | None, hint: str | None = None) -> None:
         self.diags.append(error(code, message, span, hint))
@@ -248,16 +130,16 @@ class _Checker:
         """The kind of expression `e`, reporting unknown names and unit errors on the way."""
         if isinstance(e, ir.Num):
             return e.unit
-        return _LITERAL_KINDS.get(e.kind) or getattr(self, "_k_" + e.kind)(e, scope)
+        return LITERAL_KINDS.get(e.kind) or getattr(self, "_k_" + e.kind)(e, scope)
 
     def expect(self, e: Any, scope: _Scope, wanted: str, what: str) -> bool:
         """Whether `e` has the kind `wanted` (WL301 or WL302 when not)."""
         kind = self.kind(e, scope)
-        if _fits(kind, wanted, e):
+        if fits(kind, wanted, e):
             return True
-        code = "WL301" if {kind, wanted} <= _NUMERIC else "WL302"
+        code = "WL301" if {kind, wanted} <= NUMERIC else "WL302"
         self.err(code, f"{what} must be {describe(wanted)}, but {_shown(e)} is "
-                 f"{describe(kind)}", e.span, _HINTS.get((wanted, kind)))
+                 f"{describe(kind)}", e.span, KIND_HINTS.get((wanted, kind)))
         return False
 
     def value(self, e: Any, scope: _Scope, wanted: str, what: str, place: str | None) -> None:
@@ -295,7 +177,7 @@ class _Checker:
         elif step not in {c.what for c in self.wl.calibrations}:
             self.err("WL208", f"`${e.name}` needs a `calibrate {step}` step", e.span,
                      f"add `calibrate {step}` to the workload")
-        return _CALIBRATION_KINDS[e.name]
+        return CALIBRATION_KINDS[e.name]
 
     def _k_binop(self, e: ir.BinOp, scope: _Scope) -> str:
         if e.op in ("and", "or"):
@@ -309,8 +191,8 @@ class _Checker:
         """The kind of `left op right` (expressions or gate operands `nodes` of `kinds`)."""
         left, right = kinds
         if op in ("==", "!=", "<", "<=", ">", ">="):
-            zero = any(_is_zero(_plain(n)) for n in nodes)
-            if not (comparable(op, left, right) or (zero and set(kinds) <= _NUMERIC)):
+            zero = any(is_zero(_plain(n)) for n in nodes)
+            if not (comparable(op, left, right) or (zero and set(kinds) <= NUMERIC)):
                 self.err("WL301", f"cannot compare {describe(left)} with {describe(right)}",
                          span, "compare like with like")
             return "bool"
@@ -322,7 +204,7 @@ class _Checker:
 
     def _k_neg(self, e: ir.Neg, scope: _Scope) -> str:
         kind = self.kind(e.operand, scope)
-        if kind not in _NUMERIC | {"any"}:
+        if kind not in NUMERIC | {"any"}:
             self.err("WL302", f"cannot negate {describe(kind)}", e.span)
             return "any"
         return kind
@@ -346,7 +228,7 @@ class _Checker:
         return self._k_if(e, kinds) if e.func == "if" else self._k_numeric_call(e, kinds)
 
     def _k_if(self, e: ir.Call, kinds: list[str]) -> str:
-        if not _fits(kinds[0], "bool", None):
+        if not fits(kinds[0], "bool", None):
             self.err("WL302", f"the condition of `if` must be true or false, not "
                      f"{describe(kinds[0])}", e.args[0].span)
         return self.unify(kinds[1:], e.span, "the two branches of `if`")
@@ -355,7 +237,7 @@ class _Checker:
         if e.func in ("min", "max") and len(kinds) == 1 and element(kinds[0]):
             kinds = [element(kinds[0])]
         for arg, kind in zip(e.args, kinds):
-            if kind not in _NUMERIC | {"any"}:
+            if kind not in NUMERIC | {"any"}:
                 self.err("WL302", f"`{e.func}` needs numbers, not {describe(kind)}", arg.span)
                 return "any"
         return self.unify(kinds, e.span, f"the arguments of `{e.func}`")
@@ -383,118 +265,6 @@ class _Checker:
             self.kind(option.value, scope or self.top)
 
     # -- params, settings, calibrations
-
-    def check_params(self) -> None:
-        self.unique(self.wl.params, "parameter")
-        for p in self.wl.params:
-            if p.name in BUILTIN_REFS or p.name in CALIBRATION_REFS:
-                self.err("WL212", f"`{p.name}` is a built-in name and cannot be a parameter",
-                         p.span, f"rename it, e.g. `my_{p.name}`")
-            self.check_default(p)
-            self.check_range(p)
-            self.check_choices(p)
-            self.check_sweep(p)
-        swept = [p for p in self.wl.params if p.sweep is not None]
-        for p in swept[1:]:
-            self.err("WL233", f"`{p.name}` is swept, and so is `{swept[0].name}`: a workload "
-                     "sweeps one param", p.sweep.span, "sweep the other from the command line "
-                     "in a second run (`--sweep NAME=A,B`)")
-        for cycle in param_order(self.wl.params)[1]:
-            first = self.params[cycle[0]]
-            path = " -> ".join(f"`${n}`" for n in cycle)
-            self.err("WL210", f"`{first.name}` is computed from itself: {path}",
-                     first.default.span, "give one of them a plain value")
-
-    def check_default(self, p: ir.Param) -> None:
-        if p.default is None:
-            return
-        wanted = TYPE_KINDS[p.type]
-        what = f"the default of `{p.name}`"
-        if p.is_list and isinstance(p.default, ir.ListExpr):
-            fits = all([self.expect(item, self.top, wanted, f"each item of {what}")
-                        for item in p.default.items])
-        else:
-            fits = self.expect(p.default, self.top, list_of(wanted) if p.is_list else wanted, what)
-        if fits:
-            self.check_whole(p, p.default)
-            self.check_sign(p, p.default)
-
-    def check_sweep(self, p: ir.Param) -> None:
-        """`sweep [...]`: a list of constants of the param's type, each within its range and
-        choices; not for a list param."""
-        if p.sweep is None:
-            return
-        if p.is_list or not isinstance(p.sweep, ir.ListExpr) or not p.sweep.items or not all(
-                sweep_text(item) is not None for item in p.sweep.items):
-            self.err("WL233", f"the sweep of `{p.name}` must be a list of values written out, "
-                     "like `sweep [1, 2, 4]`" + (" (a list param is not swept)" if p.is_list
-                                                 else ""), p.sweep.span)
-            return
-        wanted = TYPE_KINDS[p.type]
-        for item in p.sweep.items:
-            if self.expect(item, self.top, wanted, f"each value of the sweep of `{p.name}`"):
-                self.check_whole(p, item)
-                self.check_sign(p, item)
-        low = constant(p.range.low) if p.range else None
-        high = constant(p.range.high) if p.range else None
-        for item in p.sweep.items:
-            v = constant(item)
-            if _is_number(v) and ((_is_number(low) and v < low) or (_is_number(high) and v > high)):
-                self.err("WL305", f"the sweep value {_constant_text(item, v)} of `{p.name}` is "
-                         "outside its range", item.span)
-            if p.choices and isinstance(v, str) and v not in p.choices:
-                self.err("WL304", f'the sweep value "{v}" of `{p.name}` is not one of its '
-                         "choices", item.span, did_you_mean(v, p.choices, '"{}"'))
-
-    def check_sign(self, p: ir.Param, e: Any) -> None:
-        """WL305 when a tokens or duration param gets a negative constant default."""
-        bad = [v for v in _const_items(e) if _is_number(v) and v < 0]
-        if p.type in NON_NEGATIVE and bad:
-            self.err("WL305", f"`{p.name}` is declared `{p.type}`, which is never negative, but "
-                     f"its default is {bad[0]:g}", e.span)
-
-    def check_whole(self, p: ir.Param, e: Any) -> None:
-        """WL303 when an int or tokens param gets a constant that is not a whole number."""
-        bad = [v for v in _const_items(e) if isinstance(v, float) and not v.is_integer()]
-        if p.type in ("int", "tokens") and bad:
-            self.err("WL303", f"`{p.name}` is declared `{p.type}`, but {bad[0]:g} is not a "
-                     "whole number", e.span, "write a whole number, like `8k` or `1500`")
-
-    def check_range(self, p: ir.Param) -> None:
-        if p.range is None:
-            return
-        wanted = TYPE_KINDS[p.type]
-        if wanted not in _NUMERIC:
-            self.err("WL302", f"`{p.name}` is {p.type}, which has no range", p.range.span,
-                     "use `one of` for a set of strings" if p.type == "string" else None)
-            return
-        for bound in (p.range.low, p.range.high):
-            if bound is not None:
-                self.expect(bound, self.top, wanted, f"the range of `{p.name}`")
-        self.check_constant_range(p)
-
-    def check_constant_range(self, p: ir.Param) -> None:
-        low, high = constant(p.range.low), constant(p.range.high)
-        known = [b for b in (low, high) if _is_number(b)]
-        if len(known) == 2 and low > high:
-            self.err("WL305", f"the range of `{p.name}` is empty: {low:g} > {high:g}",
-                     p.range.span)
-        for v in _const_items(p.default):
-            if _is_number(v) and ((_is_number(low) and v < low) or (_is_number(high) and v > high)):
-                self.err("WL305", f"the default of `{p.name}` ({v:g}) is outside its range",
-                         p.default.span, "change the default or the range")
-                return
-
-    def check_choices(self, p: ir.Param) -> None:
-        if not p.choices:
-            return
-        if p.type != "string":
-            self.err("WL304", f"`one of` is for string params, but `{p.name}` is {p.type}", p.span)
-            return
-        for v in _const_items(p.default):
-            if isinstance(v, str) and v not in p.choices:
-                self.err("WL304", f'the default of `{p.name}` ("{v}") is not one of its choices',
-                         p.default.span, did_you_mean(v, p.choices, '"{}"'))
 
     def check_settings(self) -> None:
         for name, wanted in SETTING_KINDS.items():
@@ -716,20 +486,6 @@ class _Checker:
                                           "use it as `$" + p.name + "`, or remove it"))
 
 
-def sweep_text(e: Any) -> str | None:
-    """A sweep value as a command-line value (`8k`, `500ms`, `-2`, `true`, a string), or None
-    when it is not written out."""
-    if isinstance(e, ir.Num):
-        return e.text
-    if isinstance(e, ir.Neg) and isinstance(e.operand, ir.Num):
-        return "-" + e.operand.text
-    if isinstance(e, ir.Bool):
-        return "true" if e.value else "false"
-    if isinstance(e, ir.Str):
-        return e.value
-    return None
-
-
 def _statements(body: tuple) -> Iterable[Any]:
     """Every statement of a body, nested ones included."""
     for stmt in body:
@@ -752,87 +508,5 @@ def _plain(g: Any) -> Any:
     return g.value if isinstance(g, ir.GNum) else g
 
 
-def _constant_text(e: Any, v: float) -> str:
-    """A constant as the file wrote it (`-3`, `0.5`, `200%`), or its value when computed."""
-    if isinstance(e, ir.Neg) and isinstance(e.operand, ir.Num):
-        return f"`-{e.operand.text}`"
-    return f"`{e.text}`" if isinstance(e, ir.Num) else f"{v:g}"
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _param_kind(p: ir.Param) -> str:
     return list_of(TYPE_KINDS[p.type]) if p.is_list else TYPE_KINDS[p.type]
-
-
-# ---------------------------------------------------------------- declared names
-
-def trace_label(s: ir.Session) -> str:
-    """The label of a trace session's requests: its `label` option when a string, else the
-    session's name."""
-    for o in s.trace.options if s.trace else ():
-        if o.key == "label" and isinstance(o.value, ir.Str):
-            return o.value.value
-    return s.name
-
-
-class _Declared:
-    """Labels, phases, sessions and request names the workload declares (for selectors and
-    `resend`); duplicate request names are reported here."""
-
-    def __init__(self, wl: ir.Workload, diags: list[Diagnostic]):
-        self.labels: set[str] = set()
-        self.phases: set[str] = set()
-        self.sessions = {s.name for s in wl.sessions}
-        self.requests: dict[str, ir.Span] = {}
-        self.diags = diags
-        for s in wl.sessions:
-            self.walk(s.body, None)
-            if s.trace is not None:
-                self.labels.add(trace_label(s))
-
-    def walk(self, body: tuple, phase: ir.Phase | None) -> None:
-        for stmt in body:
-            self.declare(stmt)
-            if isinstance(stmt, ir.Phase) and phase is not None:
-                self.diags.append(error("WL214", f"phase `{stmt.name}` is inside phase "
-                                        f"`{phase.name}`", stmt.span,
-                                        "phases are barriers across sessions and do not nest"))
-            inner = stmt if isinstance(stmt, ir.Phase) else phase
-            for field in ("body", "then", "orelse"):
-                self.walk(getattr(stmt, field, ()), inner)
-
-    def declare(self, stmt: Any) -> None:
-        if getattr(stmt, "label", None):
-            self.labels.add(stmt.label)
-        if isinstance(stmt, ir.Turn):
-            self.labels.add(stmt.name)
-        if isinstance(stmt, ir.Phase):
-            self.phases.add(stmt.name)
-        name = getattr(stmt, "name", None)
-        if isinstance(stmt, (ir.Reply, ir.Probe)) and name:
-            if name in self.requests:
-                self.diags.append(error("WL202", f"duplicate request name `{name}`", stmt.span,
-                                        f"the first is on line {self.requests[name].line}"))
-            self.requests.setdefault(name, stmt.span)
-
-    def matching(self, key: str) -> set[str]:
-        """The names a selector item with this key can match."""
-        return {"label": self.labels, "phase": self.phases, "session": self.sessions,
-                "name": self.labels | self.phases}.get(key, set())
-
-    def unknown_message(self, item: ir.SelItem) -> str:
-        if item.key == "name":
-            return f"no label or phase is named `{item.value}`"
-        return f"no {item.key} is named `{item.value}`"
-
-    def selector_hint(self, item: ir.SelItem, known: set[str]) -> str | None:
-        if item.key == "name" and item.value in self.sessions:
-            return f"a bare name is a label or a phase; write `session={item.value}`"
-        if item.value in self.requests:
-            return (f"`{item.value}` names a request (`as {item.value}`); "
-                    f"give it `label {item.value}` to select it")
-        flags = FLAGS if item.key == "name" else ()
-        return did_you_mean(item.value, [*known, *flags])

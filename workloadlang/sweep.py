@@ -20,6 +20,7 @@ from tabulate import tabulate
 
 from workloadlang import ir
 from workloadlang.check import sweep_text
+from workloadlang.headline import fmt_value, headline
 from workloadlang.results import Results, ResultsFileError, _results_of, read_results
 
 SCHEMA = "workloadlang.sweep/1"
@@ -108,10 +109,8 @@ def read_any(path: str | Path) -> Results | SweepResults:
 
 
 def curves(s: SweepResults) -> dict[str, tuple[str, list[Any]]]:
-    """Each headline number of the points (`compare.headline`: report items, hit rate, reuse,
+    """Each headline number of the points (`headline.headline`: report items, hit rate, reuse,
     TTFT, ...) as `name -> (kind, one value per point)`, in the first point's order."""
-    from workloadlang.compare import headline
-
     heads = [headline(p) for p in s.points]
     names = list(dict.fromkeys(n for h in heads for n in h))
     return {n: (next(h[n][0] for h in heads if n in h), [h.get(n, (None, None))[1]
@@ -125,8 +124,6 @@ SHOWN = ("warm hits", "warm misses", "warm mean reuse", "warm median ttft", "col
 def table(s: SweepResults) -> str:
     """The points side by side: the swept value, the exit code, the gates failed, then the
     report items and a few figures of each run."""
-    from workloadlang.compare import fmt_value
-
     cols = curves(s)
     names = [n for n in cols if n not in dict(curves_of_run()) or n in SHOWN]
     rows = []
@@ -139,7 +136,7 @@ def table(s: SweepResults) -> str:
 
 
 def curves_of_run() -> list[tuple[str, str]]:
-    """The run figures `compare.headline` adds after the report items (name, kind)."""
+    """The run figures `headline.headline` adds after the report items (name, kind)."""
     return [(n, "") for n in ("requests", "skipped", "errors", "warm hits", "warm misses",
                               "warm unknown", "warm mean reuse", "warm median ttft",
                               "cold median ttft", "prompt tokens", "cached tokens",

@@ -201,12 +201,15 @@ class Realiser:
                     yield from self._every_id(self.plan.chain(b.last_message), seen)
 
     def encoded(self, req: PRequest, replies: Mapping[str, Reply],
-                encode: Callable[[dict[str, Any]], bytes]) -> list[dict[str, Any] | bytes]:
+                encode: Callable[[dict[str, Any]], bytes],
+                force: bool = True) -> list[dict[str, Any] | bytes]:
         """The chat messages of `req` as `messages` gives them, except that each final message
         (see `_message`) comes as its encoding by `encode`, made once: a conversation re-sent
-        with one more turn encodes only what is new."""
+        with one more turn encodes only what is new. Without `force`, a `keep` whose branches
+        are not all in is not decided: the output is then empty (made ahead, nothing is)."""
         out: list[dict[str, Any] | bytes] = []
-        for i in self._ids(req, replies):
+        ids = self._ids(req, replies, force)
+        for i in ids or ():
             done = self._encoded.get(i)
             if done is None:
                 m = self._message(i, replies)

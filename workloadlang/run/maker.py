@@ -35,8 +35,10 @@ class RequestMaker:
         return self.realiser.can_realise(req, replies)
 
     def new_text(self, req: PRequest, replies: Mapping[str, Any]) -> None:
-        """Realise and encode what of `req` does not wait for a reply (its new turn)."""
-        self.realiser.encoded(req, replies, dumps_kept)
+        """Realise and encode what of `req` does not wait for a reply (its new turn); nothing
+        while a `keep` it goes on from waits for branches still in flight (deciding it now
+        would pass them over)."""
+        self.realiser.encoded(req, replies, dumps_kept, force=False)
 
     def chat(self, req: PRequest, replies: Mapping[str, Any],
              at: float | None = None) -> ChatRequest:

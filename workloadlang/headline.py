@@ -1,0 +1,76 @@
+"""The headline numbers of one run's results, and how a number is shown.
+
+Input: a `results.Results`. Output: `headline`: ordered `name -> (kind, value)`: the report
+items (a per-group item as `name[group]`), then the run's own figures (requests, errors, warm
+hits and misses, mean reuse, median TTFTs, tokens, the engine's hit ratio, elapsed);
+`fmt_value`: a value as a table cell. `wl compare` sets two runs' side by side, a sweep's table
+and curves its points'.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Literal
+
+from workloadlang.results import Results
+
+Kind = Literal["count", "ratio", "seconds", "number"]
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
+    """Input: one results. Output: ordered `name -> (kind, value)`: the report items (a per-group
+    item expanded as `name[group]`), then the run's own figures."""
+    out: dict[str, tuple[Kind, Any]] = {}
+    for name, v in r.report.items():
+        if isinstance(v, dict):
+            for group, x in v.items():
+                out[f"{name}[{group}]"] = ("number", x)
+        else:
+            out[name] = ("number", v)
+    ran = [x for x in r.records if not x.skipped]
+    ok = [x for x in ran if x.error is None]
+    warm = [x for x in ok if x.warm]
+    reuse = [x.reuse for x in warm if x.reuse is not None]
+    out.update({
+        "requests": ("count", len(ran)),
+        "skipped": ("count", len(r.records) - len(ran)),
+        "errors": ("count", len(ran) - len(ok)),
+        "warm hits": ("count", sum(x.hit is True for x in warm)),
+        "warm misses": ("count", sum(x.hit is False for x in warm)),
+        "warm unknown": ("count", sum(x.hit is None for x in warm)),
+        "warm mean reuse": ("ratio", sum(reuse) / len(reuse) if reuse else None),
+        "warm median ttft": ("seconds", median([x.ttft_s for x in warm if x.ttft_s is not None])),
+        "cold median ttft": ("seconds", median([x.ttft_s for x in ok if not x.warm
+                                                 and x.ttft_s is not None])),
+        "prompt tokens": ("count", sum(x.prompt_tokens or 0 for x in ok)),
+        "cached tokens": ("count", sum(x.cached_tokens or 0 for x in ok)),
+        "engine hit ratio": ("ratio", r.metrics.get("engine_hit_ratio")),
+        "elapsed": ("seconds", r.elapsed_s),
+    })
+    return out
+
+
+def numeric(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt_value(kind: Kind, v: Any) -> str:
+    """Input: a kind and a value. Output: its cell; 0 prints as 0, None as `–`."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool) or not numeric(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    if v == 0:
+        return "0"
+    if kind == "ratio":
+        return f"{100 * v:.1f}%"
+    if kind == "seconds":
+        return f"{v:.3f}s" if abs(v) < 100 else f"{v:.1f}s"
+    if isinstance(v, int) or (kind == "count" and float(v).is_integer()):
+        return f"{int(v):,}"
+    return f"{v:.4g}"

@@ -1,0 +1,134 @@
+"""The kinds of values and metrics, and how they combine (docs/language.md, "Units").
+
+Input: kinds as strings (`number`, `duration`, `ratio`, `bool`, `string`, `object`, `null`,
+`any`, and lists of these as `list:KIND`). Output: the kind of an arithmetic result
+(`arith_kind`), of a list's items (`common_kind`), whether two kinds compare (`comparable`),
+whether a value fits a place (`fits`), and how a message names a kind (`describe`). The tables
+say the kind of each per-request metric, calibration result, param type and setting.
+`workloadlang.check` applies them to a workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workloadlang import ir
+from workloadlang.evaluate import MAX_CONTEXT
+
+_DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
+                     "prefill_time", "isolation_wait")
+_NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
+                   "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg",
+                   "prefill_work")
+_FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
+                 "ttft_agrees", "ttft_disagrees")
+METRICS: dict[str, str] = {**dict.fromkeys(_DURATION_METRICS, "duration"),
+                           **dict.fromkeys(_NUMBER_METRICS, "number"), "reuse": "ratio",
+                           **dict.fromkeys(_FLAG_METRICS, "bool")}
+"""Per-request metric -> kind of its values (`ttft_per_uncached` is seconds per token)."""
+
+AGGREGATIONS = ("median", "mean", "min", "max", "sum", "count", "p50", "p90", "p95", "p99",
+                "all", "any", "fraction")
+CALIBRATION_REFS = {"ttft_threshold": "ttft_threshold", "cold_ttft": "ttft_threshold",
+                    "hit_ttft": "ttft_threshold", "chars_per_token": "chars_per_token"}
+"""Run-time results usable in gates and report -> the `calibrate` step that measures them."""
+CALIBRATION_KINDS = {"ttft_threshold": "duration", "cold_ttft": "duration",
+                      "hit_ttft": "duration", "chars_per_token": "number"}
+BUILTIN_REFS = {MAX_CONTEXT: "number"}
+TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration": "duration",
+              "ratio": "ratio", "bool": "bool", "string": "string"}
+SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
+                 "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
+LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
+NUMERIC = frozenset({"number", "ratio", "duration"})
+DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
+             "bool": "true or false", "string": "a string", "object": "an object",
+             "null": "null", "list": "a list"}
+KIND_HINTS = {("duration", "number"): "write a duration with a unit, like `500ms` or `2s`",
+          ("number", "duration"): "write a plain number (a count), not a duration",
+          ("number", "ratio"): "write a plain number, not a percentage",
+          ("ratio", "duration"): "write a ratio like `95%` or `0.95`"}
+
+def list_of(kind: str) -> str:
+    return "list:" + kind
+
+
+def element(kind: str) -> str | None:
+    return kind[5:] if kind.startswith("list:") else None
+
+
+def describe(kind: str) -> str:
+    elem = element(kind)
+    return f"a list of {describe(elem)}" if elem else DESCRIBE.get(kind, kind)
+
+
+def arith_kind(op: str, left: str, right: str) -> str | None:
+    """The kind of `left op right`, or None when the units make no sense together.
+
+    `+ -`: same kinds (number with ratio gives ratio). `*`: a number or a ratio scales anything;
+    duration * duration is nonsense. `/ // %`: anything by a number or a ratio keeps its kind
+    (ratio / ratio is a number), duration / duration is a number, a number by a duration is
+    nonsense. `+` also joins two strings or two lists.
+    """
+    if "any" in (left, right):
+        return "any"
+    if op == "+" and left == right and (left == "string" or element(left)):
+        return left
+    if left not in NUMERIC or right not in NUMERIC:
+        return None
+    if op in ("+", "-"):
+        return left if left == right else "ratio" if {left, right} == {"number", "ratio"} else None
+    if op == "*":
+        return _product(left, right)
+    return _quotient(op, left, right)
+
+
+def _product(left: str, right: str) -> str | None:
+    if "number" in (left, right):
+        return right if left == "number" else left
+    if left == right == "ratio":
+        return "ratio"
+    return "duration" if {left, right} == {"ratio", "duration"} else None
+
+
+def _quotient(op: str, left: str, right: str) -> str | None:
+    if right == "number":
+        return left
+    if right == "ratio":
+        return "number" if left == "ratio" and op != "%" else left
+    if left == right == "duration":
+        return "duration" if op == "%" else "number"
+    return None
+
+
+def common_kind(kinds: list[str]) -> str | None:
+    """The one kind of all `kinds` (null goes with anything; numbers with ratios are ratios),
+    or None when they differ."""
+    found = {k for k in kinds if k not in ("null", "any")}
+    if found == {"number", "ratio"}:
+        return "ratio"
+    if len(found) > 1:
+        return None
+    return found.pop() if found else ("null" if "null" in kinds else "any")
+
+
+def comparable(op: str, left: str, right: str) -> bool:
+    """Whether `left op right` compares like with like (numbers and ratios mix)."""
+    if "any" in (left, right) or (op in ("==", "!=") and "null" in (left, right)):
+        return True
+    if left == right:
+        return op in ("==", "!=") or left in NUMERIC or left == "string"
+    return {left, right} == {"number", "ratio"}
+
+
+def is_zero(e: Any) -> bool:
+    return isinstance(e, ir.Num) and e.value == 0
+
+
+def fits(kind: str, wanted: str, e: Any) -> bool:
+    if "any" in (kind, wanted) or kind == wanted:
+        return True
+    if element(kind) and element(wanted):
+        return fits(element(kind), element(wanted), None)
+    # A plain number is a ratio (0.95 is 95%), and zero is zero in any unit.
+    return (wanted == "ratio" and kind == "number") or (wanted in NUMERIC and is_zero(e))
