@@ -35,8 +35,8 @@ bound covers a first token read late; in `send` mode a request written late is n
 `--against DIR` compares this checkout's client with another checkout's (e.g. a worktree of
 main: `git worktree add /tmp/main-ref main`) in one run: one simulator, then `--repeat` turns
 in which each checkout runs the executor cases in a process of its own (`python -m
-bench.client_overhead --base-url ...` in its folder), the two alternating. The table gives each
-checkout's median over the turns of each figure, side by side.
+bench.client_overhead --base-url ...` in its folder), the two alternating (A B, B A, ...). The
+table gives each checkout's median over the turns of each figure, side by side.
 
 Usage: python -m bench.client_overhead [--streams 1,64] [--rounds 20] [--mode executor|send|both]
        [--max-tokens 32] [--decode-us 10000] [--pin] [--transport wire|httpcore] [--profile]
@@ -265,9 +265,10 @@ def side_by_side(base: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     sides = {"other": os.path.abspath(args.against), "this": str(ROOT)}
     runs: dict[str, list[list[dict[str, Any]]]] = {k: [] for k in sides}
     for turn in range(args.repeat):
-        for side, folder in sides.items():
-            runs[side].append(run_checkout(folder, base, args))
-            print(f"turn {turn + 1}/{args.repeat}: {side} ({folder}) done", file=sys.stderr)
+        order = list(sides) if turn % 2 == 0 else list(reversed(sides))  # A B, B A, A B, ...
+        for side in order:
+            runs[side].append(run_checkout(sides[side], base, args))
+            print(f"turn {turn + 1}/{args.repeat}: {side} ({sides[side]}) done", file=sys.stderr)
     rows = []
     for i, first in enumerate(runs["this"][0]):
         row: dict[str, Any] = {"case": first["case"], "n": first["n"]}
