@@ -124,3 +124,36 @@ def test_no_module_is_named_like_a_standard_library_module() -> None:
         pytest.skip("no sys.stdlib_module_names")
     clash = [n for n in modules() if n.rpartition(".")[2] in stdlib]
     assert not clash, clash
+
+
+def test_no_private_name_of_httpx_or_httpcore_is_used() -> None:
+    """The wire client and the runner reach httpx through its public API only: no `httpx._x`,
+    no private attribute of a client or transport (`client._transport_for_url`)."""
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in \
+                    ("httpx", "httpcore"):
+                found += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                          if a.name.startswith("_") or "._" in (node.module or "")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__"):
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in ("httpx", "httpcore", "client",
+                                                              "http"):
+                    found.append(f"{name}: {base.id}.{node.attr}")
+    assert not found, found
+
+
+def test_exit_codes_are_one_enum_in_the_results_contract() -> None:
+    """`results.ExitCode` is the one place exit codes are declared: no other enum of them and
+    no `EXIT_*` constant anywhere in the package."""
+    declared = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and "exit" in node.name.lower():
+                declared.append(f"{name}.{node.name}")
+            elif isinstance(node, ast.Assign):
+                declared += [f"{name}.{t.id}" for t in node.targets
+                             if isinstance(t, ast.Name) and t.id.upper().startswith("EXIT_")]
+    assert declared == ["workloadlang.results.ExitCode"]
