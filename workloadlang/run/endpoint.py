@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from workloadlang.wire import Outgoing, request_head, target_of
 
+
 def dumps(obj: Any) -> bytes:
     """Output: compact UTF-8 JSON (orjson; Python's json for integers beyond 64 bits)."""
     try:
@@ -30,7 +31,6 @@ def dumps_kept(obj: Any) -> bytes:
     message of a conversation, encoded once): orjson's output keeps the whole buffer it was
     written into — with tracemalloc, a 3 KB message held 32 KB and a 100 KB one 1 MB."""
     return bytes(memoryview(dumps(obj)))
-
 
 
 _FORBIDDEN_HEADERS = ("x-conversation-id",)  # makes llama.cpp streams resumable: never send it
