@@ -1,5 +1,5 @@
-"""Fuzz the frontend at scale: the properties of tests/test_fuzz.py over many more examples, and
-the hostile sources of tests/test_hostile_source.py at full size.
+"""Fuzz the frontend at scale: the properties of tests/language/test_fuzz.py over many more examples, and
+the hostile sources of tests/language/test_hostile_source.py at full size.
 
     python -m bench.fuzz [N]                 # N examples in all (default 10000)
     python -m bench.fuzz --hostile [BYTES]   # every hostile class at BYTES (default 10 MB)
@@ -10,7 +10,7 @@ number of examples run and the wall time; with `--hostile`, one line per class a
 exit code, first diagnostic, peak memory and wall time. Exit status 1 if any example broke the
 property (Hypothesis prints the smallest failing text) or a hostile source was answered with a
 traceback, another exit code or diagnostic than expected, or more than 500 MB. With
-`--engine`, one line per engine of tests/test_hostile_engine.py sending BYTES (a token flood,
+`--engine`, one line per engine of tests/e2e/test_hostile_engine.py sending BYTES (a token flood,
 fat tokens, a JSON answer, a line without end, a /models answer): `wl run`'s exit code, the
 error kinds recorded, its peak memory (at most 200 MB) and wall time.
 """
@@ -89,7 +89,7 @@ def hostile_main(size: int) -> int:
 
 
 def engine_main(size: int) -> int:
-    """Every hostile engine of tests/test_hostile_engine.py sending `size` bytes, against
+    """Every hostile engine of tests/e2e/test_hostile_engine.py sending `size` bytes, against
     `wl run`: exit code, error kinds, peak memory."""
     import json
     import tempfile

@@ -19,7 +19,7 @@ from runhelp import wl_run
 
 pytestmark = pytest.mark.llama
 
-SLICE = Path(__file__).parent / "data" / "mooncake" / "conversation_1000.jsonl"
+SLICE = Path(__file__).parents[1] / "data" / "mooncake" / "conversation_1000.jsonl"
 
 
 def test_a_scaled_down_trace_slice_replays_on_llama_server(tmp_path, llama_server):

@@ -33,7 +33,7 @@ from workloadlang.plan.prefix import GEN_PROMPT_TOKENS
 from workloadlang.resources import bundled_workloads
 
 BUNDLED = [name for name, _ in bundled_workloads()]
-SLICE = str(Path(__file__).parent / "data" / "mooncake" / "conversation_1000.jsonl")
+SLICE = str(Path(__file__).parents[1] / "data" / "mooncake" / "conversation_1000.jsonl")
 # Small params so a bundled plan takes milliseconds; the golden tests cover the defaults.
 SMALL = {
     "abort-sim": {"context_tokens": "2k"},
@@ -262,7 +262,7 @@ def test_bundled_conversations_never_share_filler(name: str):
     runs) have a filler message in common, unless one request's prompt is a prefix of the
     other's (a conversation growing, or a resend), or the filler is in the part of their
     prompts they share (forks of one conversation: agent-sim's baselines). (A trace's requests
-    share the blocks their ids share: tests/test_trace.py.)"""
+    share the blocks their ids share: tests/plan/test_trace.py.)"""
     plan = bundled_plan(name, "props")
     keys = [s.key for m in plan.messages for s in m.segs if s.kind == "filler"]
     assert keys and len(keys) == len(set(keys))

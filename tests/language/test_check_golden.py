@@ -16,7 +16,7 @@ from workloadlang.check import check
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_text
 from workloadlang.parse import parse
 
-FOLDER = Path(__file__).parent / "golden" / "errors"
+FOLDER = Path(__file__).parents[1] / "golden" / "errors"
 UPDATE = os.environ.get("WL_UPDATE_GOLDEN") == "1"
 CASES = sorted(p.stem for p in FOLDER.glob("*.wl"))
 

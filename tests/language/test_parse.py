@@ -20,7 +20,7 @@ from workloadlang.parse import parse, parser
 from workloadlang.syntax import _LITERALS
 from workloadlang.resources import bundled_workloads, read_grammar
 
-GOLDEN = Path(__file__).parent / "golden" / "parse"
+GOLDEN = Path(__file__).parents[1] / "golden" / "parse"
 UPDATE = os.environ.get("WL_UPDATE_GOLDEN") == "1"
 BUNDLED = [name for name, _ in bundled_workloads()]
 

@@ -24,7 +24,7 @@ def at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """Examples that replay a trace name it relative to the repository's root."""
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).parent.parent)
+    monkeypatch.chdir(Path(__file__).parents[2])
 
 
 def test_the_reference_has_examples_and_a_tutorial_section():

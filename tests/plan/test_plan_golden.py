@@ -2,7 +2,7 @@
 
 Golden files: tests/golden/plan/<name>.txt (`wl plan NAME --salt golden`), <name>.full.txt
 (`--full`) and hashes.json (the `plan_hash` of `wl plan NAME --salt golden --json`); regenerate
-with WL_UPDATE_GOLDEN=1 (same switch as tests/test_parse.py).
+with WL_UPDATE_GOLDEN=1 (same switch as tests/language/test_parse.py).
 
 A golden diff after editing a bundled workload (or the planner) is expected: read the diff, and
 accept it only if the new schedule is what the edit meant.
@@ -22,7 +22,7 @@ from workloadlang.plan.model import Plan
 from workloadlang.plan.assemble import plan_hash
 from workloadlang.resources import bundled_workloads
 
-GOLDEN = Path(__file__).parent / "golden" / "plan"
+GOLDEN = Path(__file__).parents[1] / "golden" / "plan"
 UPDATE = os.environ.get("WL_UPDATE_GOLDEN") == "1"
 BUNDLED = [name for name, _ in bundled_workloads()]
 SALT = "golden"
@@ -35,7 +35,7 @@ FULL = ["agent-sim"]  # summarised by default; its --full listing is golden too
 @pytest.fixture(autouse=True)
 def at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """The trace's path in mooncake's golden is relative to the repository's root."""
-    monkeypatch.chdir(Path(__file__).parent.parent)
+    monkeypatch.chdir(Path(__file__).parents[2])
 
 
 def wl_plan(capsys: pytest.CaptureFixture[str], name: str, *extra: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from bench import harness
 from bench.scale import describe_cohorts, end_cohorts, start_span_ms
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rec(session: str, start: float, e2e: float | None) -> dict:

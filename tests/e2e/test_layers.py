@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "workloadlang"
+PACKAGE = Path(__file__).resolve().parents[2] / "workloadlang"
 
 
 def module_name(path: Path) -> str:

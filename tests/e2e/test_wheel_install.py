@@ -1,7 +1,7 @@
 """The installed wheel: build it, `pip install` it into a fresh virtual environment, and use the
 installed `wl` from outside the repository.
 
-tests/test_parse_resources.py already checks the wheel's file list by unpacking it onto
+tests/language/test_parse_resources.py already checks the wheel's file list by unpacking it onto
 sys.path; this goes the whole way a user does: a real install (dependencies from the package
 index), the console script, every bundled workload checked, one planned, and the grammar and
 workloads read from inside the installed package, not from the checkout.
@@ -23,7 +23,7 @@ import pytest
 from workloadlang import cli
 from workloadlang.resources import bundled_workloads
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = [name for name, _ in bundled_workloads()]
 pytestmark = pytest.mark.slow
 

@@ -521,7 +521,7 @@ def test_connections_handed_back_at_an_answers_end_and_taken_at_once_lose_no_wak
     by another session's task, often before the first reader has resumed. No request may
     lose the wake of its answer. A stress guard for that kind of bug (a resumed reader that
     cleared the next response's wait made it fail in about 1 of 3 runs); the deterministic
-    case is tests/test_wire.py's `..._taken_by_a_task_already_queued_...`."""
+    case is tests/run/test_wire.py's `..._taken_by_a_task_already_queued_...`."""
     fault_server.reset()
     fault_server.defaults = {"x-fault": "slow", "x-tokens": "3", "x-interval-ms": "2"}
     plan = plan_of(HANDOVERS, c=limit)

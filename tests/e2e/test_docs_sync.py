@@ -12,7 +12,7 @@ from pathlib import Path
 from workloadlang.cli import build_parser
 from workloadlang.results import ExitCode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI_MD = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 DIAGNOSTICS_MD = (ROOT / "docs" / "diagnostics.md").read_text(encoding="utf-8")
 README = (ROOT / "README.md").read_text(encoding="utf-8")

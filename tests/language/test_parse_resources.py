@@ -12,7 +12,7 @@ import pytest
 
 from workloadlang.resources import bundled_workload_path, bundled_workloads, read_grammar
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_grammar_is_the_repository_file():

@@ -26,7 +26,7 @@ from workloadlang.plan.lru import Lru, generated_run, order, path_runs
 from workloadlang.plan.model import CacheModel, Plan
 from workloadlang.sim.cache import PrefixCache
 
-DATA = Path(__file__).parent / "data" / "mooncake"
+DATA = Path(__file__).parents[1] / "data" / "mooncake"
 SLICE = DATA / "conversation_1000.jsonl"
 TEMPLATE = 7  # planned tokens a trace prompt adds: user header 3, end 1, generation prompt 3
 
