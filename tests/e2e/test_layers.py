@@ -157,3 +157,11 @@ def test_exit_codes_are_one_enum_in_the_results_contract() -> None:
                 declared += [f"{name}.{t.id}" for t in node.targets
                              if isinstance(t, ast.Name) and t.id.upper().startswith("EXIT_")]
     assert declared == ["workloadlang.results.ExitCode"]
+
+
+def test_the_command_line_runs_through_the_api() -> None:
+    """`cli/` reaches the runner only through `workloadlang.api` (`open_engine`,
+    `run_workload`): it imports nothing of `run/` or `wire/`."""
+    reached = sorted(f"{a} -> {b}" for a, deps in graph().items() if under(a, ["workloadlang.cli"])
+                     for b in deps if under(b, ["workloadlang.run", "workloadlang.wire"]))
+    assert not reached, reached

@@ -156,7 +156,6 @@ def check_engine_log(path: str | None) -> str | None:
 
 async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
     from workloadlang import api
-    from workloadlang.run.errors import EndpointError
 
     secret = key.get_secret_value() if key is not None else None
     writer: JsonlWriter | None = None
@@ -179,7 +178,7 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
                 points.append(results)
                 if results.exit_code == ExitCode.INTERRUPTED:
                     break  # what was measured is kept; the points after it are not run
-    except EndpointError as e:  # discovery, or calibration (the engine's tokenizer failed)
+    except api.EndpointError as e:  # discovery, or calibration (the engine's tokenizer failed)
         eprint(f"wl run: endpoint error: {e}")
         return ExitCode.ENDPOINT
     finally:
