@@ -581,6 +581,20 @@ def test_a_body_in_parts_is_sent_whole_with_its_length() -> None:
     assert got[0].endswith(b"\r\n\r\nabcd")
 
 
+def test_a_small_request_is_one_piece_and_a_large_body_keeps_its_parts() -> None:
+    """A request up to `JOIN_BYTES` is written as one piece (a write of many small pieces costs
+    more, inside the send time); a larger one as head, length and its body's parts, each part
+    the same object (not copied)."""
+    from workloadlang.wire.request import JOIN_BYTES
+
+    small = Outgoing("POST", "http://h/v1", [], [b"ab", b"cd"])
+    assert len(small.payload()) == 1 and small.payload()[0].endswith(b"\r\n\r\nabcd")
+    big = [b"x" * JOIN_BYTES, b"y"]
+    pieces = Outgoing("POST", "http://h/v1", [], big).payload()
+    assert len(pieces) == 4 and pieces[2] is big[0] and pieces[3] is big[1]
+    assert pieces[1] == b"Content-Length: %d\r\n\r\n" % (JOIN_BYTES + 1)
+
+
 def test_a_header_value_with_a_line_break_is_refused() -> None:
     """A value cannot write a header of its own (an API key with a line break in it)."""
     with pytest.raises(ValueError):

@@ -100,7 +100,11 @@ class Pool:
         """`write_now` on `conn`, an idle connection to `out`'s origin taken from the pool.
         `read`: start reading its answer now; else the caller does (`StartWrites`). Output:
         as `write_now`'s (False: `conn` went back to the pool, or was closed)."""
-        payload = out.payload()
+        try:
+            payload = out.payload()
+        except BaseException:  # a piece that is not bytes: the connection must not leak
+            conn.close()
+            raise
         sent_at, unix = self.clock(), time.time()
         sent = conn.write_now(payload, sent_at)
         if sent is None:

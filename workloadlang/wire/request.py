@@ -1,9 +1,10 @@
 """A request as the bytes the wire client writes, and what happened to it on the wire.
 
 Input: a method, a URL, headers and the body as parts (a conversation re-sent with one more turn
-keeps its earlier messages as parts of their own: the body is never copied to be joined).
+keeps its earlier messages as parts of their own: a large body is never copied to be joined).
 Output: an `Outgoing`: its head (request line and headers, up to `Content-Length`, which the
-body decides), `payload()` (head, length, body parts: what one `sendmsg` writes), and its state
+body decides), `payload()` (what one `sendmsg` writes: a small request joined, a large one as
+head, length and body parts), and its state
 once written ahead of its turn (`Pool.write_now`): on which connection, what is left to write,
 when it was written.
 """
@@ -18,6 +19,7 @@ from workloadlang import __version__
 
 USER_AGENT = f"workloadlang/{__version__}"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+JOIN_BYTES = 64 * 1024  # a request up to this size is written as one piece (`Outgoing.payload`)
 
 
 class Target(NamedTuple):
@@ -102,10 +104,15 @@ class Outgoing:
         self.clock: Callable[[], float] | None = None
 
     def payload(self) -> list[bytes]:
-        """Output: every byte of the request, in pieces: head, length, the body's parts."""
+        """Output: every byte of the request: one piece when it is at most `JOIN_BYTES` (a
+        copy costs less than a write of many pieces, and the write is inside the request's
+        send time), else in pieces: head, length, the body's parts (a long conversation is not
+        copied again)."""
         if self.body is None:
-            return [self.head, b"\r\n"]
-        return [self.head, content_length(sum(map(len, self.body))), *self.body]
+            return [self.head + b"\r\n"]
+        size = sum(map(len, self.body))
+        pieces = [self.head, content_length(size), *self.body]
+        return [b"".join(pieces)] if size + len(self.head) <= JOIN_BYTES else pieces
 
     @property
     def written(self) -> bool:
