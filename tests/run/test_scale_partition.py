@@ -17,7 +17,7 @@ from workloadlang.scale.partition import (
     split_concurrency,
 )
 
-TRACE = str(Path(__file__).resolve().parent / "data/mooncake/conversation_1000.jsonl")
+TRACE = str(Path(__file__).resolve().parents[1] / "data/mooncake/conversation_1000.jsonl")
 
 
 def plan_of(name: str, **params: str):
