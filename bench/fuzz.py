@@ -1,5 +1,5 @@
-"""Fuzz the frontend at scale: the properties of tests/language/test_fuzz.py over many more examples, and
-the hostile sources of tests/language/test_hostile_source.py at full size.
+"""Fuzz the frontend at scale: the properties of tests/language/test_fuzz.py over many more
+examples, and the hostile sources of tests/language/test_hostile_source.py at full size.
 
     python -m bench.fuzz [N]                 # N examples in all (default 10000)
     python -m bench.fuzz --hostile [BYTES]   # every hostile class at BYTES (default 10 MB)
@@ -10,8 +10,8 @@ number of examples run and the wall time; with `--hostile`, one line per class a
 exit code, first diagnostic, peak memory and wall time. Exit status 1 if any example broke the
 property (Hypothesis prints the smallest failing text) or a hostile source was answered with a
 traceback, another exit code or diagnostic than expected, or more than 500 MB. With
-`--engine`, one line per engine of tests/e2e/test_hostile_engine.py sending BYTES (a token flood,
-fat tokens, a JSON answer, a line without end, a /models answer): `wl run`'s exit code, the
+`--engine`, one line per engine of tests/e2e/test_hostile_engine.py sending BYTES (a token
+flood, fat tokens, a JSON answer, a line without end, a /models answer): `wl run`'s exit code, the
 error kinds recorded, its peak memory (at most 200 MB) and wall time.
 """
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), *(str(ROOT / "tests" / d) for d in ("", "language", "e2e"))]
 
 from hypothesis import given, settings  # noqa: E402
 
