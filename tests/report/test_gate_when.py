@@ -12,9 +12,10 @@ from workloadlang.check import check
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.gates import evaluate_gates, session_verdicts
 from workloadlang.parse import parse
-from workloadlang.plan.render import gates_block
-from workloadlang.run.record import Record, base_record
-from workloadlang.run.view import gate_rows, session_rows
+from workloadlang.plan.dryrun import gates_block
+from workloadlang.results import Record
+from workloadlang.run.record import base_record
+from workloadlang.console.lines import gate_rows, session_rows
 
 WL = """
 workload w {
