@@ -25,7 +25,7 @@ from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  
                                       sweep_text)  # sweep_text: handed on (`sweep.py`)
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
-from workloadlang.evaluate import FUNCTIONS, constant
+from workloadlang.evaluate import COPY, DRAWS, FUNCTIONS, constant
 from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, CALIBRATION_KINDS, CALIBRATION_REFS,
                                 KIND_HINTS, LITERAL_KINDS, METRICS, NUMERIC, SETTING_KINDS,
                                 TYPE_KINDS, arith_kind, common_kind, comparable, describe,
@@ -38,7 +38,9 @@ _STMT_VALUES: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
     "probe": (("max_tokens", "number", "the `max_tokens` of `probe`", "max_tokens"),),
     "resend": (("index", "number", "the index of `resend`", "index"),
                ("max_tokens", "number", "the `max_tokens` of `resend`", "max_tokens")),
-    "wait": (("duration", "duration", "`wait`", "wait"),),
+    "wait": (("duration", "duration", "`wait`", "wait"),
+             ("reading", "number", "the reading speed of `wait` (tokens per second)",
+              "reading")),
     "if": (("cond", "bool", "the condition of `if`", None),),
     "for": (("low", "number", "the start of the range", "loop bound"),
             ("high", "number", "the end of the range", "loop bound")),
@@ -82,14 +84,15 @@ def _shown(e: Any) -> str:
 # ---------------------------------------------------------------- the checker
 
 class _Scope(dict):
-    """Names usable as `$refs` here -> kind; `gates` allows calibration results."""
+    """Names usable as `$refs` here -> kind; `gates` allows calibration results, `draws` random
+    draws (a session's statements)."""
 
-    def __init__(self, kinds: Mapping[str, str], gates: bool = False):
+    def __init__(self, kinds: Mapping[str, str], gates: bool = False, draws: bool = False):
         super().__init__(kinds)
-        self.gates = gates
+        self.gates, self.draws = gates, draws
 
     def child(self, name: str, kind: str) -> _Scope:
-        return _Scope({**self, name: kind}, self.gates)
+        return _Scope({**self, name: kind}, self.gates, self.draws)
 
 
 class _Checker(ParamChecks):
@@ -100,6 +103,7 @@ class _Checker(ParamChecks):
         self.params = {p.name: p for p in wl.params}
         self.top = _Scope({**BUILTIN_REFS, **{p.name: _param_kind(p) for p in wl.params}})
         self.names = Declared(wl, self.diags)
+        self.texts = self.top  # and the named texts (`check_texts`)
 
     def err(self, code: str, message: str, span: ir.Span | None, hint: str | None = None) -> None:
         self.diags.append(error(code, message, span, hint))
@@ -109,6 +113,7 @@ class _Checker(ParamChecks):
         self.check_settings()
         self.check_options(self.wl.options)
         self.check_calibrations()
+        self.check_texts()
         self.check_sessions()
         self.check_gates()
         self.check_report()
@@ -161,6 +166,14 @@ class _Checker(ParamChecks):
             return scope[e.name]
         if e.name in CALIBRATION_REFS:
             return self.calibration_ref(e, scope)
+        if any(t.name == e.name for t in self.wl.texts):
+            self.err("WL201", f"`${e.name}` is a named text, which is not usable here", e.span,
+                     "a named text is a message part (`user $NAME`), after its declaration")
+            return "any"
+        if e.name == COPY:
+            self.err("WL201", "`$copy` is the index of a session's copy, known only inside a "
+                     "session", e.span)
+            return "any"
         candidates = [*scope, *(CALIBRATION_REFS if scope.gates else ())]
         close = closest(e.name, candidates)
         if close:
@@ -225,7 +238,23 @@ class _Checker(ParamChecks):
             self.err("WL306", f"`{e.func}` takes {count} argument{'s' * (least != 1)}, "
                      f"not {len(kinds)}", e.span)
             return "any"
+        if e.func in DRAWS:
+            return self._k_draw(e, kinds, scope)
         return self._k_if(e, kinds) if e.func == "if" else self._k_numeric_call(e, kinds)
+
+    def _k_draw(self, e: ir.Call, kinds: list[str], scope: _Scope) -> str:
+        """A random draw: in a session's statements only (WL217); `uniform(low, high)` of one
+        kind, the others of their mean's kind with a plain coefficient of variation."""
+        if not scope.draws:
+            self.err("WL217", f"`{e.func}` draws a random value, which only a session's "
+                     "statements can do", e.span, "a param, setting or named text has one "
+                     "value for the whole run")
+        if e.func in ("lognormal", "gamma"):
+            if kinds[1] not in ("number", "ratio", "any"):
+                self.err("WL302", f"the coefficient of variation of `{e.func}` must be a "
+                         f"number, not {describe(kinds[1])}", e.args[1].span)
+            kinds = kinds[:1]
+        return self._k_numeric_call(e, kinds)
 
     def _k_if(self, e: ir.Call, kinds: list[str]) -> str:
         if not fits(kinds[0], "bool", None):
@@ -262,7 +291,9 @@ class _Checker(ParamChecks):
     def check_options(self, options: tuple[ir.Option, ...], scope: _Scope | None = None) -> None:
         self.unique(options, "option", key="key")
         for option in options:
-            self.kind(option.value, scope or self.top)
+            if self.kind(option.value, scope or self.top) == "text":
+                self.err("WL302", "a named text is message content, not an option value",
+                         option.value.span, "use it as a part of a message: `user $NAME`")
 
     # -- params, settings, calibrations
 
@@ -278,7 +309,21 @@ class _Checker(ParamChecks):
                 self.value(e, self.top, "number", f"`{what}` of `calibrate {c.what}`",
                            f"calibrate {what}")
 
-    # -- sessions and statements
+    # -- named texts, sessions and statements
+
+    def check_texts(self) -> None:
+        """`text NAME = ...`: unique among texts and params (they share `$`); each part reads
+        params and the texts declared before it (so no text is made from itself)."""
+        self.unique(self.wl.texts, "text")
+        scope = _Scope(self.top)
+        for t in self.wl.texts:
+            if t.name in self.params or t.name in BUILTIN_REFS or t.name == COPY:
+                self.err("WL202", f"text `{t.name}` has the name of a "
+                         f"{'parameter' if t.name in self.params else 'built-in reference'}",
+                         t.span, "give it another name: both are read as `$" + t.name + "`")
+            self.check_parts(t.parts, scope, None)
+            scope = scope.child(t.name, "text")
+        self.texts = scope
 
     def check_sessions(self) -> None:
         if not self.wl.sessions:
@@ -290,7 +335,7 @@ class _Checker(ParamChecks):
                        "session repeat")
             if s.trace is not None:
                 self.check_trace(s.trace)
-            self.stmts(s.body, self.top)
+            self.stmts(s.body, _Scope({**self.texts, COPY: "number"}, draws=True))
 
     def check_trace(self, t: ir.TraceSource) -> None:
         """A trace session: its path is a string; its options are known (WL215) and of their
@@ -318,7 +363,7 @@ class _Checker(ParamChecks):
             self.value(getattr(s, field), scope, wanted, what, place)
         self.check_options(getattr(s, "options", ()), scope)
         if isinstance(s, ir.Message):
-            self.check_parts(s, scope)
+            self.check_parts(s.parts, scope, s.role)
         if isinstance(s, ir.Reply):
             self.check_reply_calls(s, scope)
         if isinstance(s, ir.Spawn):
@@ -331,13 +376,18 @@ class _Checker(ParamChecks):
         for field in ("body", "then", "orelse"):
             self.stmts(getattr(s, field, ()), inner)
 
-    def check_parts(self, s: ir.Message, scope: _Scope) -> None:
-        for part in s.parts:
-            if isinstance(part, ir.FillerPart):
+    def check_parts(self, parts: tuple[ir.ContentPart, ...], scope: _Scope,
+                    role: str | None) -> None:
+        """A message's parts (`role` None: a named text's)."""
+        for part in parts:
+            if isinstance(part, ir.ExprPart):
+                self.check_expr_part(part, scope)
+            elif isinstance(part, ir.FillerPart):
                 self.check_filler(part, scope)
             elif isinstance(part, ir.CallPart):
-                if s.role != "assistant":
-                    self.err("WL230", f"a `call` in a `{s.role}` message", part.span,
+                if role != "assistant":
+                    where = f"a `{role}` message" if role else "a named text"
+                    self.err("WL230", f"a `call` in {where}", part.span,
                              "tool calls are made by the assistant: `assistant call NAME "
                              "{ ... }` (its result is a `tool` message)")
                 self.check_call(part, scope)
@@ -385,6 +435,17 @@ class _Checker(ParamChecks):
                      "so the call is never sent", s.calls[0].span,
                      "keep the reply (`replay`, `replay content` or `synthetic`), or add the "
                      "call as `assistant call NAME { ... }`")
+
+    def check_expr_part(self, part: ir.ExprPart, scope: _Scope) -> None:
+        """A part that is an expression: a string, or `$NAME` of a named text by itself."""
+        kind = self.kind(part.value, scope)
+        if kind == "text" and not isinstance(part.value, ir.Ref):
+            self.err("WL302", "a named text is a part by itself (`$NAME`), not part of an "
+                     "expression", part.value.span, "join parts with commas: `user $a, \"...\"`")
+        elif kind not in ("text", "string", "any"):
+            self.err("WL302", f"a message part must be a string, a named text or `filler N`, "
+                     f"but {_shown(part.value)} is {describe(kind)}", part.value.span,
+                     "write `filler N` for N tokens of synthetic text")
 
     def loop_scope(self, s: Any, scope: _Scope) -> _Scope:
         """The scope of a statement's body: with its loop variable, if it has one."""
@@ -484,6 +545,11 @@ class _Checker(ParamChecks):
             if p.name not in self.used:
                 self.diags.append(warning("WL213", f"parameter `{p.name}` is never used", p.span,
                                           "use it as `$" + p.name + "`, or remove it"))
+        for t in self.wl.texts:
+            if t.name not in self.used:
+                self.diags.append(warning("WL213", f"text `{t.name}` is never used", t.span,
+                                          "use it as a message part, `$" + t.name + "`, or "
+                                          "remove it"))
 
 
 def _statements(body: tuple) -> Iterable[Any]:

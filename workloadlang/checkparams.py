@@ -13,7 +13,7 @@ from typing import Any
 
 from workloadlang import ir
 from workloadlang.diagnostics import did_you_mean
-from workloadlang.evaluate import NON_NEGATIVE, constant, param_order
+from workloadlang.evaluate import COPY, NON_NEGATIVE, constant, param_order
 from workloadlang.kinds import BUILTIN_REFS, CALIBRATION_REFS, NUMERIC, TYPE_KINDS, list_of
 
 
@@ -23,7 +23,7 @@ class ParamChecks:
     def check_params(self) -> None:
         self.unique(self.wl.params, "parameter")
         for p in self.wl.params:
-            if p.name in BUILTIN_REFS or p.name in CALIBRATION_REFS:
+            if p.name in BUILTIN_REFS or p.name in CALIBRATION_REFS or p.name == COPY:
                 self.err("WL212", f"`{p.name}` is a built-in name and cannot be a parameter",
                          p.span, f"rename it, e.g. `my_{p.name}`")
             self.check_default(p)

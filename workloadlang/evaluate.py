@@ -196,9 +196,14 @@ def _round_half_up(x: float) -> int:
 _UNARY: dict[str, Callable[[float], Value]] = {
     "ceil": math.ceil, "floor": math.floor, "round": _round_half_up, "abs": abs,
 }
+DRAWS = {"exponential": (1, 1), "uniform": (2, 2), "lognormal": (2, 2), "gamma": (2, 2)}
+"""Random draws (`workloadlang.plan.draws`): name -> (least, most) arguments."""
 FUNCTIONS = {"ceil": (1, 1), "floor": (1, 1), "round": (1, 1), "abs": (1, 1),
-             "min": (1, None), "max": (1, None), "if": (3, 3)}
+             "min": (1, None), "max": (1, None), "if": (3, 3), **DRAWS}
 """Built-in functions: name -> (least, most) arguments (None: any number)."""
+DRAW = "\0draw"
+"""The environment key of the planner's random source: a callable `(func, args, span) -> float`
+that draws one value for the statement being planned. Without it a draw is an `EvalError`."""
 
 
 def _call(e: ir.Call, env: Mapping[str, Value]) -> Value:
@@ -210,9 +215,19 @@ def _call(e: ir.Call, env: Mapping[str, Value]) -> Value:
     if e.func == "if":
         return _if(e, env)
     args = [evaluate(a, env) for a in e.args]
+    if e.func in DRAWS:
+        return _draw(e, args, env)
     if e.func in ("min", "max"):
         return _min_max(e, args)
     return _UNARY[e.func](_want_num(args[0], e))
+
+
+def _draw(e: ir.Call, args: list[Value], env: Mapping[str, Value]) -> Value:
+    drawer = env.get(DRAW)
+    if drawer is None:
+        raise EvalError(f"`{e.func}` draws a random value, which only a session's statements "
+                        "can do", e.span)
+    return drawer(e.func, [_want_num(a, e) for a in args], e.span)
 
 
 def _arity(least: int, most: int | None) -> str:
@@ -370,6 +385,8 @@ def format_value(ptype: ir.ParamType, value: Value) -> str:
 
 MAX_CONTEXT = "max_context"
 """The built-in environment ref `$max_context`: the engine's context limit, None if unknown."""
+COPY = "copy"
+"""The built-in ref `$copy` inside a session: the index of its copy (`NAME#k` is copy k)."""
 
 
 def resolve_params(wl: ir.Workload, overrides: Mapping[str, str],

@@ -199,7 +199,27 @@ class CallPart(Node):
     span: Span
 
 
-ContentPart = Annotated[Union[TextPart, FillerPart, CallPart], Field(discriminator="kind")]
+class ExprPart(Node):
+    """A string expression as a part: a string param or loop variable (`$question`), a
+    computed string, or `$NAME` of a named text (`text NAME = ...`), whose parts it stands for."""
+
+    kind: Literal["expr"] = "expr"
+    value: Expr
+    span: Span
+
+
+ContentPart = Annotated[Union[TextPart, FillerPart, CallPart, ExprPart],
+                        Field(discriminator="kind")]
+
+
+class Text(Node):
+    """`text NAME = PART, ...` at the workload's top: content declared once. Wherever a message
+    has `$NAME` as a part it is the same bytes (its filler is keyed by the text's name, not by
+    the session), so every session that sends it shares it as a prefix."""
+
+    name: str
+    parts: tuple[ContentPart, ...]
+    span: Span
 
 
 # ---------------------------------------------------------------- request options
@@ -291,10 +311,13 @@ class Resend(Node):
 
 
 class Wait(Node):
-    """`wait DURATION`: pause this session (a settle time)."""
+    """`wait [DURATION] [reading RATE]`: pause this session for DURATION (a settle or think
+    time, possibly a random draw), plus the time to read the session's previous answer at RATE
+    tokens per second (known at run time, from the answer's length)."""
 
     kind: Literal["wait"] = "wait"
-    duration: Expr
+    duration: Expr | None = None
+    reading: Expr | None = None
     span: Span
 
 
@@ -589,6 +612,7 @@ class Workload(Node):
     settings: Settings
     options: tuple[Option, ...] = ()
     calibrations: tuple[Calibrate, ...] = ()
+    texts: tuple[Text, ...] = ()
     sessions: tuple[Session, ...] = ()
     gates: tuple[Gate, ...] = ()
     report: tuple[ReportItem, ...] = ()

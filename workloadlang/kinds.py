@@ -41,8 +41,8 @@ SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "dura
                  "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
 LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
 NUMERIC = frozenset({"number", "ratio", "duration"})
-DESCRIBE = {"number": "a number", "duration": "a duration", "ratio": "a ratio",
-             "bool": "true or false", "string": "a string", "object": "an object",
+DESCRIBE = {"text": "a named text", "number": "a number", "duration": "a duration",
+            "ratio": "a ratio", "bool": "true or false", "string": "a string", "object": "an object",
              "null": "null", "list": "a list"}
 KIND_HINTS = {("duration", "number"): "write a duration with a unit, like `500ms` or `2s`",
           ("number", "duration"): "write a plain number (a count), not a duration",

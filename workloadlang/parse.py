@@ -84,7 +84,8 @@ class _Clause(NamedTuple):
 _COMMENT = re.compile(r"#[^\n]*")  # no string can stand in a gate expression
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)")
-_REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "session", "gates", "report"})
+_REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "text", "session", "gates",
+                         "report"})
 _SETTINGS = frozenset(ir.Settings.model_fields) - {"span"}
 
 
@@ -183,7 +184,7 @@ class _Lower(Transformer):
         return ir.Workload(
             name=str(c[0]), doc=found.get("doc", ""), settings=ir.Settings(**settings, span=first),
             params=_flat(found.get("params", [])), options=_flat(found.get("options", [])),
-            calibrations=tuple(found.get("calibrate", [])),
+            calibrations=tuple(found.get("calibrate", [])), texts=tuple(found.get("text", [])),
             sessions=tuple(found.get("session", [])),
             gates=_flat(found.get("gates", [])), report=_flat(found.get("report", [])),
             span=self.span(meta))
@@ -240,8 +241,19 @@ class _Lower(Transformer):
     def message(self, meta: Any, c: list) -> ir.Message:
         return ir.Message(role=c[0], parts=tuple(c[1:]), span=self.span(meta))
 
+    def text(self, meta: Any, c: list) -> _Clause:
+        node = ir.Text(name=str(c[0]), parts=tuple(c[1:]), span=self.span(meta))
+        return _Clause("text", node, node.span)
+
     def text_part(self, meta: Any, c: list) -> ir.TextPart:
+        """A literal string of a tool call's argument."""
         return ir.TextPart(value=self.string(c[0]), span=self.span(meta))
+
+    def expr_part(self, meta: Any, c: list) -> ir.TextPart | ir.ExprPart:
+        """A string literal is a `TextPart`; any other expression an `ExprPart`."""
+        if isinstance(c[0], ir.Str):
+            return ir.TextPart(value=c[0].value, span=c[0].span)
+        return ir.ExprPart(value=c[0], span=self.span(meta))
 
     def filler_part(self, meta: Any, c: list) -> ir.FillerPart:
         return ir.FillerPart(tokens=c[0], needle_at=c[1], span=self.span(meta))
@@ -283,7 +295,10 @@ class _Lower(Transformer):
                          span=self.span(meta))
 
     def wait(self, meta: Any, c: list) -> ir.Wait:
-        return ir.Wait(duration=c[0], span=self.span(meta))
+        return ir.Wait(duration=c[0], reading=c[1], span=self.span(meta))
+
+    def wait_reading(self, meta: Any, c: list) -> ir.Wait:
+        return ir.Wait(reading=c[0], span=self.span(meta))
 
     def turn(self, meta: Any, c: list) -> ir.Turn:
         return ir.Turn(name=str(c[0]), isolated=c[1] is not None, body=c[2],

@@ -74,6 +74,9 @@ class Record(BaseModel):
     planned_expected_cached: int
     planned_lru_cached: int | None = None  # with --cache-tokens: what the plan's LRU cache serves
     planned_send_at: float | None = None  # a trace request's planned send time, s from the start
+    # what a perfect cache could serve if requests of concurrent sessions finished first (the
+    # plan's `exp. max`; None when no more than `planned_expected_cached`)
+    planned_expected_max: int | None = None
     new_tokens: int
     max_tokens: int
     abort_after: int | None = None

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter
 
 from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
+from workloadlang.evaluate import COPY
 from workloadlang.plan import lanes, lru
 from workloadlang.plan.limits import Limits, TooBig
 from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PRequest, SessionInfo,
@@ -95,7 +96,8 @@ def plan_sessions(b: Builder, wl: ir.Workload, root: Ctx,
 def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int) -> SessionInfo:
     sid = f"{s.name}#{k}"
     before = len(b.drafts)
-    ctx = root.replace(session=sid, session_name=s.name, copy=k, path=sid)
+    ctx = root.replace(session=sid, session_name=s.name, copy=k, path=sid,
+                       env={**root.env, COPY: k})
     walk(b, s.body, ctx, Conv())
     drafts = b.drafts[before:]
     peak = max((d.fields["prompt_tokens"] + d.fields["max_tokens"] for d in drafts), default=0)

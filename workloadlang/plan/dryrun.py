@@ -57,7 +57,23 @@ def fmt_seconds(s: float | None) -> str:
     return "–" if s is None else f"{s:,.3f}s"
 
 
+def wait_cell(rs: list[PRequest]) -> str:
+    """The planned wait before one request (`1.250s`, `reading 40/s`, both joined by `+`), or
+    the sum of a group's (`Σ 12.500s`, `+ reading` when some read their previous answer)."""
+    total = sum(r.wait_before for r in rs)
+    reading = [r.wait_per_token for r in rs if r.wait_per_token]
+    if len(rs) == 1:
+        parts = [fmt_seconds(total)] if total else []
+        parts += [f"reading {1 / reading[0]:,.4g}/s"] if reading else []
+        return " + ".join(parts) or "–"
+    if not total and not reading:
+        return "–"
+    return f"Σ {fmt_seconds(total)}" + (" + reading" if reading else "")
+
+
 OPTIONAL = [  # (header, after which column, present in the plan?, cell); inserted in turn
+    ("wait", "index", lambda p: any(r.wait_before or r.wait_per_token for r in p.requests),
+     wait_cell),
     ("lane", "index", lambda p: any(r.lane for r in p.requests),
      lambda rs: span_cell(rs, lambda r: r.lane, lambda v: v or "–")),
     ("send at", "index", lambda p: any(r.send_at is not None for r in p.requests),

@@ -137,6 +137,9 @@ class PRequest(Frozen):
     stop_on: Literal["miss", "hit", "error"] | None = None
     stop_iter: int | None = None
     wait_before: float = 0.0
+    # `wait reading RATE`: seconds per token of the session's previous answer, waited on top of
+    # `wait_before` (the answer's length is known at run time)
+    wait_per_token: float | None = unless(None)
     # timed alone: the runner lets the run's other requests end first and starts none until
     # this one has ended (docs/language.md "isolated")
     isolated: bool = False

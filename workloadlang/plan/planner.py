@@ -21,8 +21,8 @@ from typing import Any, Mapping
 
 from workloadlang import ir, limits
 from workloadlang.diagnostics import Diagnostic
-from workloadlang.evaluate import EvalError, evaluate, refs_in
-from workloadlang.plan import synth
+from workloadlang.evaluate import DRAW, DRAWS, EvalError, evaluate, refs_in, sub_exprs
+from workloadlang.plan import draws, synth
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import BranchEnd, Expectation, Pick, PMessage, Seg
 from workloadlang.plan.prefix import (CALL_ARG_TOKENS, CALL_TOKENS, GEN_PROMPT_TOKENS, Lane,
@@ -109,12 +109,18 @@ class Builder:
         self.phases: list[str] = []
         # per (session, lane): its last request, the requests its next one waits for (the
         # last, or every branch's last after a parallel fork), the wait before its next one
+        # and the reading time (s per token of its last answer) on top
         self.last_in_lane: dict[tuple[str, Lane], str] = {}
         self.frontier: dict[tuple[str, Lane], tuple[str, ...]] = {}
         self.pending_wait: dict[tuple[str, Lane], float] = {}
+        self.pending_read: dict[tuple[str, Lane], float] = {}
         self.forks = 0  # parallel forks so far (their ids)
         self.picks: list[Pick] = []
         self.texts: dict[int, Seg] = {}  # id of a literal part of the IR -> its segment
+        self.strings: dict[str, Seg] = {}  # a computed string part -> its segment
+        self.declared = {t.name: t for t in wl.texts}  # `text NAME = ...`
+        self.named: dict[str, tuple[Seg, ...]] = {}  # a named text -> its segments, made once
+        self.drawn: dict[int, bool] = {}  # id of an expression -> whether it draws
         self.diags: list[Diagnostic] = []
         self.budget = Budget(limits or Limits())
         # request id -> the params its generation budget (`max_tokens`) was written with
@@ -143,11 +149,30 @@ class Builder:
 
 
 def value(b: Builder, expr: ir.Expr, ctx: Ctx) -> Any:
+    """`expr`'s value in `ctx`; a random draw in it is drawn for this statement of this session
+    copy (`draws.py`), the same for the same salt."""
+    env = ctx.env
+    if draws_in(b, expr):
+        def drawer(func: str, args: list, span: ir.Span) -> float:
+            problem = draws.check_args(func, args)
+            if problem:
+                raise EvalError(problem, span)
+            return draws.draw(b.salt, f"{ctx.path}@{span.line}:{span.col}", func, args)
+        env = {**env, DRAW: drawer}
     try:
-        return evaluate(expr, ctx.env)
+        return evaluate(expr, env)
     except EvalError as e:
         b.error("WL404", str(e.message), e.span or expr.span)
         return None
+
+
+def draws_in(b: Builder, expr: ir.Expr) -> bool:
+    """Whether `expr` calls a random draw (remembered per expression)."""
+    found = b.drawn.get(id(expr))
+    if found is None:
+        found = b.drawn[id(expr)] = (isinstance(expr, ir.Call) and expr.func in DRAWS) or any(
+            draws_in(b, e) for e in sub_exprs(expr))
+    return found
 
 
 def count(b: Builder, expr: ir.Expr, ctx: Ctx, what: str) -> int:
@@ -217,7 +242,7 @@ def walk(b: Builder, body: tuple[ir.Stmt, ...], ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
-    segs = tuple(part_seg(b, p, ctx, f"{ctx.path}/{j}") for j, p in enumerate(s.parts))
+    segs = parts_segs(b, s.parts, ctx, f"{ctx.session}:{ctx.path}")
     call_id = ""
     if s.role == "tool":
         if not conv.calls:
@@ -230,11 +255,25 @@ def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
     b.append(conv, s.role, segs, sum(g.tokens for g in segs), s.span, call_id)
 
 
-def part_seg(b: Builder, p: ir.ContentPart, ctx: Ctx, path: str) -> Seg:
-    """A message part as a planned segment; `path` names a filler (its text's key) or a call
-    (its id)."""
+def parts_segs(b: Builder, parts: tuple[ir.ContentPart, ...], ctx: Ctx,
+               key: str) -> tuple[Seg, ...]:
+    """A message's (or a named text's) parts as planned segments; `key` and the part's
+    position name a filler (its text's key) or a call (its id)."""
+    out: list[Seg] = []
+    for j, p in enumerate(parts):
+        if isinstance(p, ir.ExprPart):
+            out.extend(expr_segs(b, p, ctx))
+        else:
+            out.append(part_seg(b, p, ctx, f"{key}/{j}"))
+    return tuple(out)
+
+
+def part_seg(b: Builder, p: ir.TextPart | ir.FillerPart | ir.CallPart, ctx: Ctx,
+             key: str) -> Seg:
+    """A literal, filler or call part as a planned segment; `key` names a filler (its text's
+    key) or a call (its id)."""
     if isinstance(p, ir.CallPart):
-        return call_seg(b, p, ctx, path)
+        return call_seg(b, p, ctx, key)
     if isinstance(p, ir.TextPart):
         seg = b.texts.get(id(p))  # one segment per literal, however often it is sent
         if seg is None:
@@ -243,20 +282,42 @@ def part_seg(b: Builder, p: ir.ContentPart, ctx: Ctx, path: str) -> Seg:
     needle = None if p.needle_at is None else value(b, p.needle_at, ctx)
     if needle is not None and not 0 <= float(needle) <= 1:
         b.error("WL401", f"needle depth must lie in 0..1, got {needle}", p.needle_at.span)
-    key = f"{ctx.session}:{path}"
-    return Seg(kind="filler", key=key,
-                               tokens=tokens(b, p.tokens, ctx, "filler size"),
-                               needle_at=None if needle is None else float(needle))
+    return Seg(kind="filler", key=key, tokens=tokens(b, p.tokens, ctx, "filler size"),
+               needle_at=None if needle is None else float(needle))
 
 
-def call_seg(b: Builder, p: ir.CallPart, ctx: Ctx, path: str) -> Seg:
-    """A tool call: its id (from the session and position, so the same in every re-send), its
-    name, its arguments as segments, and its tokens (markup, keys and values)."""
-    args = tuple((a.key, part_seg(b, a.value, ctx, f"{path}/{j}"))
+def expr_segs(b: Builder, p: ir.ExprPart, ctx: Ctx) -> tuple[Seg, ...]:
+    """`$NAME` of a named text: its segments (made once, keyed by the text's name: the same
+    bytes in every session); any other expression: its string as literal text."""
+    if isinstance(p.value, ir.Ref) and p.value.name in b.declared:
+        return named_text(b, p.value.name, ctx)
+    v = value(b, p.value, ctx)
+    if not isinstance(v, str):
+        if v is not None:
+            b.error("WL404", f"a message part must be a string, got {v!r}", p.span)
+        return ()
+    seg = b.strings.get(v)
+    if seg is None:
+        seg = b.strings[v] = Seg(kind="text", text=v, tokens=text_tokens(v))
+    return (seg,)
+
+
+def named_text(b: Builder, name: str, ctx: Ctx) -> tuple[Seg, ...]:
+    """The segments of `text NAME = ...`, evaluated once with the params (its parts cannot
+    read loop variables or `$copy`: `check`)."""
+    segs = b.named.get(name)
+    if segs is None:
+        segs = b.named[name] = parts_segs(b, b.declared[name].parts, ctx, f"text:{name}")
+    return segs
+
+
+def call_seg(b: Builder, p: ir.CallPart, ctx: Ctx, key: str) -> Seg:
+    """A tool call: its id (from the session and position, `key`, so the same in every
+    re-send), its name, its arguments as segments, and its tokens (markup, keys and values)."""
+    args = tuple((a.key, part_seg(b, a.value, ctx, f"{key}/{j}"))
                  for j, a in enumerate(p.args))
     size = CALL_TOKENS + sum(CALL_ARG_TOKENS + seg.tokens for _, seg in args)
-    return Seg(kind="call", key=call_id(f"{ctx.session}:{path}"), text=p.name, args=args,
-               tokens=size)
+    return Seg(kind="call", key=call_id(key), text=p.name, args=args, tokens=size)
 
 
 def call_id(key: str) -> str:
@@ -281,7 +342,8 @@ def stmt_reply(b: Builder, s: ir.Reply, ctx: Ctx, conv: Conv) -> None:
         size = abort if abort is not None else max_tokens
         seg = Seg(kind="partial" if kept == "partial" else "reply", key=rid,
                   tokens=size, synthetic=kept == "synthetic", content_only=s.mode == "content")
-        calls = tuple(call_seg(b, c, ctx, f"{ctx.path}/call{j}") for j, c in enumerate(s.calls))
+        calls = tuple(call_seg(b, c, ctx, f"{ctx.session}:{ctx.path}/call{j}")
+                      for j, c in enumerate(s.calls))
         b.append(conv, "assistant", (seg, *calls), sum(c.tokens for c in calls), s.span)
 
 
@@ -324,8 +386,17 @@ def stmt_resend(b: Builder, s: ir.Resend, ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_wait(b: Builder, s: ir.Wait, ctx: Ctx, conv: Conv) -> None:
+    """A pause before the session's next request: its duration (drawn when random) now, and
+    the time to read the previous answer at `reading` tokens/s as seconds per token (known at
+    run time, from the answer's length)."""
     key = (ctx.session, ctx.lane)
-    b.pending_wait[key] = b.pending_wait.get(key, 0.0) + seconds(b, s.duration, ctx)
+    if s.duration is not None:
+        b.pending_wait[key] = b.pending_wait.get(key, 0.0) + seconds(b, s.duration, ctx)
+    if s.reading is not None:
+        rate = value(b, s.reading, ctx)
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and in_bounds(
+                b, "reading", rate, s.reading.span):
+            b.pending_read[key] = b.pending_read.get(key, 0.0) + 1 / rate
 
 
 def stmt_turn(b: Builder, s: ir.Turn, ctx: Ctx, conv: Conv) -> None:
@@ -545,6 +616,7 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
         options={**b.options, **options} if options else b.options, expect=expect,
         stop_group=stop_group, stop_on=stop_on, stop_iter=stop_iter,
         wait_before=b.pending_wait.pop(lane, 0.0),
+        wait_per_token=b.pending_read.pop(lane, None),
         isolated=ctx.isolated or getattr(s, "isolated", False), send_at=send_at,
         lane=lane_text(ctx.lane), span=s.span)
     generated = abort if abort is not None else max_tokens

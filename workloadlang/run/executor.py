@@ -42,6 +42,7 @@ from workloadlang.run.maker import RequestMaker
 from workloadlang.run.pacing import Pacing
 from workloadlang.run.phases import Phases
 from workloadlang.run.record import Recorder, TtftReference, skipped_record
+from workloadlang.run.schedule import planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
 
@@ -187,7 +188,7 @@ class Executor:
             return max(ready, self.clock())
         if after is not None:  # at a quiet moment while this one is in flight
             self.pacing.ahead(after)
-        due = ready + req.wait_before
+        due = ready + planned_wait(req, self.outcomes)
         if req.send_at is not None:
             due = max(due, self.t0 + req.send_at)
         if due > self.clock():  # the planned wait or send time: made meanwhile
@@ -235,10 +236,10 @@ class Executor:
         its dependencies, no planned wait, send time or barrier lies between, it is not timed
         alone (it waits for the run to drain), and nothing about it waits for `req`'s record
         (`Stops.decides`). Else None."""
-        if (after is None or after.wait_before or after.isolated or after.send_at is not None
-                or req.id not in after.deps or self.waiting[after.id] != 1
-                or self.phases.index[after.id] != self.phases.index[req.id]
-                or self.stops.decides(req)):
+        if (after is None or after.wait_before or after.wait_per_token or after.isolated
+                or after.send_at is not None or req.id not in after.deps
+                or self.waiting[after.id] != 1 or self.stops.decides(req)
+                or self.phases.index[after.id] != self.phases.index[req.id]):
             return None
         return after
 

@@ -57,6 +57,7 @@ def base_record(req: PRequest) -> dict[str, Any]:
                 planned_prompt_tokens=req.prompt_tokens,
                 planned_expected_cached=req.expected_cached,
                 planned_lru_cached=req.lru_cached, planned_send_at=req.send_at,
+                planned_expected_max=req.expected_cached_max,
                 new_tokens=req.new_tokens,
                 max_tokens=req.max_tokens, abort_after=req.abort_after,
                 prefix_source=req.prefix_source, isolated=req.isolated)
