@@ -28,14 +28,20 @@ def is_warm(r: PRequest) -> bool:
     return 2 * r.expected_cached >= r.prompt_tokens > 0
 
 
+def phase_name(phase: str) -> str:
+    """The phase statement's name of a phase run: `grow#2` (its third run in a loop) is
+    `grow`."""
+    return phase.partition("#")[0]
+
+
 def static_match(r: PRequest, item: ir.SelItem) -> bool:
     key, v = item.key, item.value
     if key == "name":  # a bare name is a label or a phase; sessions need `session=`
-        return v in (r.label, r.phase)
+        return v == r.label or v == phase_name(r.phase)
     if key == "label":
         return r.label == v
     if key == "phase":
-        return r.phase == v
+        return phase_name(r.phase) == v
     if key == "session":
         return v in (r.session_name, r.session)
     if key == "flag" and v in STATIC_FLAGS:

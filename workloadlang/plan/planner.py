@@ -107,6 +107,7 @@ class Builder:
         self.names: dict[tuple[str, str], dict[int, str]] = {}
         self.id_next: dict[str, int] = {}  # request id base -> the next suffix to try
         self.phases: list[str] = []
+        self.phase_runs: dict[tuple[str, str], int] = {}  # (session, phase) -> runs so far
         # per (session, lane): its last request, the requests its next one waits for (the
         # last, or every branch's last after a parallel fork), the wait before its next one
         # and the reading time (s per token of its last answer) on top
@@ -404,11 +405,22 @@ def stmt_turn(b: Builder, s: ir.Turn, ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_phase(b: Builder, s: ir.Phase, ctx: Ctx, conv: Conv) -> None:
+    """A barrier across sessions before and after the body. Each time a session runs the
+    statement (in a loop, a spawn, a second statement of the name) is a phase of its own: the
+    k-th run is `NAME#k` after the first (`NAME`), in the plan's phases after the one before."""
     if ctx.phase:
         b.error("WL404", f"phase `{s.name}` is nested in phase `{ctx.phase}`", s.span)
-    if s.name not in b.phases:
-        b.phases.append(s.name)
-    walk(b, s.body, ctx.replace(phase=s.name), conv)
+    seen = b.phase_runs.get((ctx.session, s.name), 0)
+    b.phase_runs[(ctx.session, s.name)] = seen + 1
+    name = phase_instance(s.name, seen)
+    if name not in b.phases:
+        b.phases.append(name)
+    walk(b, s.body, ctx.replace(phase=name), conv)
+
+
+def phase_instance(name: str, k: int) -> str:
+    """The name of the k-th run (from 0) of phase `name`: `grow`, `grow#1`, `grow#2`, ..."""
+    return name if k == 0 else f"{name}#{k}"
 
 
 def stmt_for(b: Builder, s: ir.For, ctx: Ctx, conv: Conv) -> None:
