@@ -31,6 +31,7 @@ from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, CALIBRATION_KINDS, C
                                 TYPE_KINDS, arith_kind, common_kind, comparable, describe,
                                 element, fits, is_zero, list_of)
 from workloadlang.declared import Declared
+from workloadlang.ir import gate_metric_refs
 
 _STMT_VALUES: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
     "reply": (("max_tokens", "number", "the `max_tokens` of `reply`", "max_tokens"),
@@ -472,6 +473,7 @@ class _Checker(ParamChecks):
         self.unique(self.wl.gates, "gate")
         scope = self.gate_scope()
         for g in self.wl.gates:
+            self.check_gate_sessions(g)
             self.check_test(g, f"gate `{g.name}`", scope)
             if g.when is not None:
                 self.check_test(g.when, f"the condition of gate `{g.name}`", scope)
@@ -490,6 +492,25 @@ class _Checker(ParamChecks):
         span = t.left.span.model_copy(update={"end_line": t.right.span.end_line,
                                               "end_col": t.right.span.end_col})
         self.combine(t.op, (t.left, t.right), (left, right), span)
+
+    def check_gate_sessions(self, g: ir.Gate) -> None:
+        """WL218 (a warning) for each session an `each session` gate can read nothing of: the
+        gate judges only the sessions its selectors can read. Not when a selector names its
+        session (`session=NAME`): that narrowing is what it says."""
+        refs = gate_metric_refs(g)
+        if g.scope != "each_session" or any(i.key == "session" for r in refs for i in r.selector):
+            return
+        judged = [s for s in self.wl.sessions
+                  if any(self.names.can_read(s.name, r.selector) for r in refs)]
+        if not judged:
+            return  # no session at all: WL206 (an unknown name) or WL405 at plan time
+        for s in self.wl.sessions:
+            if s not in judged:
+                self.diags.append(warning(
+                    "WL218", f"gate `{g.name}` can read nothing of session `{s.name}`, so it "
+                    f"judges only {', '.join(f'`{j.name}`' for j in judged)}", g.span,
+                    f"say so with `session={judged[0].name}` in its selector"
+                    if len(judged) == 1 else None))
 
     def check_report(self) -> None:
         self.unique(self.wl.report, "report item")

@@ -35,10 +35,16 @@ class Declared:
         self.sessions = {s.name for s in wl.sessions}
         self.requests: dict[str, ir.Span] = {}
         self.diags = diags
+        # per session statement: the labels and phases its requests can have
+        self.in_session: dict[str, tuple[set[str], set[str]]] = {}
         for s in wl.sessions:
+            before = (set(self.labels), set(self.phases))
+            self.labels, self.phases = set(), set()
             self.walk(s.body, None)
             if s.trace is not None:
                 self.labels.add(trace_label(s))
+            self.in_session[s.name] = (self.labels, self.phases)
+            self.labels, self.phases = before[0] | self.labels, before[1] | self.phases
 
     def walk(self, body: tuple, phase: ir.Phase | None) -> None:
         for stmt in body:
@@ -64,6 +70,19 @@ class Declared:
                 self.diags.append(error("WL202", f"duplicate request name `{name}`", stmt.span,
                                         f"the first is on line {self.requests[name].line}"))
             self.requests.setdefault(name, stmt.span)
+
+    def can_read(self, session: str, selector: tuple[ir.SelItem, ...]) -> bool:
+        """Whether a selector can pick a request of session statement `session` (by its names:
+        labels, phases, `session=`; outcome flags and windows may pick any)."""
+        labels, phases = self.in_session.get(session, (set(), set()))
+        for item in selector:
+            if item.key == "session" and item.value != session:
+                return False
+            if (item.key == "name" and item.value not in labels | phases) or (
+                    item.key == "label" and item.value not in labels) or (
+                    item.key == "phase" and item.value not in phases):
+                return False
+        return True
 
     def matching(self, key: str) -> set[str]:
         """The names a selector item with this key can match."""

@@ -512,7 +512,9 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
     out = []
     for gp in plan.gates:
         g = gp.gate
-        scopes = [s.id for s in plan.sessions] if g.scope == "each_session" else ["overall"]
+        # an `each session` gate judges the sessions its selectors can read (`GatePlan.reads`)
+        scopes = [s.id for s in plan.sessions if s.id in gp.reads] \
+            if g.scope == "each_session" else ["overall"]
         results = []
         for scope in scopes:
             rs = records if scope == "overall" else by_session.get(scope, [])
@@ -544,7 +546,8 @@ def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
                     labels.append(g.verdict or g.name)
                 elif r.status == "unknown":
                     labels.append("unverified")
-        if any(g.scope == "each session" for g in gates):
+        if any(g.scope == "each session" and any(r.scope == s.id for r in g.results)
+               for g in gates):
             out[s.id] = ", ".join(dict.fromkeys(labels)) or "ok"
     return out
 

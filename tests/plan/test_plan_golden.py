@@ -96,3 +96,12 @@ def test_dry_run_header_names_the_json_hash(capsys, name: str):
     text = wl_plan(capsys, name)
     data = json.loads(wl_plan(capsys, name, "--json"))
     assert f"salt {SALT} · plan {data['plan_hash']} ·" in text.splitlines()[2]
+
+
+def test_wl_plan_and_wl_run_hash_alike_whatever_the_context_limit(capsys):
+    """`wl run` learns the context limit from the engine, `wl plan` has it only from
+    `--max-context`: the hash leaves the limit out, so the two agree."""
+    bare = json.loads(wl_plan(capsys, "abort-sim", "--json"))
+    limited = json.loads(wl_plan(capsys, "abort-sim", "--json", "--max-context", "100000"))
+    assert (bare["max_context"], limited["max_context"]) == (None, 100000)
+    assert bare["plan_hash"] == limited["plan_hash"]

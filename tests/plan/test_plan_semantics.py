@@ -332,7 +332,7 @@ def test_gate_selector_matching_no_planned_request_is_wl405():
 }""")
     assert [(d.code, d.span.line) for d in diags] == [("WL405", 4), ("WL405", 5)]
     assert "gate `h`" in diags[0].message
-    assert "gate `e`" in diags[1].message and "in main#0" in diags[1].message
+    assert "gate `e`" in diags[1].message and "in any session" in diags[1].message
 
 
 def test_context_larger_than_the_limit_is_wl406_once_per_statement():

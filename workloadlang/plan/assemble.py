@@ -237,21 +237,24 @@ def plan_gates(b: Builder, requests: list[PRequest], wl: ir.Workload, env: Mappi
         by_session.setdefault(r.session, []).append(r)
     for g in wl.gates:
         scopes = sessions if g.scope == "each_session" else ["overall"]
-        reads: dict[str, int] = {}
+        refs = gate_metric_refs(g)
         # the condition's metrics (`when`) are read like the gate's own
-        cond = {id(r) for r in gate_metric_refs(g)} - {id(r) for r in test_refs(g)}
-        for scope in scopes:
-            pool = requests if scope == "overall" else by_session.get(scope, [])
-            ids: set[str] = set()
-            for ref in gate_metric_refs(g):
-                picked = select_static(pool, ref.selector, env)
-                if not picked and (scope == "overall" or scope == sessions[0]):
-                    where = "'s condition" if id(ref) in cond else ""
-                    b.error("WL405", f"gate `{g.name}`{where}: `{ref.metric}{{...}}` matches no "
-                            f"planned request" + ("" if scope == "overall" else f" in {scope}"),
-                            ref.span)
-                ids.update(r.id for r in picked)
-            reads[scope] = len(ids)
+        cond = {id(r) for r in refs} - {id(r) for r in test_refs(g)}
+        picked = {scope: [select_static(requests if scope == "overall" else
+                                        by_session.get(scope, []), ref.selector, env)
+                          for ref in refs] for scope in scopes}
+        # an `each session` gate judges the sessions its selectors can read (`check` warns,
+        # WL218, of the others); each of its selectors must read something in each of them
+        judged = [sc for sc in scopes if sc == "overall" or any(picked[sc])] or scopes[:1]
+        for k, ref in enumerate(refs):
+            missing = [sc for sc in judged if not picked[sc][k]]
+            if missing:
+                where = "" if g.scope == "overall" else f" in {missing[0]}" if any(
+                    picked[missing[0]]) else " in any session"
+                what = f"gate `{g.name}`" + ("'s condition" if id(ref) in cond else "")
+                b.error("WL405", f"{what}: `{ref.metric}{{...}}` matches no planned "
+                        f"request{where}", ref.span)
+        reads = {sc: len({r.id for rs in picked[sc] for r in rs}) for sc in judged}
         out.append(GatePlan(gate=g, reads=reads))
     return out
 
@@ -336,11 +339,14 @@ def parallel_assumptions(reqs: list[PRequest], picks: Sequence[Pick]) -> list[st
 
 
 def plan_hash(plan: Plan) -> str:
-    """sha256 of the canonical JSON of the plan, without its hash, without the path it was
-    read from (`x.wl` and `./x.wl` are the same plan) and without the LRU figures (an analysis
+    """sha256 of the canonical JSON of the plan, without its hash, its context limit, the path
+    it was read from (`x.wl` and `./x.wl` are the same plan) and the LRU figures (an analysis
     of the plan for a cache size, not part of what is sent): equal plans, equal hashes. A
     trace counts by its content (its sha256), not by its path. Which requests are `isolated`
     is hashed as a list of their ids, added only when there are any."""
+    # the context limit only checks the plan (what it changes through `$max_context` is in the
+    # params and the requests): `wl plan` without it and `wl run`, which learns it, agree
+    plan = plan.model_copy(update={"max_context": None})
     paths = {t.path: f"sha256:{t.sha256}" for t in plan.traces}
     if paths:  # a trace is its content wherever it was read from, a param naming it too
         plan = plan.model_copy(update={"params": {k: paths.get(v, v) if isinstance(v, str) else v
