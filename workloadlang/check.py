@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workloadlang import ir, limits
-from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
-                                      sweep_text)  # sweep_text: handed on (`sweep.py`)
+from workloadlang.checkparams import (ParamChecks, _const_items, _constant_text,  # noqa: F401
+                                      _is_number, sweep_text)  # sweep_text: handed on (`sweep.py`)
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
 from workloadlang.evaluate import COPY, DRAWS, FUNCTIONS, constant
@@ -336,7 +336,36 @@ class _Checker(ParamChecks):
                        "session repeat")
             if s.trace is not None:
                 self.check_trace(s.trace)
+            self.check_arrival(s)
             self.stmts(s.body, _Scope({**self.texts, COPY: "number"}, draws=True))
+
+    def check_arrival(self, s: ir.Session) -> None:
+        """`arrive every GAP [burst K]` (a duration, a draw allowed) or `arrive at TIMES` (a
+        duration or a list of them), `concurrency C`; a capped session has no phase (WL219)."""
+        a = s.arrive
+        if a is not None and a.how == "every":
+            self.value(a.value, _Scope(self.top, draws=True), "duration",
+                       "the gap of `arrive every`", "arrive every")
+            self.value(a.burst, self.top, "number", "`burst`", "burst")
+        elif a is not None:
+            kind = self.kind(a.value, self.top)
+            if kind not in ("duration", "list:duration", "any", "list:any") and not is_zero(
+                    a.value):
+                self.err("WL302", f"the times of `arrive at` must be a duration or a list of "
+                         f"durations, not {describe(kind)}", a.value.span,
+                         "times from the run's start, like `[0s, 500ms, 2s]`")
+            for v in _const_items(a.value):
+                if _is_number(v) and v < 0:
+                    self.err("WL305", f"an arrival time must be at least 0s, not {v:g}s",
+                             a.value.span)
+        self.value(s.concurrency, self.top, "number", "the `concurrency` of a session",
+                   "concurrency")
+        phase = s.concurrency is not None and next(
+            (st for st in _statements(s.body) if isinstance(st, ir.Phase)), None)
+        if phase:
+            self.err("WL219", f"session `{s.name}` has a `concurrency` cap and a phase "
+                     f"(`{phase.name}`)", phase.span, "a copy waiting for its place would hold "
+                     "every session at the phase's barrier: drop the cap or the phase")
 
     def check_trace(self, t: ir.TraceSource) -> None:
         """A trace session: its path is a string; its options are known (WL215) and of their

@@ -64,6 +64,7 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "ttft_per_uncached": lambda r: r.ttft_per_uncached,
     "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
     "isolation_wait": lambda r: r.isolation_wait_s if r.isolated else None,
+    "schedule_lag": lambda r: r.schedule_lag_s,
 }
 
 

@@ -457,8 +457,21 @@ class TraceSource(Node):
     span: Span
 
 
+class Arrival(Node):
+    """`arrive every GAP [burst K]`: copy 0 starts at 0, each next one GAP later (K copies at
+    a time with `burst`; GAP may be a random draw, one per gap); `arrive at TIMES`: copy k at
+    the k-th time of a list (one time: every copy then)."""
+
+    how: Literal["every", "at"]
+    value: Expr
+    burst: Expr | None = None
+    span: Span
+
+
 class Session(Node):
-    """`session NAME [repeat N] { ... }`: N concurrent copies (`NAME#0` ...), started together.
+    """`session NAME [repeat N] [arrive ...] [concurrency C] { ... }`: N concurrent copies
+    (`NAME#0` ...), started together, or each at its arrival (`arrive`), at most C running at
+    once.
     `session NAME trace PATH [{...}]`: one copy per session of the trace, each request of the
     trace a request, sent at its time (`trace`; no body)."""
 
@@ -466,6 +479,8 @@ class Session(Node):
     repeat: Expr | None = None
     body: tuple[Stmt, ...]
     trace: TraceSource | None = None
+    arrive: Arrival | None = None
+    concurrency: Expr | None = None  # at most this many copies running at once
     span: Span
 
 

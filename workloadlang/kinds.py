@@ -16,7 +16,7 @@ from workloadlang import ir
 from workloadlang.evaluate import MAX_CONTEXT
 
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
-                     "prefill_time", "isolation_wait")
+                     "prefill_time", "isolation_wait", "schedule_lag")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
                    "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg",
                    "prefill_work")

@@ -138,7 +138,8 @@ class Bound(NamedTuple):
 PLACES: dict[str, Bound] = {
     "max_tokens": Bound(low=1, whole=True), "abort after": Bound(low=0, whole=True),
     "index": Bound(low=0, whole=True), "wait": Bound(low=0),
-    "reading": Bound(low=0, low_open=True), "loop bound": Bound(low=0, whole=True),
+    "reading": Bound(low=0, low_open=True), "arrive every": Bound(low=0),
+    "burst": Bound(low=1, whole=True), "loop bound": Bound(low=0, whole=True),
     "repeat": Bound(low=0, whole=True), "grow until": Bound(low=0, whole=True),
     "grow by": Bound(low=1, whole=True), "spawn": Bound(low=0, whole=True),
     "session repeat": Bound(low=0, whole=True), "filler": Bound(low=0, whole=True),

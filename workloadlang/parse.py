@@ -225,8 +225,22 @@ class _Lower(Transformer):
     # -- sessions and statements
 
     def session(self, meta: Any, c: list) -> _Clause:
-        node = ir.Session(name=str(c[0]), repeat=c[1], body=c[2], span=self.span(meta))
+        f = self.gather(c[2:-1])
+        node = ir.Session(name=str(c[0]), repeat=c[1], body=c[-1], arrive=f.get("arrive"),
+                          concurrency=f.get("concurrency"), span=self.span(meta))
         return _Clause("session", node, node.span)
+
+    def arrive_every(self, meta: Any, c: list) -> _Clause:
+        span = self.span(meta)
+        return _Clause("arrive", ir.Arrival(how="every", value=c[0], burst=c[1], span=span),
+                       span)
+
+    def arrive_at(self, meta: Any, c: list) -> _Clause:
+        span = self.span(meta)
+        return _Clause("arrive", ir.Arrival(how="at", value=c[0], span=span), span)
+
+    def session_cap(self, meta: Any, c: list) -> _Clause:
+        return _Clause("concurrency", c[0], self.span(meta))
 
     def trace_session(self, meta: Any, c: list) -> _Clause:
         span = self.span(meta)

@@ -73,7 +73,11 @@ class Record(BaseModel):
     planned_prompt_tokens: int
     planned_expected_cached: int
     planned_lru_cached: int | None = None  # with --cache-tokens: what the plan's LRU cache serves
-    planned_send_at: float | None = None  # a trace request's planned send time, s from the start
+    # the planned send time of a trace request or an arrival's first, s from the start
+    planned_send_at: float | None = None
+    # of a request with a planned send time: how much later it was sent (waits for a place
+    # among its session's copies, for a concurrency slot, and the client's own delay)
+    schedule_lag_s: float | None = None
     # what a perfect cache could serve if requests of concurrent sessions finished first (the
     # plan's `exp. max`; None when no more than `planned_expected_cached`)
     planned_expected_max: int | None = None

@@ -200,6 +200,11 @@ def footer(results: Any) -> str:
         upto = f", up to {longest:.1f} ms" if longest is not None else ""
         line += (f" · NOTE: the client sent {client['client_delay_over_10ms']} request(s) more"
                  f" than 10 ms after they were due{upto} (see client in the results)")
+    if client.get("schedule_late"):
+        line += (f" · NOTE: {client['schedule_late']} request(s) were sent more than 10 ms "
+                 f"after their planned time (lag p99 {client['schedule_lag_p99_ms']:.1f} ms, "
+                 f"up to {client['schedule_lag_max_ms']:.1f} ms; schedule_lag_s): the load "
+                 "came later than planned, and a verdict that rests on it may be too kind")
     late, most = client.get("ttft_late"), client.get("ttft_late_max_ms")
     if late:
         upto = f" up to {most:.1f} ms" if most is not None else ""

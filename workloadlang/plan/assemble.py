@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.evaluate import COPY
-from workloadlang.plan import lanes, lru
+from workloadlang.plan import arrivals, lanes, lru
 from workloadlang.plan.limits import Limits, TooBig
 from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PRequest, SessionInfo,
                                      Totals, TraceInfo)
@@ -65,7 +65,7 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
         phases=tuple(b.phases), sessions=tuple(sessions), messages=tuple(b.messages),
         requests=tuple(requests), calibrations=wl.calibrations, gates=tuple(gates),
         report=wl.report, totals=totals(requests, sessions, settings["concurrency"], cache),
-        assumptions=assumptions(requests, settings["concurrency"], cache, b.picks),
+        assumptions=assumptions(requests, settings["concurrency"], cache, b.picks, bool(infos)),
         cache_model=cache, traces=tuple(infos), picks=tuple(b.picks), **settings)
     return plan.model_copy(update={"plan_hash": plan_hash(plan)})
 
@@ -83,26 +83,34 @@ def plan_sessions(b: Builder, wl: ir.Workload, root: Ctx,
             if info is not None:
                 infos.append(info)
             continue
-        n = 1 if s.repeat is None else iterations(b, s.repeat, root, "the session repeat")
+        n, starts = arrivals.copies(b, s, root)
+        group_cap = arrivals.cap(b, s, root)
         before = b.budget.snapshot(0)
         for k in range(n):
-            out.append(walk_session(b, s, root, k))
+            out.append(walk_session(b, s, root, k, None if not starts else starts[k],
+                                    group_cap))
             if k == 0 and n > 1:
                 b.budget.project(before, 0, out[-1].peak_tokens, n, f"session {s.name}",
                                  s.span)
     return out, infos
 
 
-def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int) -> SessionInfo:
+def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int, start: float | None = None,
+                 group_cap: int | None = None) -> SessionInfo:
+    """Copy k of session `s`; `start`: its planned start (an arrival: its first request is
+    sent then, after a wait planned before it), `group_cap`: its session's `concurrency`."""
     sid = f"{s.name}#{k}"
     before = len(b.drafts)
     ctx = root.replace(session=sid, session_name=s.name, copy=k, path=sid,
                        env={**root.env, COPY: k})
     walk(b, s.body, ctx, Conv())
     drafts = b.drafts[before:]
+    if start is not None and drafts:
+        first = drafts[0].fields
+        first["send_at"] = round(start + first["wait_before"], 9)
     peak = max((d.fields["prompt_tokens"] + d.fields["max_tokens"] for d in drafts), default=0)
     return SessionInfo(id=sid, name=s.name, copy_index=k, requests=len(drafts),
-                       peak_tokens=peak)
+                       peak_tokens=peak, start_s=start, cap=group_cap)
 
 
 def in_flight(b: Builder) -> int:
@@ -288,7 +296,7 @@ def demands(reqs: list[PRequest], sessions: list[SessionInfo]) -> list[list[int]
 
 
 def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None,
-                picks: Sequence[Pick] = ()) -> tuple[str, ...]:
+                picks: Sequence[Pick] = (), traced: bool = False) -> tuple[str, ...]:
     """What the expectations assume where the order of requests is not fixed by the plan."""
     out = []
     shared = [r for r in reqs if r.expected_cached_max is not None]
@@ -304,7 +312,7 @@ def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None
                "session, or before a phase barrier)")
             + " and `exp. max` what it would be if the others finished first")
     out.extend(parallel_assumptions(reqs, picks))
-    if any(r.send_at is not None for r in reqs):
+    if traced:
         tail = "exact at concurrency 1" if concurrency == 1 else (
             f"at concurrency {concurrency} up to {concurrency - 1} requests sent before one may "
             "still be in flight when it is sent, so an engine can serve it less")

@@ -199,11 +199,31 @@ def header_lines(plan: Plan) -> list[str]:
     head = [f"workload {plan.workload}: {plan.doc}", f"params: {params}",
             f"salt {plan.salt} · plan {plan.plan_hash} · concurrency {plan.concurrency}"
             + (f" · phases {' → '.join(plan.phases)}" if plan.phases else "")]
+    head += arrival_lines(plan)
     for tr in plan.traces:
         head.append(f"trace {tr.session}: {tr.path} ({tr.format}, {tr.records:,} records, "
                     f"{tr.selected:,} taken in {tr.sessions:,} session(s), time scale "
                     f"{tr.time_scale:g}, sha256 {tr.sha256[:16]})")
     return head
+
+
+def arrival_lines(plan: Plan) -> list[str]:
+    """One line per session whose copies arrive (`arrive`) or are capped (`concurrency`):
+    how many, from the first start to the last, and the cap."""
+    out = []
+    for name in dict.fromkeys(s.name for s in plan.sessions):
+        copies = [s for s in plan.sessions if s.name == name]
+        starts = [s.start_s for s in copies if s.start_s is not None]
+        cap = copies[0].cap
+        if not starts and cap is None:
+            continue
+        line = f"arrivals {name}: {len(copies):,} cop{'y' if len(copies) == 1 else 'ies'}"
+        if starts:
+            line += f" starting {fmt_seconds(min(starts))} → {fmt_seconds(max(starts))}"
+        if cap is not None:
+            line += f", at most {cap:,} running at once"
+        out.append(line)
+    return out
 
 
 def assumptions_block(plan: Plan) -> str:

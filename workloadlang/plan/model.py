@@ -150,11 +150,16 @@ class PRequest(Frozen):
 
 
 class SessionInfo(Frozen):
+    """A session copy: `start_s` its planned start (an arrival, seconds from the run's start;
+    None: at the start), `cap` its session's `concurrency` (copies running at once)."""
+
     id: str
     name: str
     copy_index: int
     requests: int
     peak_tokens: int
+    start_s: float | None = unless(None)
+    cap: int | None = unless(None)
 
 
 class GatePlan(Frozen):

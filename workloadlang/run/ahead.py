@@ -81,8 +81,7 @@ class WriteAhead:
 
     async def before_clock(self, firsts: list[PRequest]) -> list[PRequest]:
         for req in firsts:
-            if not req.send_at:  # one sent later is made while it waits for its time
-                self.prepare(req)
+            self.prepare(req)
         url = self.core.endpoint.chat_url
         await self.pool.preconnect(url, min(len(self.made), self.core.concurrency))
         startable = [r for r in firsts if r.id in self.made and not (

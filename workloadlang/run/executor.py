@@ -42,7 +42,7 @@ from workloadlang.run.maker import RequestMaker
 from workloadlang.run.pacing import Pacing
 from workloadlang.run.phases import Phases
 from workloadlang.run.record import Recorder, TtftReference, skipped_record
-from workloadlang.run.schedule import planned_wait
+from workloadlang.run.schedule import Copies, planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
 
@@ -81,6 +81,7 @@ class Executor:
         self.stops = Stops(plan, clock, time_budget_s=time_budget_s,
                            max_errors=max_consecutive_errors)
         self.phases = Phases(self.requests, plan.phases, clock, self._phase_opened)
+        self.copies = Copies(plan.sessions, self.requests, clock)  # arrivals, caps
         self.recorder = Recorder(plan, self.slots, self.isolation, ref or TtftReference(),
                                  prefill_own, realiser.source_of)
         self.health = ClientHealth(clock, cpu_clock)
@@ -114,7 +115,7 @@ class Executor:
         for r in self.requests:
             sessions.setdefault(r.session, []).append(r)
         await self.maker.size_all(sessions.values(), self.sink)  # before the clock starts
-        startable = await self.pacing.before_clock(roots)
+        startable = self.copies.free(await self.pacing.before_clock(self.copies.early(roots)))
         warm_up()
         self.health.before_clock()
         reserved = await self.slots.reserve(len(startable))
@@ -167,6 +168,7 @@ class Executor:
                 if not self.waiting[d.id]:
                     ready.append(d)
             await self.phases.done(req)
+            self.copies.done(req)
             for other in ready[1:]:
                 self._spawn(other, self.ready_at[other.id])
             req = ready[0] if ready else None
@@ -180,6 +182,7 @@ class Executor:
         if not self.phases.is_open(k):
             self.pacing.prepare(req)  # made while the others finish
             ready = max(ready, await self.phases.wait(k))
+        ready = await self.copies.place(req, ready, self.t0)  # a capped copy's place
         after = self.successor.get(req.id)
         reason = None if req.id in self.holding else self.stops.reason(req, self.records)
         if reason:
@@ -196,7 +199,7 @@ class Executor:
             await asyncio.sleep(due - self.clock())
         outcome, waited = await self._send(req, after)
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
-        self.health.sent(due, outcome.t_send, waited)
+        self.health.sent(due, outcome.t_send, waited, req.send_at)
         self.outcomes[req.id] = outcome
         if outcome.error is not None or self.stops.decides(req):
             self.pacing.flush()  # the records of earlier answers first: stops and sink in order
@@ -289,25 +292,25 @@ class Executor:
         for r in self.requests:
             if r.id in self.records:
                 continue
-            o = self.cut.get(r.id) or self._written_outcome(r)
+            written = (self.pacing.written_at(r) or (self.t0, 0.0)) if r.id in self.holding \
+                else None  # written ahead, its answer never read
+            o = self.cut.get(r.id) or (written and interrupted(r, written, self.clock()))
             rec = self.recorder.make(r, o, self.outcomes, self.t0) if o is not None else \
                 skipped_record(r, self.stops.stop_all or "not run (interrupted)")
             self.records[r.id] = rec
             self._to_sink(rec)
-
-    def _written_outcome(self, req: PRequest) -> Outcome | None:
-        """An `interrupted` outcome for a request written ahead whose answer nobody read; None
-        when it was not written."""
-        if req.id not in self.holding:
-            return None
-        t_send, t_unix = self.pacing.written_at(req) or (self.t0, 0.0)
-        return Outcome(id=req.id, t_send=t_send, t_send_unix=t_unix, e2e_s=self.clock() - t_send,
-                       error=ErrorInfo(kind="interrupted", message="the run was stopped after "
-                                       "the request was written, before its answer was read"))
-
 
 def _same_phase(phases: Phases, req: PRequest, after: PRequest | None) -> PRequest | None:
     """Output: `after` when no phase barrier lies between it and `req`: a session keeps the
     isolation for its next isolated request only then (holding it at a barrier would keep the
     other sessions from reaching it)."""
     return after if after is not None and phases.index[after.id] == phases.index[req.id] else None
+
+
+def interrupted(req: PRequest, written: tuple[float, float], now: float) -> Outcome:
+    """Output: the `interrupted` outcome of a request written ahead (`written`: its send time
+    on the run's clock and the wall clock) whose answer nobody read: the run stopped at `now`."""
+    t_send, t_unix = written
+    return Outcome(id=req.id, t_send=t_send, t_send_unix=t_unix, e2e_s=now - t_send,
+                   error=ErrorInfo(kind="interrupted", message="the run was stopped after the "
+                                   "request was written, before its answer was read"))

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _DELAY_BOUND_S = 0.010  # a client that holds requests back longer than this skews the run
 _BOTTLENECK_SHARE = 0.01  # ...when that is also more than this share of a median request
+LATE_S = 0.010  # a request sent this much after its planned send time is counted late
 
 
 class Lag:
@@ -110,6 +111,7 @@ class ClientHealth:
         # (delay, due, sent, of it the collector's pauses)
         self.worst_delay: tuple[float, float, float, float] | None = None
         self.sends: list[float] = []  # every request's send time
+        self.lags: list[float] = []  # of requests with a planned send time: sent minus planned
         self.unfrozen = 0  # records since the last gc.freeze()
         self.t0 = 0.0
         self.task: asyncio.Task | None = None
@@ -131,12 +133,16 @@ class ClientHealth:
             self.task = None
         gc.unfreeze()
 
-    def sent(self, due: float, t_send: float, waited: float) -> None:
+    def sent(self, due: float, t_send: float, waited: float,
+             send_at: float | None = None) -> None:
         """A request due at `due` (the moment it could go: its session went on, a barrier
         opened, its planned wait or send time came) was sent at `t_send`, after waiting
         `waited` for its turn (the run's isolation, a concurrency slot): the rest is the
         client's own delay (the event loop getting to it, making it when that could not be
-        done ahead)."""
+        done ahead). `send_at`: its planned send time (s from the start), whose lag
+        (`t_send` - start - `send_at`) is its schedule lag."""
+        if send_at is not None:
+            self.lags.append(t_send - self.t0 - send_at)
         own = t_send - due - waited
         self.delays.append(max(0.0, own))
         self.sends.append(t_send)
@@ -177,6 +183,7 @@ class ClientHealth:
             "gc_pause_max_generation": self.gcs.longest[1] if self.gcs.longest else None,
             # what `isolated` requests cost (run.isolation)
             **isolation,
+            **schedule_summary(self.lags),
         }
         health["client_bottleneck"] = bottleneck(
             max(percentile(lag.samples, 0.99) or 0.0, percentile(self.delays, 0.99) or 0.0),
@@ -197,6 +204,17 @@ class ClientHealth:
         return {"client_delay_max_at_s": round(sent - self.t0, 3),
                 "client_delay_max_sends_meanwhile": meanwhile,
                 "client_delay_max_gc_ms": round(collector * 1000, 3)}
+
+
+def schedule_summary(lags: list[float]) -> dict[str, Any]:
+    """Input: the schedule lags of the requests with a planned send time (sent minus
+    planned, s). Output: their count, p50, p99 and max (ms) and how many were late by more
+    than `LATE_S` (`schedule_late`): the load they made came later than planned."""
+    ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+    return {"scheduled": len(lags), "schedule_lag_p50_ms": ms(percentile(lags, 0.5)),
+            "schedule_lag_p99_ms": ms(percentile(lags, 0.99)),
+            "schedule_lag_max_ms": ms(max(lags, default=None)),
+            "schedule_late": sum(1 for v in lags if v > LATE_S)}
 
 
 def bottleneck(worst_p99_s: float, e2e_median_s: float | None) -> bool:

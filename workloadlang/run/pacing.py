@@ -50,9 +50,10 @@ class Pacing(Protocol):
         """Called once, before anything else."""
 
     async def before_clock(self, firsts: list[PRequest]) -> list[PRequest]:
-        """Before the run's clock starts, with the first request of each session: get ready
-        (make them ahead, open connections). Output: those it can write in one go at the
-        start (`write_start`), in order."""
+        """Before the run's clock starts, with the first request of each session due at the
+        start or at its copy's arrival (`schedule.Copies.early`; a trace request is made while
+        it waits for its time): get ready (make them ahead, open connections). Output: those
+        it can write in one go at the start (`write_start`), in order."""
 
     def write_start(self, reqs: list[PRequest], on_written: Callable[[PRequest], None]) -> None:
         """At the start: write `reqs` now, one after the other (`on_written` for each written:

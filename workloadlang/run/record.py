@@ -154,6 +154,7 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                streamed_tokens=o.streamed_tokens, server_ttft_ms=o.server_ttft_ms,
                server_prefill_ms=o.server_prefill_ms, finish_reason=o.finish_reason,
                t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
+               schedule_lag_s=None if req.send_at is None else o.t_send - t0 - req.send_at,
                ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s,
                ttft_contended_s=contended_s, prefill_contended_s=prefill_contended_s,
                isolated=isolation[0], isolation_wait_s=isolation[1],
