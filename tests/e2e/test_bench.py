@@ -208,6 +208,17 @@ def test_trace_cache_runs_small(tmp_path: Path) -> None:
     assert row["unlimited"] == pytest.approx(row["from_ids"], abs=0.001)
 
 
+def test_arrivals_runs_small(tmp_path: Path) -> None:
+    from bench import arrivals
+
+    out = tmp_path / "arrivals.json"
+    assert arrivals.main(["--rate", "20", "--seconds", "1", "--json", str(out)]) == 0
+    (row,) = figures(out)
+    assert (row["exit_code"], row["arrivals"], row["errors"]) == (0, 20, 0)
+    assert 0 <= row["lag_p50_ms"] <= row["lag_p99_ms"] <= row["lag_max_ms"]
+    assert 5 < row["rate"] < 80
+
+
 def test_fuzz_runs_small() -> None:
     out = subprocess.run([sys.executable, "-m", "bench.fuzz", "8"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
