@@ -47,6 +47,9 @@ FLAGS = {
     "mooncake": ["--trace", SLICE],
     "needle-test": [],
     "perf-sim": ["--max-context", "131072"],
+    "shared-prompt": [],
+    "tenant-flood": [],
+    "idle-resume": [],
 }
 TARGET_S = 1.0
 

@@ -41,7 +41,7 @@ def span_cell(rs: list[PRequest], get: Callable[[PRequest], Any],
               fmt: Callable[[Any], str] = fmt_tokens) -> str:
     """A column of one or more requests: the first's value, or first→last."""
     first, last = fmt(get(rs[0])), fmt(get(rs[-1]))
-    return first if len(rs) == 1 else f"{first}→{last}"
+    return first if len(rs) == 1 or first == last == "–" else f"{first}→{last}"
 
 
 def some_cell(rs: list[PRequest], get: Callable[[PRequest], int | None]) -> str:
@@ -98,7 +98,8 @@ def group_row(rs: list[PRequest]) -> list[Any]:
     if len(rs) == 1:
         return request_row(rs[0])
     first, last = rs[0], rs[-1]
-    idx = f"{first.index}..{last.index} ({len(rs)})"
+    idx = f"{first.index}..{last.index} ({len(rs)})" if len({r.index for r in rs}) > 1 else \
+        f"{first.index} ({len(rs)})"
     abort = {r.abort_after for r in rs}
     session = first.session if first.session == last.session else \
         f"{first.session}..{last.session}"
