@@ -1,0 +1,23 @@
+"""plan: the dry-run (`--full`) of small workloads that use each newer construct (named texts,
+`$copy`, random draws and reading time, arrivals and caps, phases in loops), against golden
+text. Golden files: tests/golden/plan-features/NAME.wl and NAME.txt; regenerate with
+WL_UPDATE_GOLDEN=1 and read the diff before accepting it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_plan_golden import SALT, check_golden
+from workloadlang import cli
+
+FEATURES = Path(__file__).parent / "golden" / "plan-features"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FEATURES.glob("*.wl")))
+def test_feature_dry_run_matches_golden(capsys, name: str):
+    code = cli.main(["plan", str(FEATURES / f"{name}.wl"), "--salt", SALT, "--full"])
+    out = capsys.readouterr()
+    assert code == 0 and out.err == "", out.err
+    check_golden(FEATURES / f"{name}.txt", out.out)
