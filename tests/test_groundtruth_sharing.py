@@ -80,3 +80,29 @@ def test_idle_resume_kept_or_evicted_by_the_traffic_meanwhile(tmp_path, device, 
     resumed = records(res, "resume")
     assert len(traffic) == 6 and sum(r["prompt_tokens"] for r in traffic) > 12000
     assert min(r["t_start_s"] for r in resumed) > max(r["t_start_s"] + r["e2e_s"] for r in traffic)
+
+
+LITERAL = """workload literal {
+  session s repeat 3 {
+    system "You are a careful assistant who answers in one sentence and never uses lists, tables or markdown of any kind, whatever the question. You cite nothing, you do not apologise, you never repeat the question back, and you stop as soon as the answer is given. When you are not sure, you say so in a few words and give your best guess."
+    user filler 100
+    reply 8
+  }
+  gates { sane: overall all(cold_ok{}) }
+}"""
+
+
+def test_a_literal_prompt_served_across_concurrent_sessions_is_within_the_plan(tmp_path):
+    """Three concurrent sessions with one literal system prompt, on a one-slot simulator: the
+    later ones are served the prompt the first left in the cache. The plan says they may be
+    (`exp. max`, `planned_expected_max` in the records), so the sanity check that a cold
+    request was not served more than planned holds."""
+    from runhelp import wl_run_text
+
+    code, res = wl_run_text(tmp_path, LITERAL, "--sim", "--sim-slots", "1", "--salt", "lit")
+    served = [r for r in res["records"] if r["cached_tokens"]]
+    assert len(served) == 2, res["records"]
+    for r in res["records"]:
+        assert r["planned_expected_cached"] == 0 and r["planned_expected_max"] >= 64
+        assert r["cached_tokens"] <= r["planned_expected_max"]
+    assert gate(res, "sane")["status"] == "pass" and code == 0
