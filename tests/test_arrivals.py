@@ -100,5 +100,7 @@ def test_the_cap_holds_and_a_copy_waiting_for_its_place_is_flagged(tmp_path: Pat
     firsts = [r for r in res["records"] if r["planned_send_at"] is not None]
     assert len(firsts) == 6 and max(r["schedule_lag_s"] for r in firsts) > 0.3
     assert res["client"]["schedule_late"] >= 4
+    # the wait for a place is the schedule's lag, not the client's own delay
+    assert res["client"]["client_delay_max_ms"] < 250
     on_time = next(g for g in res["gates"] if g["name"] == "on_time")
     assert on_time["status"] == "fail"
