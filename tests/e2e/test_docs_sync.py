@@ -68,3 +68,9 @@ def test_every_diagnostic_code_has_a_section():
     emitted = emitted_codes()
     assert emitted - documented == set(), "emitted but not in docs/diagnostics.md"
     assert documented - emitted == set(), "documented but never emitted"
+
+
+def test_the_performance_page_stays_short():
+    """docs/performance.md is read whole: under 250 lines (condense, do not append)."""
+    lines = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 250, len(lines)
