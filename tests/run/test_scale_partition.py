@@ -200,3 +200,16 @@ workload wide {
     part = partition(plan, 2)
     by = {sh.sessions: sh.concurrency for sh in part.shards}
     assert by == {("wide#0",): 6, ("narrow#0", "narrow#1"): 2}
+
+
+def test_the_copies_of_a_capped_session_stay_on_one_worker():
+    """A session's `concurrency` cap counts its copies running on one executor: they are not
+    split across workers (which would let each run up to the cap)."""
+    source = api.Source(name="t.wl", text="""workload w {
+      session tenant repeat 4 arrive every 100ms concurrency 2 { user "x"; reply 4 }
+      session free repeat 4 { user "y"; reply 4 }
+    }""")
+    plan = api.make_plan(api.parse_checked(source), source, {}, salt="part")
+    groups = session_groups(plan)
+    assert ["tenant#0", "tenant#1", "tenant#2", "tenant#3"] in groups
+    assert ["free#0"] in groups and len(groups) == 5

@@ -185,10 +185,17 @@ def session_groups(plan: Plan) -> list[list[str]]:
 def cross_session_links(plan: Plan) -> set[tuple[str, str]]:
     """Output: pairs of sessions that one request ties together: its dependencies, the replies
     its prompt carries (tool calls' arguments too), the loop it belongs to, the branches a fork
-    keeps one of."""
+    keeps one of; and the copies of a session with a `concurrency` cap (one worker keeps the
+    count of its copies running)."""
     session_of = {r.id: r.session for r in plan.requests}
     carried = carried_sessions(plan, session_of)
     links: set[tuple[str, str]] = set()
+    capped: dict[str, str] = {}
+    for info in plan.sessions:
+        if info.cap is not None:
+            first = capped.setdefault(info.name, info.id)
+            if first != info.id:
+                links.add((info.id, first))
     loops: dict[str, str] = {}
     for r in plan.requests:
         for other in (*(session_of.get(d) for d in r.deps),
