@@ -42,6 +42,9 @@ SMALL = {
     "mooncake": {"trace": SLICE, "limit": "60"},
     "needle-test": {"lengths": "1k,2k"},
     "perf-sim": {"context_limit": "40k"},
+    "shared-prompt": {"sessions": "3", "system_tokens": "2k", "turns": "2"},
+    "tenant-flood": {"victim_tokens": "8k", "tenants": "6"},
+    "idle-resume": {"sessions": "2", "fill_tokens": "8k", "idle": "2s"},
 }
 FLAGS = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"],
          "mooncake": ["--trace", SLICE, "--limit", "200"]}
@@ -116,7 +119,10 @@ def by_label(plan: Plan, session: str, label: str) -> list[PRequest]:
 
 
 def filler_keys(plan: Plan, msgs) -> set[str]:
-    return {s.key for i in msgs for s in plan.messages[i].segs if s.kind == "filler"}
+    """The fillers of messages `msgs`, but a named text's (`text NAME = ...`: the same bytes
+    in every conversation that sends it, by design)."""
+    return {s.key for i in msgs for s in plan.messages[i].segs
+            if s.kind == "filler" and not s.key.startswith("text:")}
 
 
 @settings(max_examples=150, deadline=None)
@@ -152,7 +158,8 @@ def test_growth_reuses_the_previous_step(shape: Shape, salt: str):
 @given(shape=shapes, salt=salts)
 def test_conversations_never_share_filler_unless_forked(shape: Shape, salt: str):
     plan = plan_text(shape.text(), salt)
-    keys = [s.key for m in plan.messages for s in m.segs if s.kind == "filler"]
+    keys = [s.key for m in plan.messages for s in m.segs
+            if s.kind == "filler" and not s.key.startswith("text:")]
     assert len(keys) == len(set(keys)), "a filler key in two messages"
     per_session = {s.id: set() for s in plan.sessions}
     for r in plan.requests:
@@ -260,11 +267,13 @@ def test_bundled_plan_hash_is_stable_across_processes(name: str):
 def test_bundled_conversations_never_share_filler(name: str):
     """No two requests of different conversations (session copies, sub-agents, contexts, fresh
     runs) have a filler message in common, unless one request's prompt is a prefix of the
-    other's (a conversation growing, or a resend), or the filler is in the part of their
-    prompts they share (forks of one conversation: agent-sim's baselines). (A trace's requests
+    other's (a conversation growing, or a resend), the filler is in the part of their
+    prompts they share (forks of one conversation: agent-sim's baselines), or it is a named
+    text's (shared-prompt's system prompt: shared by design). (A trace's requests
     share the blocks their ids share: tests/plan/test_trace.py.)"""
     plan = bundled_plan(name, "props")
-    keys = [s.key for m in plan.messages for s in m.segs if s.kind == "filler"]
+    keys = [s.key for m in plan.messages for s in m.segs
+            if s.kind == "filler" and not s.key.startswith("text:")]
     assert keys and len(keys) == len(set(keys))
     fill = [filler_keys(plan, plan.message_ids(r)) for r in plan.requests]
     for i, a in enumerate(plan.requests):
