@@ -255,7 +255,7 @@ class _Lower(Transformer):
     def message(self, meta: Any, c: list) -> ir.Message:
         return ir.Message(role=c[0], parts=tuple(c[1:]), span=self.span(meta))
 
-    def text(self, meta: Any, c: list) -> _Clause:
+    def text_decl(self, meta: Any, c: list) -> _Clause:
         node = ir.Text(name=str(c[0]), parts=tuple(c[1:]), span=self.span(meta))
         return _Clause("text", node, node.span)
 
