@@ -1,33 +1,25 @@
 """Sweeps: a workload run once per value of one param, into one results file.
 
-Input: a checked `ir.Workload`, the params set on the command line and `--sweep NAME=A,B,...`
-(or the file's `sweep [...]` clause of one param); after the runs, each point's `Results`.
-Output: the points to run (`points`), the sweep results file (`SweepResults`, schema
-`workloadlang.sweep/1`: one `Results` per point, in order, and the worst exit code of them),
-reading either kind of results file (`read_any`), the numbers of each point side by side
-(`curves`, `table`). `wl report` draws the curves, `wl compare` compares two sweeps point by
+Input: each point's `Results` (the points and their salts: `plan.sweep`). Output: the sweep
+results file (`SweepResults`, schema `workloadlang.sweep/1`: one `Results` per point, in
+order, and the worst exit code of them), reading either kind of results file (`read_any`),
+the numbers of each point side by side (`curves`, `table`). `wl report` draws the curves, `wl compare` compares two sweeps point by
 point (docs/cli.md "Sweeps").
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ValidationError
 from tabulate import tabulate
 
-from workloadlang import ir
-from workloadlang.check import sweep_text
 from workloadlang.headline import fmt_value, headline
 from workloadlang.results import Results, ResultsFileError, _results_of, read_results
 
 SCHEMA = "workloadlang.sweep/1"
-
-
-class SweepError(ValueError):
-    """A `--sweep` that cannot be run; the message says why (a usage error)."""
 
 
 class SweepResults(BaseModel):
@@ -44,44 +36,6 @@ class SweepResults(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2).replace('"schema_"', '"schema"', 1)
-
-
-def points(wl: ir.Workload, overrides: Mapping[str, str], flag: str | None
-           ) -> tuple[str, list[str]] | None:
-    """The param to sweep and its values: `--sweep NAME=A,B` (`flag`), else the `sweep [...]`
-    of a param not set on the command line; None when there is no sweep. Raises `SweepError`
-    for a flag that names no param, a param also set, or no value."""
-    if flag is None:
-        for p in wl.params:
-            if p.sweep is not None and p.name not in overrides:
-                return p.name, [sweep_text(v) or "" for v in p.sweep.items]
-        return None
-    name, eq, values = flag.partition("=")
-    name = name.strip().replace("-", "_")
-    known = {p.name for p in wl.params}
-    if not eq or name not in known:
-        raise SweepError(f"--sweep {flag}: write NAME=V1,V2,... with a param of this workload "
-                         f"({', '.join(sorted(known)) or 'it has none'})")
-    if name in overrides:
-        raise SweepError(f"--sweep {name}: the param is also set on the command line")
-    items = [v.strip() for v in values.split(",") if v.strip()]
-    if not items:
-        raise SweepError(f"--sweep {flag}: no value to sweep")
-    return name, items
-
-
-def point_salt(salt: str, name: str, value: str) -> str:
-    """The salt of a sweep's point: the sweep's salt and the point (`S/sessions=4`). Each point
-    sends its own text, so an engine's cache carries nothing from one point into the next (the
-    same text at every point would be served from what the points before it left); `--salt
-    S/sessions=4 --sessions 4` replays that point alone."""
-    return f"{salt}/{name}={value}"
-
-
-def sweep_salt(point: str, name: str, value: str) -> str:
-    """The sweep's salt back from a point's (`point_salt`)."""
-    suffix = f"/{name}={value}"
-    return point[: -len(suffix)] if point.endswith(suffix) else point
 
 
 def worst_exit(codes: list[int]) -> int:

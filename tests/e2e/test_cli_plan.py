@@ -194,3 +194,18 @@ def test_unknown_workload_is_a_usage_error(capsys):
     code, out, err = main(capsys, "plan", "agent-simm")
     assert code == 2 and "no file or bundled workload named `agent-simm`" in err
     assert "agent-sim" in err
+
+
+def test_wl_plan_imports_nothing_of_the_runner():
+    """`wl plan` (a sweep's included) loads no HTTP client, wire client or runner module
+    (but the API's light `run.errors` and `run.options`): its start-up is most of its time
+    (docs/performance.md, "Planning")."""
+    code = ("import sys, io, contextlib\nfrom workloadlang import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert cli.main(['plan', 'abort-sim', '--sweep', 'max_tokens=8,16']) == 0\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('httpx', 'workloadlang.run.',"
+            " 'workloadlang.wire')) and m not in ('workloadlang.run.errors',"
+            " 'workloadlang.run.options')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -83,7 +83,7 @@ def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
 def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any]):
     """The workload and its plans: one, or one per value of the param swept (`--sweep`, or
     the file's `sweep [...]`). Output: (source, workload, (param, values) or None, plans)."""
-    from workloadlang import sweep
+    from workloadlang.plan import sweep
 
     source = load(args.workload, getattr(args, "format", "text"))
     try:

@@ -82,7 +82,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     `--json`, every plan in a JSON object)."""
     from tabulate import tabulate
 
-    from workloadlang import sweep
+    from workloadlang.plan import sweep
     from workloadlang.plan.dryrun import render_plan
 
     name, values = swept

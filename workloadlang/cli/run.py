@@ -220,10 +220,11 @@ def finish_sweep(swept: tuple[str, list[str]], points: list, args, writer: Jsonl
     """A sweep's results file (`--output`; `--report`: its curves) and table; the exit code
     of its worst point."""
     from workloadlang import sweep
+    from workloadlang.plan.sweep import sweep_salt
 
     result = sweep.SweepResults(workload=points[0].workload, param=swept[0],
                                 values=swept[1][:len(points)], points=points,
-                                salt=sweep.sweep_salt(points[0].salt, swept[0], swept[1][0]),
+                                salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),
                                 exit_code=sweep.worst_exit([p.exit_code for p in points]))
     print(f"\n── sweep {swept[0]}: {len(points)} of {len(swept[1])} runs ──")
     print(sweep.table(result))

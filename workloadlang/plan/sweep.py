@@ -1,0 +1,56 @@
+"""Sweeps, planned: the param a workload is run over and its values, and each point's salt.
+
+Input: a checked `ir.Workload`, the params set on the command line and `--sweep NAME=A,B,...`
+(or the file's `sweep [...]` clause of one param). Output: the param and its values
+(`points`), each point's salt (`point_salt`, and the sweep's back from it, `sweep_salt`). The
+runs and their results file are `workloadlang.sweep` (docs/cli.md "Sweeps").
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from workloadlang import ir
+from workloadlang.check import sweep_text
+
+
+class SweepError(ValueError):
+    """A `--sweep` that cannot be run; the message says why (a usage error)."""
+
+
+def points(wl: ir.Workload, overrides: Mapping[str, str], flag: str | None
+           ) -> tuple[str, list[str]] | None:
+    """The param to sweep and its values: `--sweep NAME=A,B` (`flag`), else the `sweep [...]`
+    of a param not set on the command line; None when there is no sweep. Raises `SweepError`
+    for a flag that names no param, a param also set, or no value."""
+    if flag is None:
+        for p in wl.params:
+            if p.sweep is not None and p.name not in overrides:
+                return p.name, [sweep_text(v) or "" for v in p.sweep.items]
+        return None
+    name, eq, values = flag.partition("=")
+    name = name.strip().replace("-", "_")
+    known = {p.name for p in wl.params}
+    if not eq or name not in known:
+        raise SweepError(f"--sweep {flag}: write NAME=V1,V2,... with a param of this workload "
+                         f"({', '.join(sorted(known)) or 'it has none'})")
+    if name in overrides:
+        raise SweepError(f"--sweep {name}: the param is also set on the command line")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not items:
+        raise SweepError(f"--sweep {flag}: no value to sweep")
+    return name, items
+
+
+def point_salt(salt: str, name: str, value: str) -> str:
+    """The salt of a sweep's point: the sweep's salt and the point (`S/sessions=4`). Each point
+    sends its own text, so an engine's cache carries nothing from one point into the next (the
+    same text at every point would be served from what the points before it left); `--salt
+    S/sessions=4 --sessions 4` replays that point alone."""
+    return f"{salt}/{name}={value}"
+
+
+def sweep_salt(point: str, name: str, value: str) -> str:
+    """The sweep's salt back from a point's (`point_salt`)."""
+    suffix = f"/{name}={value}"
+    return point[: -len(suffix)] if point.endswith(suffix) else point
