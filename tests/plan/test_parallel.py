@@ -66,9 +66,23 @@ def test_best_of_n_branches_wait_for_the_parent_and_the_continuation_for_all():
 def test_the_dry_run_says_what_a_parallel_fork_assumes():
     text = render_plan(plan_of(BEST_OF))
     assert "parallel fork(s) send their branches' requests side by side" in text
-    assert "goes on after the fork of line 7 from the branch that finishes first" in text
+    flat = " ".join(text.split())
+    assert ("after the fork of line 7 (main#0) the session goes on from the branch that "
+            "finishes first (`keep first`)") in flat
+    assert "the same size as any other branch's" in flat
     assert "up to (other sessions, branches)" in text
     assert " lane" in text.splitlines()[4] and "0.3" in text
+
+
+def test_one_line_per_keep_statement_and_what_branches_of_different_sizes_mean():
+    text = " ".join(render_plan(plan_of("""workload w { session s repeat 2 {
+        user filler 100
+        repeat 3 { spawn 2 fork parallel keep longest as k { user filler 10 * ($k + 1); reply 8 } }
+        reply 8 } }""")).split())
+    assert text.count("the session goes on from the branch") == 1
+    assert ("after the fork of line 3 (2 sessions: s#0, ...; 6 forks in all) the session goes on "
+            "from the branch that ends the longest (`keep longest`)") in text
+    assert "the branches differ in size" in text and "same size as any other" not in text
 
 
 def test_a_sequential_fork_keeps_the_branch_it_names():

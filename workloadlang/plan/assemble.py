@@ -24,12 +24,13 @@ from workloadlang.diagnostics import WorkloadError
 from workloadlang.evaluate import COPY
 from workloadlang.plan import arrivals, lanes, lru
 from workloadlang.plan.limits import Limits, TooBig
-from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PRequest, SessionInfo,
-                                     Totals, TraceInfo)
+from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PMessage, PRequest,
+                                     SessionInfo, Totals, TraceInfo)
 from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Builder, Conv,
                                        Ctx, Draft, in_bounds, iterations, options_value, value,
                                        walk)
-from workloadlang.plan.prefix import HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie
+from workloadlang.plan.prefix import (HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie,
+                                      message_weight)
 from workloadlang.selector import gate_metric_refs, select_static, test_refs
 
 
@@ -65,7 +66,8 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
         phases=tuple(b.phases), sessions=tuple(sessions), messages=tuple(b.messages),
         requests=tuple(requests), calibrations=wl.calibrations, gates=tuple(gates),
         report=wl.report, totals=totals(requests, sessions, settings["concurrency"], cache),
-        assumptions=assumptions(requests, settings["concurrency"], cache, b.picks, bool(infos)),
+        assumptions=assumptions(requests, settings["concurrency"], cache, b.picks, bool(infos),
+                                b.messages),
         cache_model=cache, traces=tuple(infos), picks=tuple(b.picks), **settings)
     return plan.model_copy(update={"plan_hash": plan_hash(plan)})
 
@@ -296,7 +298,8 @@ def demands(reqs: list[PRequest], sessions: list[SessionInfo]) -> list[list[int]
 
 
 def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None,
-                picks: Sequence[Pick] = (), traced: bool = False) -> tuple[str, ...]:
+                picks: Sequence[Pick] = (), traced: bool = False,
+                messages: Sequence[PMessage] = ()) -> tuple[str, ...]:
     """What the expectations assume where the order of requests is not fixed by the plan."""
     out = []
     shared = [r for r in reqs if r.expected_cached_max is not None]
@@ -311,7 +314,7 @@ def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None
             + ("session or branch, or before a phase barrier or its fork)" if lanes else
                "session, or before a phase barrier)")
             + " and `exp. max` what it would be if the others finished first")
-    out.extend(parallel_assumptions(reqs, picks))
+    out.extend(parallel_assumptions(reqs, picks, messages))
     if traced:
         tail = "exact at concurrency 1" if concurrency == 1 else (
             f"at concurrency {concurrency} up to {concurrency - 1} requests sent before one may "
@@ -327,7 +330,8 @@ def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None
     return tuple(out)
 
 
-def parallel_assumptions(reqs: list[PRequest], picks: Sequence[Pick]) -> list[str]:
+def parallel_assumptions(reqs: list[PRequest], picks: Sequence[Pick],
+                         messages: Sequence[PMessage] = ()) -> list[str]:
     """What a plan with parallel forks assumes: branches in flight together, the requests
     after a fork waiting for all of them, and a branch kept at run time counted as branch 0."""
     out = []
@@ -338,11 +342,46 @@ def parallel_assumptions(reqs: list[PRequest], picks: Sequence[Pick]) -> list[st
                    "(a branch's in order); a branch expects from cache what was finished before "
                    "its fork and its own earlier requests, and what follows a fork waits for "
                    "every branch to end")
+    out.extend(keep_assumptions(messages, picks))
+    return out
+
+
+def branch_tokens(messages: Sequence[PMessage], pick: Pick) -> list[int]:
+    """The tokens each branch of a kept fork added to the conversation before it: each branch
+    walked back to where they meet, the latest message first (a branch's messages were all made
+    after the fork's, so the walk never passes the fork)."""
+    cur = [b.last_message for b in pick.branches]
+    added = [0] * len(cur)
+    while len(set(cur)) > 1:
+        k = max(range(len(cur)), key=lambda j: -1 if cur[j] is None else cur[j])
+        m = messages[cur[k]]
+        added[k] += message_weight(m)
+        cur[k] = m.after
+    return added
+
+
+def keep_assumptions(messages: Sequence[PMessage], picks: Sequence[Pick]) -> list[str]:
+    """One line per `keep first|longest` statement (however many times its sessions ran it):
+    the branch is chosen at run time, the plan counts branch 0, and what the runner expects
+    when the branches differ in size."""
+    groups: dict[tuple[int, str], list[Pick]] = {}
     for p in picks:
-        rule = "finishes first" if p.rule == "first" else "ends the longest"
-        out.append(f"{p.session} goes on after the fork of line {p.span.line} from the branch "
-                   f"that {rule} (`keep {p.rule}`), chosen at run time; the plan counts branch "
-                   "0's conversation, the same size as any other branch's of the same shape")
+        groups.setdefault((p.span.line, p.rule), []).append(p)
+    out = []
+    for (line, rule), ps in groups.items():
+        sessions = list(dict.fromkeys(p.session for p in ps))
+        who = sessions[0] if len(sessions) == 1 else \
+            f"{len(sessions):,} sessions: {sessions[0]}, ..."
+        times = "" if len(ps) == len(sessions) else f"; {len(ps):,} forks in all"
+        differ = any(len(set(branch_tokens(messages, p))) > 1 for p in ps)
+        how = "finishes first" if rule == "first" else "ends the longest"
+        out.append(
+            f"after the fork of line {line} ({who}{times}) the session goes on from the branch that "
+            f"{how} (`keep {rule}`), chosen at run time; the plan counts branch 0's conversation"
+            + ("; the branches differ in size, so the requests after the fork may send more or "
+               "fewer tokens than planned, and the runner expects from cache what the kept "
+               "branch's requests counted on the engine" if differ else
+               ", the same size as any other branch's"))
     return out
 
 
