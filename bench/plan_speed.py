@@ -50,6 +50,7 @@ FLAGS = {
     "shared-prompt": [],
     "tenant-flood": [],
     "idle-resume": [],
+    "coding-agent": [],
 }
 TARGET_S = 1.0
 

@@ -45,6 +45,8 @@ SMALL = {
     "shared-prompt": {"sessions": "3", "system_tokens": "2k", "turns": "2"},
     "tenant-flood": {"victim_tokens": "8k", "tenants": "6"},
     "idle-resume": {"sessions": "2", "fill_tokens": "8k", "idle": "2s"},
+    "coding-agent": {"sessions": "2", "tasks": "1", "system_tokens": "1k", "tools_tokens": "1k",
+                     "read_tokens": "1k", "sub_tokens": "1k"},
 }
 FLAGS = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"],
          "mooncake": ["--trace", SLICE, "--limit", "200"]}
