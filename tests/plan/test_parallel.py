@@ -331,3 +331,19 @@ def test_the_split_over_sessions_and_its_bound(profiles, cap):
     got, n = lanes.peak_demand(profiles, cap)
     assert got == exact and n == min(cap, sum(len(p) for p in profiles))
     assert lanes.envelope_bound(profiles, n) >= exact
+
+
+def test_a_forks_first_request_counts_what_the_parent_added_as_new():
+    """`new`: what a request adds to its conversation. A fork's branch sends the parent's
+    messages added since its last request too (a cold spawn's branch does not)."""
+    plan = plan_of("""workload w { session s {
+        user "go"; reply 4
+        user filler 100
+        spawn 2 fork parallel label f { user filler 10; reply 4 }
+        spawn 1 fork label g { reply 4 }
+        spawn 1 cold label c { user filler 10; reply 4 }
+        reply 4 label same } }""")
+    [same] = by_label(plan, "same")
+    assert [r.new_tokens for r in by_label(plan, "f")] == [same.new_tokens + 10] * 2
+    assert [r.new_tokens for r in by_label(plan, "g")] == [same.new_tokens]
+    assert [r.new_tokens for r in by_label(plan, "c")] == [10]

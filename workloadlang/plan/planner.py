@@ -504,9 +504,10 @@ def stmt_spawn(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv) -> None:
 
     def one(k: int) -> None:
         env = {**ctx.env, s.var: k} if s.var else ctx.env
+        # a fork's first request also sends what the parent added since its last request
         child = Conv(last=conv.last if fork else None, tokens=conv.tokens if fork else 0,
                      last_request=conv.last_request if fork else None,
-                     calls=conv.calls if fork else ())
+                     calls=conv.calls if fork else (), new_tokens=conv.new_tokens if fork else 0)
         sub = ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
                      isolated=ctx.isolated or s.isolated)
         if fid is not None:
