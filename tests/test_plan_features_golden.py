@@ -1,6 +1,6 @@
 """plan: the dry-run (`--full`) of small workloads that use each newer construct (named texts,
-`$copy`, random draws and reading time, arrivals and caps, phases in loops), against golden
-text. Golden files: tests/golden/plan-features/NAME.wl and NAME.txt; regenerate with
+`$copy`, random draws and reading time, arrivals and caps, phases in loops; tool calls, `replay
+content`, parallel forks with `keep`, a sweep), against golden text. Golden files: tests/golden/plan-features/NAME.wl and NAME.txt; regenerate with
 WL_UPDATE_GOLDEN=1 and read the diff before accepting it."""
 
 from __future__ import annotations
