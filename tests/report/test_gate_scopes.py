@@ -8,8 +8,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from runhelp import gate, wl_run_text as wl_run
-from test_plan_semantics import plan_of
-from test_plan_shared import check_codes
+from workloadlang import api
+from workloadlang.diagnostics import WorkloadError
+from workloadlang.plan.model import Plan
+
+
+def plan_of(text: str) -> Plan:
+    source = api.Source(name="t.wl", text=text)
+    return api.make_plan(api.parse_checked(source), source, {}, salt="scopes")
+
+
+def check_codes(text: str) -> list[tuple[str, str]]:
+    source = api.Source(name="t.wl", text=text)
+    try:
+        wl = api.parse_checked(source)
+    except WorkloadError as e:
+        return [(d.code, d.message) for d in e.diagnostics]
+    return [(d.code, d.message) for d in api.check(wl)]
 
 TWO = """workload two {
   session victim repeat 2 {

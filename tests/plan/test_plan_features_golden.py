@@ -1,7 +1,7 @@
 """plan: the dry-run (`--full`) of small workloads that use each newer construct (named texts,
 `$copy`, random draws and reading time, arrivals and caps, phases in loops; tool calls, `replay
-content`, parallel forks with `keep`, a sweep), against golden text. Golden files: tests/golden/plan-features/NAME.wl and NAME.txt; regenerate with
-WL_UPDATE_GOLDEN=1 and read the diff before accepting it."""
+content`, parallel forks with `keep`, a sweep), against golden text. Golden files:
+tests/golden/plan-features/NAME.wl and NAME.txt; regenerate with WL_UPDATE_GOLDEN=1 and read the diff before accepting it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from test_plan_golden import SALT, check_golden
 from workloadlang import cli
 
-FEATURES = Path(__file__).parent / "golden" / "plan-features"
+FEATURES = Path(__file__).parents[1] / "golden" / "plan-features"
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in FEATURES.glob("*.wl")))
