@@ -17,19 +17,20 @@ planner's (WL4xx).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from workloadlang import ir, limits
-from workloadlang.checkparams import (ParamChecks, _const_items, _constant_text,  # noqa: F401
-                                      _is_number, sweep_text)  # sweep_text: handed on (`sweep.py`)
+from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
+                                      sweep_text)  # sweep_text: handed on (`sweep.py`)
+from workloadlang.checksessions import SessionChecks, statements
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
 from workloadlang.evaluate import COPY, DRAWS, FUNCTIONS, constant
 from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, CALIBRATION_KINDS, CALIBRATION_REFS,
                                 KIND_HINTS, LITERAL_KINDS, METRICS, NUMERIC, SETTING_KINDS,
-                                TYPE_KINDS, arith_kind, common_kind, comparable, describe,
-                                element, fits, is_zero, list_of)
+                                TYPE_KINDS, Scope, arith_kind, common_kind, comparable,
+                                describe, element, fits, is_zero, list_of)
 from workloadlang.declared import Declared
 from workloadlang.ir import gate_metric_refs
 
@@ -60,10 +61,6 @@ _BOUND_HINTS = {
     "hit_ratio": "a request is a hit when it was served at least this share of what a perfect "
                  "cache would serve",
 }
-TRACE_OPTIONS = {"time_scale": "number", "offset": "number", "limit": "number",
-                 "sample": "ratio", "block_tokens": "number", "max_tokens": "number",
-                 "label": "string"}
-"""The options of `session NAME trace PATH { ... }` and their kinds (docs/traces.md)."""
 
 
 def check(wl: ir.Workload) -> list[Diagnostic]:
@@ -84,25 +81,13 @@ def _shown(e: Any) -> str:
 
 # ---------------------------------------------------------------- the checker
 
-class _Scope(dict):
-    """Names usable as `$refs` here -> kind; `gates` allows calibration results, `draws` random
-    draws (a session's statements)."""
-
-    def __init__(self, kinds: Mapping[str, str], gates: bool = False, draws: bool = False):
-        super().__init__(kinds)
-        self.gates, self.draws = gates, draws
-
-    def child(self, name: str, kind: str) -> _Scope:
-        return _Scope({**self, name: kind}, self.gates, self.draws)
-
-
-class _Checker(ParamChecks):
+class _Checker(ParamChecks, SessionChecks):
     def __init__(self, wl: ir.Workload):
         self.wl = wl
         self.diags: list[Diagnostic] = []
         self.used: set[str] = set()
         self.params = {p.name: p for p in wl.params}
-        self.top = _Scope({**BUILTIN_REFS, **{p.name: _param_kind(p) for p in wl.params}})
+        self.top = Scope({**BUILTIN_REFS, **{p.name: _param_kind(p) for p in wl.params}})
         self.names = Declared(wl, self.diags)
         self.texts = self.top  # and the named texts (`check_texts`)
 
@@ -132,13 +117,13 @@ class _Checker(ParamChecks):
 
     # -- expressions
 
-    def kind(self, e: Any, scope: _Scope) -> str:
+    def kind(self, e: Any, scope: Scope) -> str:
         """The kind of expression `e`, reporting unknown names and unit errors on the way."""
         if isinstance(e, ir.Num):
             return e.unit
         return LITERAL_KINDS.get(e.kind) or getattr(self, "_k_" + e.kind)(e, scope)
 
-    def expect(self, e: Any, scope: _Scope, wanted: str, what: str) -> bool:
+    def expect(self, e: Any, scope: Scope, wanted: str, what: str) -> bool:
         """Whether `e` has the kind `wanted` (WL301 or WL302 when not)."""
         kind = self.kind(e, scope)
         if fits(kind, wanted, e):
@@ -148,7 +133,7 @@ class _Checker(ParamChecks):
                  f"{describe(kind)}", e.span, KIND_HINTS.get((wanted, kind)))
         return False
 
-    def value(self, e: Any, scope: _Scope, wanted: str, what: str, place: str | None) -> None:
+    def value(self, e: Any, scope: Scope, wanted: str, what: str, place: str | None) -> None:
         """A value of kind `wanted` at `place` (a `limits.PLACES` entry): its kind, and, when
         it is a constant, its bounds (WL305) and whether it is whole (WL303)."""
         if e is None or not self.expect(e, scope, wanted, what) or place is None:
@@ -161,7 +146,7 @@ class _Checker(ParamChecks):
                     else _BOUND_HINTS.get(place) if place != "max_tokens" or v == 0 else None)
             self.err(code, f"{what} {problem}, not {_constant_text(e, v)}", e.span, hint)
 
-    def _k_ref(self, e: ir.Ref, scope: _Scope) -> str:
+    def _k_ref(self, e: ir.Ref, scope: Scope) -> str:
         if e.name in scope:
             self.used.add(e.name)
             return scope[e.name]
@@ -183,7 +168,7 @@ class _Checker(ParamChecks):
                  close and f"did you mean `${close}`?")
         return "any"
 
-    def calibration_ref(self, e: ir.Ref, scope: _Scope) -> str:
+    def calibration_ref(self, e: ir.Ref, scope: Scope) -> str:
         step = CALIBRATION_REFS[e.name]
         if not scope.gates:
             self.err("WL209", f"`${e.name}` is measured at run time, so it can only be used in "
@@ -193,7 +178,7 @@ class _Checker(ParamChecks):
                      f"add `calibrate {step}` to the workload")
         return CALIBRATION_KINDS[e.name]
 
-    def _k_binop(self, e: ir.BinOp, scope: _Scope) -> str:
+    def _k_binop(self, e: ir.BinOp, scope: Scope) -> str:
         if e.op in ("and", "or"):
             for side in (e.left, e.right):
                 self.expect(side, scope, "bool", f"each side of `{e.op}`")
@@ -216,18 +201,18 @@ class _Checker(ParamChecks):
                      span, "see the unit rules in docs/language.md")
         return result or "any"
 
-    def _k_neg(self, e: ir.Neg, scope: _Scope) -> str:
+    def _k_neg(self, e: ir.Neg, scope: Scope) -> str:
         kind = self.kind(e.operand, scope)
         if kind not in NUMERIC | {"any"}:
             self.err("WL302", f"cannot negate {describe(kind)}", e.span)
             return "any"
         return kind
 
-    def _k_not(self, e: ir.Not, scope: _Scope) -> str:
+    def _k_not(self, e: ir.Not, scope: Scope) -> str:
         self.expect(e.operand, scope, "bool", "the operand of `not`")
         return "bool"
 
-    def _k_call(self, e: ir.Call, scope: _Scope) -> str:
+    def _k_call(self, e: ir.Call, scope: Scope) -> str:
         kinds = [self.kind(a, scope) for a in e.args]
         if e.func not in FUNCTIONS:
             self.err("WL205", f"unknown function `{e.func}`", e.span,
@@ -243,7 +228,7 @@ class _Checker(ParamChecks):
             return self._k_draw(e, kinds, scope)
         return self._k_if(e, kinds) if e.func == "if" else self._k_numeric_call(e, kinds)
 
-    def _k_draw(self, e: ir.Call, kinds: list[str], scope: _Scope) -> str:
+    def _k_draw(self, e: ir.Call, kinds: list[str], scope: Scope) -> str:
         """A random draw: in a session's statements only (WL217); `uniform(low, high)` of one
         kind, the others of their mean's kind with a plain coefficient of variation."""
         if not scope.draws:
@@ -280,16 +265,16 @@ class _Checker(ParamChecks):
             self.err("WL301", f"{what} mix {shown}", span, "make them the same kind")
         return common or "any"
 
-    def _k_listexpr(self, e: ir.ListExpr, scope: _Scope) -> str:
+    def _k_listexpr(self, e: ir.ListExpr, scope: Scope) -> str:
         # A list may mix kinds (an option value is any JSON); a list param's items are checked
         # one by one against its type instead.
         return list_of(common_kind([self.kind(i, scope) for i in e.items]) or "any")
 
-    def _k_obj(self, e: ir.ObjExpr, scope: _Scope) -> str:
+    def _k_obj(self, e: ir.ObjExpr, scope: Scope) -> str:
         self.check_options(e.items, scope)
         return "object"
 
-    def check_options(self, options: tuple[ir.Option, ...], scope: _Scope | None = None) -> None:
+    def check_options(self, options: tuple[ir.Option, ...], scope: Scope | None = None) -> None:
         self.unique(options, "option", key="key")
         for option in options:
             if self.kind(option.value, scope or self.top) == "text":
@@ -316,7 +301,7 @@ class _Checker(ParamChecks):
         """`text NAME = ...`: unique among texts and params (they share `$`); each part reads
         params and the texts declared before it (so no text is made from itself)."""
         self.unique(self.wl.texts, "text")
-        scope = _Scope(self.top)
+        scope = Scope(self.top)
         for t in self.wl.texts:
             if t.name in self.params or t.name in BUILTIN_REFS or t.name == COPY:
                 self.err("WL202", f"text `{t.name}` has the name of a "
@@ -337,57 +322,13 @@ class _Checker(ParamChecks):
             if s.trace is not None:
                 self.check_trace(s.trace)
             self.check_arrival(s)
-            self.stmts(s.body, _Scope({**self.texts, COPY: "number"}, draws=True))
+            self.stmts(s.body, Scope({**self.texts, COPY: "number"}, draws=True))
 
-    def check_arrival(self, s: ir.Session) -> None:
-        """`arrive every GAP [burst K]` (a duration, a draw allowed) or `arrive at TIMES` (a
-        duration or a list of them), `concurrency C`; a capped session has no phase (WL219)."""
-        a = s.arrive
-        if a is not None and a.how == "every":
-            self.value(a.value, _Scope(self.top, draws=True), "duration",
-                       "the gap of `arrive every`", "arrive every")
-            self.value(a.burst, self.top, "number", "`burst`", "burst")
-        elif a is not None:
-            kind = self.kind(a.value, self.top)
-            if kind not in ("duration", "list:duration", "any", "list:any") and not is_zero(
-                    a.value):
-                self.err("WL302", f"the times of `arrive at` must be a duration or a list of "
-                         f"durations, not {describe(kind)}", a.value.span,
-                         "times from the run's start, like `[0s, 500ms, 2s]`")
-            for v in _const_items(a.value):
-                if _is_number(v) and v < 0:
-                    self.err("WL305", f"an arrival time must be at least 0s, not {v:g}s",
-                             a.value.span)
-        self.value(s.concurrency, self.top, "number", "the `concurrency` of a session",
-                   "concurrency")
-        phase = s.concurrency is not None and next(
-            (st for st in _statements(s.body) if isinstance(st, ir.Phase)), None)
-        if phase:
-            self.err("WL219", f"session `{s.name}` has a `concurrency` cap and a phase "
-                     f"(`{phase.name}`)", phase.span, "a copy waiting for its place would hold "
-                     "every session at the phase's barrier: drop the cap or the phase")
-
-    def check_trace(self, t: ir.TraceSource) -> None:
-        """A trace session: its path is a string; its options are known (WL215) and of their
-        kinds."""
-        self.expect(t.path, self.top, "string", "the path of `trace`")
-        self.unique(t.options, "trace option", key="key")
-        for o in t.options:
-            wanted = TRACE_OPTIONS.get(o.key)
-            if wanted is None:
-                self.err("WL215", f"unknown trace option `{o.key}`", o.span,
-                         did_you_mean(o.key, TRACE_OPTIONS) or
-                         f"the options are {', '.join(sorted(TRACE_OPTIONS))}")
-            elif wanted == "ratio" and self.kind(o.value, self.top) == "number":
-                continue  # `sample = 0.1` as well as `sample = 10%`
-            else:
-                self.expect(o.value, self.top, wanted, f"the trace option `{o.key}`")
-
-    def stmts(self, body: tuple, scope: _Scope) -> None:
+    def stmts(self, body: tuple, scope: Scope) -> None:
         for stmt in body:
             self.stmt(stmt, scope)
 
-    def stmt(self, s: Any, scope: _Scope) -> None:
+    def stmt(self, s: Any, scope: Scope) -> None:
         """One statement: its values (by `_STMT_VALUES`), options, parts, names, then bodies."""
         for field, wanted, what, place in _STMT_VALUES.get(s.kind, ()):
             self.value(getattr(s, field), scope, wanted, what, place)
@@ -406,7 +347,7 @@ class _Checker(ParamChecks):
         for field in ("body", "then", "orelse"):
             self.stmts(getattr(s, field, ()), inner)
 
-    def check_parts(self, parts: tuple[ir.ContentPart, ...], scope: _Scope,
+    def check_parts(self, parts: tuple[ir.ContentPart, ...], scope: Scope,
                     role: str | None) -> None:
         """A message's parts (`role` None: a named text's)."""
         for part in parts:
@@ -422,18 +363,18 @@ class _Checker(ParamChecks):
                              "{ ... }` (its result is a `tool` message)")
                 self.check_call(part, scope)
 
-    def check_filler(self, part: ir.FillerPart, scope: _Scope) -> None:
+    def check_filler(self, part: ir.FillerPart, scope: Scope) -> None:
         self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
         self.value(part.needle_at, scope, "ratio", "the depth of `needle at`", "needle at")
 
-    def check_call(self, call: ir.CallPart, scope: _Scope) -> None:
+    def check_call(self, call: ir.CallPart, scope: Scope) -> None:
         """A tool call's arguments: distinct keys, fillers of a size."""
         self.unique(call.args, "tool call argument", key="key")
         for arg in call.args:
             if isinstance(arg.value, ir.FillerPart):
                 self.check_filler(arg.value, scope)
 
-    def check_spawn(self, s: ir.Spawn, scope: _Scope) -> None:
+    def check_spawn(self, s: ir.Spawn, scope: Scope) -> None:
         """`keep` goes on from a fork's branch (WL231); a parallel spawn's branches hold no
         phase and nothing timed alone (WL232)."""
         if s.keep is not None:
@@ -446,7 +387,7 @@ class _Checker(ParamChecks):
             if s.isolated:
                 self.err("WL232", "a `parallel` spawn cannot be `isolated`: its branches are in "
                          "flight together", s.span, "drop `isolated`, or `parallel`")
-            for inner in _statements(s.body):
+            for inner in statements(s.body):
                 if isinstance(inner, ir.Phase):
                     self.err("WL232", f"phase `{inner.name}` is inside a `parallel` spawn",
                              inner.span, "a phase is a barrier across sessions: put the "
@@ -456,7 +397,7 @@ class _Checker(ParamChecks):
                              "spawn", inner.span, "its branches are in flight together, so "
                              "nothing in them is timed alone")
 
-    def check_reply_calls(self, s: ir.Reply, scope: _Scope) -> None:
+    def check_reply_calls(self, s: ir.Reply, scope: Scope) -> None:
         """The tool calls a reply's turn carries: never on a dropped reply (nothing is kept)."""
         for call in s.calls:
             self.check_call(call, scope)
@@ -466,7 +407,7 @@ class _Checker(ParamChecks):
                      "keep the reply (`replay`, `replay content` or `synthetic`), or add the "
                      "call as `assistant call NAME { ... }`")
 
-    def check_expr_part(self, part: ir.ExprPart, scope: _Scope) -> None:
+    def check_expr_part(self, part: ir.ExprPart, scope: Scope) -> None:
         """A part that is an expression: a string, or `$NAME` of a named text by itself."""
         kind = self.kind(part.value, scope)
         if kind == "text" and not isinstance(part.value, ir.Ref):
@@ -477,7 +418,7 @@ class _Checker(ParamChecks):
                      f"but {_shown(part.value)} is {describe(kind)}", part.value.span,
                      "write `filler N` for N tokens of synthetic text")
 
-    def loop_scope(self, s: Any, scope: _Scope) -> _Scope:
+    def loop_scope(self, s: Any, scope: Scope) -> Scope:
         """The scope of a statement's body: with its loop variable, if it has one."""
         var = getattr(s, "var", None)
         if var is None:
@@ -495,8 +436,8 @@ class _Checker(ParamChecks):
 
     # -- gates and report
 
-    def gate_scope(self) -> _Scope:
-        return _Scope(self.top, gates=True)
+    def gate_scope(self) -> Scope:
+        return Scope(self.top, gates=True)
 
     def check_gates(self) -> None:
         self.unique(self.wl.gates, "gate")
@@ -507,7 +448,7 @@ class _Checker(ParamChecks):
             if g.when is not None:
                 self.check_test(g.when, f"the condition of gate `{g.name}`", scope)
 
-    def check_test(self, t: ir.Gate | ir.Condition, what: str, scope: _Scope) -> None:
+    def check_test(self, t: ir.Gate | ir.Condition, what: str, scope: Scope) -> None:
         """`LEFT [CMP RIGHT]` of a gate or of its `when`: metrics, selectors and kinds; without
         a comparison the left side must be yes/no."""
         left = self.gkind(t.left, scope)
@@ -547,7 +488,7 @@ class _Checker(ParamChecks):
         for item in self.wl.report:
             self.gkind(item.value, scope)
 
-    def gkind(self, g: Any, scope: _Scope) -> str:
+    def gkind(self, g: Any, scope: Scope) -> str:
         """The kind of a gate expression (kinds of metric values)."""
         if isinstance(g, ir.GNum):
             return self.kind(g.value, scope)
@@ -561,7 +502,7 @@ class _Checker(ParamChecks):
             return self.unify(kinds, g.span, f"the arguments of `{g.func}`")
         return self.metric_kind(g, scope)
 
-    def metric_kind(self, m: ir.MetricRef, scope: _Scope) -> str:
+    def metric_kind(self, m: ir.MetricRef, scope: Scope) -> str:
         for item in m.selector:
             self.check_sel_item(item, scope)
         if m.metric not in METRICS:
@@ -570,7 +511,7 @@ class _Checker(ParamChecks):
             return "any"
         return METRICS[m.metric]
 
-    def agg_kind(self, g: ir.Agg, scope: _Scope) -> str:
+    def agg_kind(self, g: ir.Agg, scope: Scope) -> str:
         kind = self.metric_kind(g.arg, scope)
         if g.func not in AGGREGATIONS:
             self.err("WL204", f"unknown aggregation `{g.func}`", g.span,
@@ -581,7 +522,7 @@ class _Checker(ParamChecks):
                      f"`{g.arg.metric}` is {describe(kind)}", g.arg.span)
         return _agg_result(g.func, kind)
 
-    def check_sel_item(self, item: ir.SelItem, scope: _Scope) -> None:
+    def check_sel_item(self, item: ir.SelItem, scope: Scope) -> None:
         if item.key in ("last", "first"):
             self.value(item.count, scope, "number", f"`{item.key}`", item.key)
             return
@@ -600,14 +541,6 @@ class _Checker(ParamChecks):
                 self.diags.append(warning("WL213", f"text `{t.name}` is never used", t.span,
                                           "use it as a message part, `$" + t.name + "`, or "
                                           "remove it"))
-
-
-def _statements(body: tuple) -> Iterable[Any]:
-    """Every statement of a body, nested ones included."""
-    for stmt in body:
-        yield stmt
-        for field in ("body", "then", "orelse"):
-            yield from _statements(getattr(stmt, field, ()))
 
 
 def _agg_result(func: str, kind: str) -> str:

@@ -10,7 +10,7 @@ say the kind of each per-request metric, calibration result, param type and sett
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from workloadlang import ir
 from workloadlang.evaluate import MAX_CONTEXT
@@ -132,3 +132,15 @@ def fits(kind: str, wanted: str, e: Any) -> bool:
         return fits(element(kind), element(wanted), None)
     # A plain number is a ratio (0.95 is 95%), and zero is zero in any unit.
     return (wanted == "ratio" and kind == "number") or (wanted in NUMERIC and is_zero(e))
+
+
+class Scope(dict):
+    """Names usable as `$refs` here -> kind; `gates` allows calibration results, `draws` random
+    draws (a session's statements)."""
+
+    def __init__(self, kinds: Mapping[str, str], gates: bool = False, draws: bool = False):
+        super().__init__(kinds)
+        self.gates, self.draws = gates, draws
+
+    def child(self, name: str, kind: str) -> Scope:
+        return Scope({**self, name: kind}, self.gates, self.draws)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from workloadlang import ir
-from workloadlang.plan.planner import Builder, Ctx, in_bounds, iterations, value
+from workloadlang.plan.builder import Builder, Ctx, in_bounds, iterations, value
 
 
 def copies(b: Builder, s: ir.Session, root: Ctx) -> tuple[int, list[float] | None]:
