@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from runhelp import gate, wl_run_text as wl_run
 from workloadlang import api
 from workloadlang.diagnostics import WorkloadError
@@ -61,6 +63,7 @@ def test_check_warns_of_a_session_a_gate_cannot_read():
 
 
 def test_a_gate_reading_nothing_anywhere_is_still_an_error():
-    from test_plan_semantics import plan_errors
-    errs = plan_errors(TWO.replace("reuse{back}", "reuse{back, probe}"))
+    with pytest.raises(WorkloadError) as exc:
+        plan_of(TWO.replace("reuse{back}", "reuse{back, probe}"))
+    errs = exc.value.diagnostics
     assert [d.code for d in errs] == ["WL405"] and "in any session" in errs[0].message
