@@ -9,8 +9,11 @@ Output: a `RunResult` (records in plan order, why the run is incomplete, the cli
 The plan's semantics, all here:
 - a request goes when its dependencies are done (`PRequest.deps`: a session's previous request,
   the conversation's last), its phase is open (every request of the phases before it is done:
-  `phases.Phases`), and its planned wait (from its dependencies' end) or planned send time (from
-  the run's start) has come; a request with several ready dependents starts each on its own;
+  `phases.Phases`), and its planned wait (from its dependencies' end, with the time to read the
+  previous answer: `schedule.planned_wait`) or planned send time (from the run's start: a trace
+  request, an arrival's first) has come; a request with several ready dependents starts each on
+  its own; a copy of a session with a `concurrency` cap takes its place first
+  (`schedule.Copies`);
 - the workload's concurrency limit is a semaphore around the send (`contention.Slots`, which
   keeps who was in flight when); `isolated` requests are timed alone (`isolation.Isolation`);
 - `until` loops, fail-fast, resends of failed requests, errors in a row and the time budget
