@@ -156,3 +156,40 @@ def test_the_engine_address_the_workers_reach(monkeypatch):
     assert ray_run.worker_url("http://10.1.1.1:8000/v1", sim=False) == "http://10.1.1.1:8000/v1"
     with pytest.raises(ScaleError, match="loopback"):
         ray_run.worker_url("http://localhost:8000/v1", sim=False)
+
+
+def test_a_killed_driver_leaves_what_it_received_on_disk_and_its_workers_end(cluster, tmp_path):
+    records = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([*WL, "run", "agent-sim", "--sim", "--salt", "driver", "--sessions",
+                             "2", "--workers", "2", "--ray", cluster, "--no-viz",
+                             "--records", str(records)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            lines = records.read_text().splitlines() if records.exists() else []
+            if sum('"type":"request"' in x for x in lines) >= 5:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rows = [json.loads(x) for x in records.read_text().splitlines()]  # every line whole
+    assert sum(r.get("type") == "request" for r in rows) >= 5
+    pids = [r["pid"] for r in rows if r.get("type") == "worker"]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 60
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids)  # Ray ended the workers of the driver that died
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie waiting for its parent does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
