@@ -193,3 +193,19 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_api_key_reaches_no_output_and_no_ray_log(cluster, tmp_path):
+    key = "sk-RAYSECRET-" + os.urandom(6).hex()
+    records = tmp_path / "r.jsonl"
+    env = {**os.environ, "WL_TEST_KEY": key}
+    proc = subprocess.run([*WL, "run", "agent-sim", "--sim", "--sessions", "2", "--main-tokens",
+                           "20k", "--workers", "2", "--ray", cluster, "--api-key-env",
+                           "WL_TEST_KEY", "--no-viz", "--records", str(records), "--output",
+                           str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    left = [proc.stdout, proc.stderr, records.read_text(), (tmp_path / "out.json").read_text()]
+    assert not any(key in text for text in left)
+    logs = [p for p in Path("/tmp/ray").glob("session_*/logs/*") if p.is_file()]
+    assert logs and not any(key.encode() in p.read_bytes() for p in logs)
