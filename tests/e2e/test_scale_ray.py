@@ -34,18 +34,24 @@ def cluster():
         ray.shutdown()
 
 
-def wl_run(tmp_path: Path, name: str, *args: str) -> tuple[int, dict, str]:
-    """`wl run ARGS --no-viz` in a subprocess. Output: exit code, the results JSON, stderr."""
+def wl_run(tmp_path: Path, name: str, *args: str,
+           env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    """`wl run ARGS --no-viz` in a subprocess. Output: exit code, the results JSON, what it
+    printed (stdout, then stderr)."""
     out = tmp_path / f"{name}.json"
     proc = subprocess.run([*WL, "run", *args, "--no-viz", "--output", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    return proc.returncode, json.loads(out.read_text()) if out.exists() else {}, proc.stderr
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    printed = proc.stdout + proc.stderr
+    return proc.returncode, json.loads(out.read_text()) if out.exists() else {}, printed
 
 
 def evidence(results: dict) -> list[tuple]:
-    """Per request: what was sent (planned and counted prompt) and its cache evidence."""
-    return [(r["id"], r["planned_prompt_tokens"], r["prompt_tokens"], r["cached_tokens"],
-             r["planned_expected_cached"], r["expected_cached"], r["hit"], r["skipped"])
+    """Per request: what was sent (planned and counted prompt; the simulator's reply is drawn
+    from a seed of the prompt's length and its last message's text), and its cache evidence."""
+    return [(r["id"], r["planned_prompt_tokens"], r["prompt_tokens"], r["reply_excerpt"],
+             r["completion_tokens"], r["cached_tokens"], r["planned_expected_cached"],
+             r["expected_cached"], r["hit"], r["skipped"])
             for r in results["records"]]
 
 
@@ -55,9 +61,14 @@ def judged(results: dict) -> list[tuple]:
 
 
 def test_agent_sim_on_two_workers_is_the_single_process_run(cluster, tmp_path):
+    """The same plan, requests, cache evidence and verdicts; the API key the workers were
+    given is in no output and no Ray log."""
+    key = "sk-RAYSECRET-" + os.urandom(6).hex()
+    records = tmp_path / "two.jsonl"
     code1, one, err1 = wl_run(tmp_path, "one", "agent-sim", "--sim", "--salt", "same")
     code2, two, err2 = wl_run(tmp_path, "two", "agent-sim", "--sim", "--salt", "same",
-                              "--workers", "2", "--ray", cluster)
+                              "--workers", "2", "--ray", cluster, "--api-key-env", "WL_TEST_KEY",
+                              "--records", str(records), env={"WL_TEST_KEY": key})
     assert code1 == code2 == 0, (err1[-2000:], err2[-2000:])
     assert two["plan_hash"] == one["plan_hash"]
     assert evidence(two) == evidence(one)
@@ -68,6 +79,10 @@ def test_agent_sim_on_two_workers_is_the_single_process_run(cluster, tmp_path):
     assert len({w["pid"] for w in workers}) == 2  # two worker processes, neither the driver
     for w in workers:
         assert abs(w["clock_offset_s"]) <= 0.05 and w["records"] > 0
+    left = [err2, records.read_text(), (tmp_path / "two.json").read_text()]
+    assert not any(key in text for text in left)
+    logs = [p for p in Path("/tmp/ray").glob("session_*/logs/*") if p.is_file()]
+    assert logs and not any(key.encode() in p.read_bytes() for p in logs)
 
 
 def test_a_worker_killed_mid_run_exits_4_with_its_sessions_and_the_completed_records(
@@ -193,19 +208,3 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def test_the_api_key_reaches_no_output_and_no_ray_log(cluster, tmp_path):
-    key = "sk-RAYSECRET-" + os.urandom(6).hex()
-    records = tmp_path / "r.jsonl"
-    env = {**os.environ, "WL_TEST_KEY": key}
-    proc = subprocess.run([*WL, "run", "agent-sim", "--sim", "--sessions", "2", "--main-tokens",
-                           "20k", "--workers", "2", "--ray", cluster, "--api-key-env",
-                           "WL_TEST_KEY", "--no-viz", "--records", str(records), "--output",
-                           str(tmp_path / "out.json")],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    left = [proc.stdout, proc.stderr, records.read_text(), (tmp_path / "out.json").read_text()]
-    assert not any(key in text for text in left)
-    logs = [p for p in Path("/tmp/ray").glob("session_*/logs/*") if p.is_file()]
-    assert logs and not any(key.encode() in p.read_bytes() for p in logs)
