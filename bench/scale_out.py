@@ -18,7 +18,9 @@ Reported per run (`mode`: `1 process`, or `N workers` on a local Ray instance):
   last record to arrive (receiving, merging and writing the records, and Ray's own threads);
 - simulator CPU per request (its process's CPU time between the first and the last record to
   arrive): when that times the requests/s is near 1 (a CPU), the simulator set the pace;
-- the client's own verdict on itself (`client_bottleneck`, per worker).
+- the client's own verdict on itself (`client_bottleneck`, per worker);
+- for one process, its largest resident memory so far (`rss_mb`, the bench's own process: run
+  one case at two `--sessions` counts to see what a session of that context costs).
 
 `ceiling req/s` is what one CPU of client would sustain at that CPU per request (1 s / CPU per
 request); `ceiling MB/s` the same in body bytes. On a machine with fewer CPUs than workers +
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -120,7 +123,13 @@ def figures(case: str, mode: str, results: Any, watch: Watch) -> dict[str, Any]:
             "sim_cpu_ms": (watch.last[2] - watch.first[2]) * 1000 / arrived,
             "ceiling_rps": 1 / cpu if cpu else None,
             "ceiling_mbps": body / cpu / 1e6 if cpu else None,
-            "bottleneck": bottleneck(results.client), "exit": int(results.exit_code)}
+            "bottleneck": bottleneck(results.client), "exit": int(results.exit_code),
+            "rss_mb": None if results.client.get("workers") else max_rss_mb()}
+
+
+def max_rss_mb() -> float:
+    """Output: this process's largest resident set so far, in MB (Linux counts it in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def bottleneck(client: dict[str, Any]) -> str:
@@ -149,7 +158,7 @@ COLUMNS = [("case", "case", ""), ("mode", "mode", ""), ("requests", "requests", 
            ("client_cpu_ms", "client CPU ms/req", ".3f"),
            ("driver_cpu_pct", "driver CPU %", ".0f"), ("sim_cpu_ms", "sim CPU ms/req", ".3f"),
            ("ceiling_rps", "ceiling req/s", ".0f"), ("ceiling_mbps", "ceiling MB/s", ".0f"),
-           ("bottleneck", "client bottleneck", "")]
+           ("bottleneck", "client bottleneck", ""), ("rss_mb", "max RSS MB", ".0f")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -255,3 +255,4 @@ def test_scale_out_runs_small(tmp_path: Path) -> None:
         assert r["rps"] > 0 and r["mbps"] == pytest.approx(r["rps"] * r["body_kb"] / 1000)
         assert r["client_cpu_ms"] > 0 and r["ceiling_rps"] == pytest.approx(
             1000 / r["client_cpu_ms"])
+        assert (r["rss_mb"] > 10) if r["mode"] == "1 process" else r["rss_mb"] is None
