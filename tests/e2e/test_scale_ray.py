@@ -88,17 +88,22 @@ def test_agent_sim_on_two_workers_is_the_single_process_run(cluster, tmp_path):
 def test_a_worker_killed_mid_run_exits_4_with_its_sessions_and_the_completed_records(
         cluster, tmp_path):
     records, out = tmp_path / "r.jsonl", tmp_path / "killed.json"
+    printed = (tmp_path / "stdout.txt").open("w")
     proc = subprocess.Popen([*WL, "run", "agent-sim", "--sim", "--salt", "kill", "--sessions",
                              "2", "--workers", "2", "--ray", cluster, "--no-viz",
                              "--records", str(records), "--output", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=printed, stderr=subprocess.PIPE, text=True)
     try:
         victim, seen = kill_after(records, session="main#1", completed=3)
         _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
+        printed.close()
     assert proc.returncode == 4, err[-3000:]
+    lost_line = [x for x in (tmp_path / "stdout.txt").read_text().splitlines() if "LOST" in x]
+    assert len(lost_line) == 1 and "died" in lost_line[0], lost_line
+    assert lost_line[0].endswith("sessions main#1 not run to their end")
     results = json.loads(out.read_text())
     assert "worker" in results["incomplete"] and "main#1" in results["incomplete"]
     assert "died" in results["incomplete"], results["incomplete"]
