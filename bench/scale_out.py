@@ -19,8 +19,9 @@ Reported per run (`mode`: `1 process`, or `N workers` on a local Ray instance):
 - simulator CPU per request (its process's CPU time between the first and the last record to
   arrive): when that times the requests/s is near 1 (a CPU), the simulator set the pace;
 - the client's own verdict on itself (`client_bottleneck`, per worker);
-- for one process, its largest resident memory so far (`rss_mb`, the bench's own process: run
-  one case at two `--sessions` counts to see what a session of that context costs).
+- for one process, its largest resident memory so far (`rss_mb`, the bench's own process, which
+  holds Ray's driver too unless `--workers ''`: run one case with `--workers ''` at two
+  `--sessions` counts to see what a session of that context costs).
 
 `ceiling req/s` is what one CPU of client would sustain at that CPU per request (1 s / CPU per
 request); `ceiling MB/s` the same in body bytes. On a machine with fewer CPUs than workers +
