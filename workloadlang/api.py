@@ -38,7 +38,8 @@ from workloadlang.theory import cache_theory
 
 if TYPE_CHECKING:
     from workloadlang.run.link import EngineLink
-    from workloadlang.run.runner import Measured
+    from workloadlang.run.calibrate import Calibration
+    from workloadlang.run.runner import Measured, Shared
 
 
 @dataclass(frozen=True)
@@ -156,29 +157,36 @@ async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = Non
     Cancelled (Ctrl-C), it still judges what was measured (exit code 130)."""
     sink = sink if sink is not None else ListSink()
     measured = await measure_workload(plan, engine, sink, options)
-    results = judge(plan, measured, engine.engine_fields())
-    for g in results.gates:
-        sink.event("gate", g.model_dump(mode="json"))
-    sink.event("summary", {"exit_code": results.exit_code, "incomplete": results.incomplete,
-                           "verdicts": results.verdicts, "report": results.report,
-                           "impossible": results.impossible})
-    return results
+    return judge(plan, measured, engine.engine_fields(), sink)
 
 
 async def measure_workload(plan: Plan, engine: "EngineLink", sink: Sink,
-                           options: RunOptions | None = None) -> "Measured":
+                           options: RunOptions | None = None,
+                           shared: "Shared | None" = None) -> "Measured":
     """Run `plan` against `engine` without judging it (a worker of a distributed run measures
-    its shard, `RunOptions.sessions`; the driver judges the records of all: `judge`).
-    Output: `run.runner.Measured` (records, calibration, counters, client health, why
+    its shard, `RunOptions.sessions` with its driver's `RunOptions.calibration`, and `shared`
+    links it to the rest of the run: `run.runner.Shared`; the driver judges the records of all:
+    `judge`). Output: `run.runner.Measured` (records, calibration, counters, client health, why
     incomplete, whether interrupted). Cancelled, it returns what was measured."""
     from workloadlang.run.runner import measure
 
-    return await measure(plan, engine, sink, options or RunOptions())
+    return await measure(plan, engine, sink, options or RunOptions(), shared)
 
 
-def judge(plan: Plan, measured: "Measured", engine: dict[str, Any]) -> Results:
+async def calibrate(plan: Plan, engine: "EngineLink", sink: Sink) -> "Calibration":
+    """Calibrate as `run_workload` does first (how to size text for `engine`, the TTFT
+    reference; the `calibration` event to `sink`), without running the plan: the driver of a
+    distributed run does it once for all its workers (`RunOptions.calibration`)."""
+    from workloadlang.run.runner import calibration
+
+    return (await calibration(plan, engine, sink))[0]
+
+
+def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
+          sink: Sink | None = None) -> Results:
     """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
-    records, the verdicts, the report's numbers and the exit code."""
+    records, the verdicts, the report's numbers and the exit code; each gate and the summary
+    told to `sink` (as events) when given."""
     from workloadlang.gates import evaluate_gates, evaluate_report, failed, session_verdicts
 
     records = measured.records
@@ -189,7 +197,7 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any]) -> Results:
         code = ExitCode.INCOMPLETE
     else:
         code = ExitCode.GATE if failed(gates) else ExitCode.OK
-    return Results(
+    results = Results(
         workload=plan.workload, source=plan.source, params=plan.params, salt=plan.salt,
         plan_hash=plan.plan_hash, engine=engine, started_at=measured.started_at,
         elapsed_s=measured.elapsed_s, hit_ratio=plan.hit_ratio,
@@ -200,3 +208,10 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any]) -> Results:
         report_format={item.name: item.fmt for item in plan.report},
         impossible=sum(1 for r in records if r.impossible),
         cache_theory=cache_theory(plan, records), records=records)
+    if sink is not None:
+        for g in results.gates:
+            sink.event("gate", g.model_dump(mode="json"))
+        sink.event("summary", {"exit_code": results.exit_code, "incomplete": results.incomplete,
+                               "verdicts": results.verdicts, "report": results.report,
+                               "impossible": results.impossible})
+    return results

@@ -4,7 +4,8 @@ Input: two `--output` JSON files (the `Results` model of `workloadlang.results`)
 Output: a table of every headline number (each report item, per group as `name[group]`, plus
 request, error, hit/miss, reuse, TTFT, token and engine-counter figures) with signed deltas and %
 change, then one verdict per gate and per session of a per-session gate: `fixed`, `regressed`,
-`unchanged pass`, `unchanged fail` (or `only in A` / `only in B`).
+`unchanged pass`, `unchanged fail` (or `only in A` / `only in B`; `not applicable in A` / `in B` /
+`in both` where the gate's `when` condition was false, so nothing was judged there).
 
 Exit codes: 0 when nothing regressed; 1 when B fails a fail-severity gate (or a session of one)
 that A passed (warn gates are reported but, as in `wl run`, never fail); 2 when a file is
@@ -100,6 +101,26 @@ def metric_rows(a: Results, b: Results) -> list[list[str]]:
 # ---------------------------------------------------------------- gates
 
 
+NOT_APPLICABLE = "n/a"
+
+
+def scope_status(r: Any) -> str | None:
+    """Input: a `ScopeResult` or None. Output: its status, `n/a` for a scope that passed only
+    because the gate's `when` condition was false there, None when absent."""
+    if r is None:
+        return None
+    return NOT_APPLICABLE if getattr(r, "not_applicable", 0) and r.status == "pass" else r.status
+
+
+def gate_status(g: Any) -> str | None:
+    """Input: a `GateResult` or None. Output: its status, `n/a` when its `when` condition was
+    false in every scope it judged (it passed without judging anything), None when absent."""
+    if g is None:
+        return None
+    statuses = {scope_status(r) for r in g.results}
+    return NOT_APPLICABLE if statuses == {NOT_APPLICABLE} else g.status
+
+
 @dataclass(frozen=True)
 class GateChange:
     """One gate (scope `overall`/`each session`) or one session of a per-session gate."""
@@ -107,16 +128,22 @@ class GateChange:
     gate: str
     scope: str
     severity: str
-    a: str | None  # status: pass / fail / unknown, None when the gate is absent
+    a: str | None  # status: pass / fail / unknown / n/a, None when the gate is absent
     b: str | None
     a_value: Any = None
     b_value: Any = None
 
     @property
     def change(self) -> str:
-        """Output: fixed, regressed, unchanged pass, unchanged fail, only in A, only in B."""
+        """Output: fixed, regressed, unchanged pass, unchanged fail, only in A, only in B, or for a
+        session where the gate's `when` was false on a side: `not applicable in A` / `in B` /
+        `in both` (nothing was judged there, so it is neither fixed nor regressed)."""
         if self.a is None or self.b is None:
             return "only in B" if self.a is None else "only in A"
+        if NOT_APPLICABLE in (self.a, self.b):
+            if self.a == self.b:
+                return "not applicable in both"
+            return "not applicable in " + ("A" if self.a == NOT_APPLICABLE else "B")
         was, now = self.a == "pass", self.b == "pass"
         if was != now:
             return "fixed" if now else "regressed"
@@ -138,8 +165,7 @@ def gate_changes(a: Results, b: Results) -> list[GateChange]:
         g = x if x is not None else y
         sa = {r.scope: r for r in x.results} if x is not None else {}
         sb = {r.scope: r for r in y.results} if y is not None else {}
-        head = dict(gate=name, severity=g.severity, a=x.status if x is not None else None,
-                    b=y.status if y is not None else None)
+        head = dict(gate=name, severity=g.severity, a=gate_status(x), b=gate_status(y))
         if g.scope != "each session":
             out.append(GateChange(scope=g.scope, a_value=value_of(sa.get("overall")),
                                   b_value=value_of(sb.get("overall")), **head))
@@ -148,7 +174,7 @@ def gate_changes(a: Results, b: Results) -> list[GateChange]:
         for scope in list(sa) + [s for s in sb if s not in sa]:
             ra, rb = sa.get(scope), sb.get(scope)
             out.append(GateChange(gate=name, scope=scope, severity=g.severity,
-                                  a=ra.status if ra else None, b=rb.status if rb else None,
+                                  a=scope_status(ra), b=scope_status(rb),
                                   a_value=value_of(ra), b_value=value_of(rb)))
     return out
 

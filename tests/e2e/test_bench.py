@@ -243,3 +243,27 @@ def test_ttft_ranges_runs_small() -> None:
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| simulator")]
     assert len(rows) == 2 and all("/" in row for row in rows), r.stdout
+
+
+def test_scale_out_runs_small(tmp_path: Path) -> None:
+    """One process and one Ray worker (when Ray is installed) on the small case: every request
+    answered, the figures consistent with each other."""
+    try:
+        import ray  # noqa: F401
+        workers = "1"
+    except ImportError:
+        workers = ""
+    out = tmp_path / "scale_out.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.scale_out", "--cases", "small",
+                           "--workers", workers, "--sessions", "4", "--turns", "3",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = figures(out)
+    assert [r["mode"] for r in rows] == ["1 process"] + (["1 workers"] if workers else [])
+    for r in rows:
+        assert r["exit"] == 0 and r["requests"] == 16
+        assert r["rps"] > 0 and r["mbps"] == pytest.approx(r["rps"] * r["body_kb"] / 1000)
+        assert r["client_cpu_ms"] > 0 and r["ceiling_rps"] == pytest.approx(
+            1000 / r["client_cpu_ms"])
+        assert (r["rss_mb"] > 10) if r["mode"] == "1 process" else r["rss_mb"] is None

@@ -1,8 +1,9 @@
 """The house's rules, read from the code's own imports (docs/architecture.md): no import circles;
 the results contract at the bottom imports nothing of the runner; no stage imports one above it
 (none of the language, the planner, the gates, the report or compare imports `run/`; `run/`
-imports no gate, view or command; the wire client imports nothing of the runner); no module over
-600 lines; the executor's core class under 250; no module named like a standard-library one."""
+imports no gate, view or command; the wire client imports nothing of the runner; the sharded run
+sits between the API and the command line); no module over 600 lines; the executor's core class
+under 250; no module named like a standard-library one."""
 
 from __future__ import annotations
 
@@ -97,7 +98,11 @@ def under(name: str, prefixes: list[str]) -> bool:
                             "workloadlang.parse", "workloadlang.check"]),
     (["workloadlang.wire"], ["workloadlang.run", "workloadlang.plan", "workloadlang.results",
                              "workloadlang.api", "workloadlang.cli"]),
-], ids=["stages below run", "results", "run", "wire"])
+    (LOWER + ["workloadlang.run", "workloadlang.wire", "workloadlang.api", "workloadlang.sim"],
+     ["workloadlang.scale"]),
+    (["workloadlang.scale"], ["workloadlang.cli", "workloadlang.gates", "workloadlang.report",
+                              "workloadlang.compare", "workloadlang.console"]),
+], ids=["stages below run", "results", "run", "wire", "below the sharded run", "sharded run"])
 def test_no_stage_imports_one_above_it(rooms: list[str], never: list[str]) -> None:
     allowed = {"workloadlang", "workloadlang.results"} if rooms == ["workloadlang.results"] \
         else set()

@@ -35,12 +35,13 @@ def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
     assert code == 0
 
 
-def every_gate_is_known(res: dict) -> None:
+def every_gate_is_known(res: dict, held: tuple[str, ...] = ("restore", "speed", "timing")) -> None:
     """Every gate, `speed` included, judged for every session: the requests they read were
-    timed alone, so no value is a range and none is unknown."""
+    timed alone, so no value is a range and none is unknown; the gates `held` pass in every
+    session."""
     for g in res["gates"]:
         assert g["status"] != "unknown" and g["unknown"] == 0, g
-    for name in ("restore", "speed", "timing"):
+    for name in held:
         assert all(r["status"] == "pass" for r in gate(res, name)["results"]), gate(res, name)
 
 
@@ -92,7 +93,11 @@ def test_a_multi_slot_llama_server_shares_its_batches_and_is_not_called_degraded
     assert shared, "two sessions in lockstep share the engine's batches"
     assert all(r["prefill_contended_s"] <= r["server_prefill_ms"] / 1000 + 1e-6 for r in shared)
     assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
-    every_gate_is_known(res)  # its finalize and baselines were timed alone: nothing shared
+    # its finalize and baselines were timed alone: nothing shared, every gate judged. `speed`
+    # (a warning) compares one 300-token prefill of about a second with 1.75x its fastest
+    # baseline: judged here, but held only by the single-slot test above, since a loaded host's
+    # drift of a second moves it
+    every_gate_is_known(res, held=("restore", "timing"))
     assert all(r["prefill_contended_s"] == 0 for r in records(res, "finalize"))
     assert code == 0
 

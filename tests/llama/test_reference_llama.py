@@ -82,16 +82,29 @@ def test_agent_sim_reference_setup_is_not_called_degraded(tmp_path, reference_se
                        "--sessions", "2", "--main-tokens", "3k", "--step-tokens", "500",
                        "--sub-tokens", "1500", "--salt", "reference-agent")
     assert res["engine"]["slots"] == 4 and res["engine"]["prefill_own"] is False
-    assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
-    fins = records(res, "finalize")
-    assert all(f["hit"] and f["cached_tokens"] >= 0.99 * f["expected_cached"]
-               for f in fins)
+    v = verdicts(res)
+    # Four slots and a 256 MiB host cache hold about the whole set-up's contexts (~12k tokens of
+    # ~23 KB each): depending on which slot a sub-agent's request takes, the server may really
+    # drop one main context. Then `evicted` is the truth, and the server's own usage must say so.
+    # What the set-up was measured for is the other call: no kept context called `degraded`.
+    assert set(v.values()) <= {"ok", "evicted"}, res["gates"]
+    assert "ok" in v.values(), res["gates"]
+    fins = {f["session"]: f for f in records(res, "finalize")}
+    for session, verdict in v.items():
+        f = fins[session]
+        if verdict == "evicted":
+            assert f["cached_tokens"] < 0.1 * f["expected_cached"], f
+        else:
+            assert f["hit"] and f["cached_tokens"] >= 0.99 * f["expected_cached"], f
     # four slots share their batches, but what the gates read was timed alone: every gate
-    # is judged for every session, `speed` included
+    # is judged for every kept session, `speed` included
+    ok = {s for s, verdict in v.items() if verdict == "ok"}
     for g in res["gates"]:
-        assert g["status"] == "pass" and g["unknown"] == 0 and g["ranges"] == 0, g
-    assert all(f["prefill_contended_s"] == 0 for f in fins)
-    assert code == 0
+        assert g["unknown"] == 0 and g["ranges"] == 0, g
+        assert all(r["status"] == "pass" for r in g["results"] if r["scope"] in ok), g
+        assert g["status"] == "pass" or ok != set(v), g
+    assert all(fins[s]["prefill_contended_s"] == 0 for s in ok)
+    assert code == (0 if ok == set(v) else 1)
 
 
 def test_abort_sim_reference_setup_reuses_after_the_settle_wait(tmp_path,

@@ -203,3 +203,28 @@ def test_schema_key_is_mapped_and_the_file_round_trips(tmp_path: Path) -> None:
     loaded = load_results(path)
     assert loaded.schema_ == "workloadlang.results/1"
     assert headline(loaded)["warm unknown"] == ("count", 0)
+
+
+def test_a_session_where_the_gate_did_not_apply_is_not_a_pass(tmp_path: Path) -> None:
+    """A scope that passed only because the gate's `when` was false shows as `n/a`, and a change
+    to or from it is neither fixed nor regressed (nothing was judged there)."""
+    def restore(sessions: dict[str, tuple[str, int]]) -> GateResult:
+        rs = [ScopeResult(scope=s, status=st, value=1.0, not_applicable=na)
+              for s, (st, na) in sessions.items()]
+        return GateResult(name="restore", scope="each session", severity="fail", verdict="degraded",
+                          line=9, status="pass" if all(st == "pass" for st, _ in sessions.values())
+                          else "fail", results=rs)
+    a = results(gates=[restore({"s1": ("pass", 0), "s2": ("fail", 0), "s3": ("pass", 1)})])
+    b = results(gates=[restore({"s1": ("pass", 1), "s2": ("pass", 1), "s3": ("pass", 1)})])
+    changes = {c.scope: c for c in gate_changes(a, b)}
+    assert (changes["s1"].a, changes["s1"].b) == ("pass", "n/a")
+    assert changes["s1"].change == "not applicable in B"
+    assert changes["s2"].change == "not applicable in B"  # not `fixed`: B judged nothing there
+    assert changes["s3"].change == "not applicable in both"
+    assert not any(c.fails_compare for c in changes.values())
+    code, out, _ = run(tmp_path, a, b)
+    assert code == 0
+    table = {tuple(re.split(r"\s{2,}", ln.strip())[:2]): re.split(r"\s{2,}", ln.strip())[2:]
+             for ln in out.splitlines() if ln.startswith("restore")}
+    assert table[("restore", "s2")] == ["fail (1)", "n/a (1)", "not applicable in B"]
+    assert table[("restore", "each session")] == ["fail", "n/a", "not applicable in B"]

@@ -64,12 +64,43 @@ def test_local_instant_of_the_common_start():
 def test_records_move_to_the_driver_clock():
     off = Offset(offset_s=-1.5, error_s=0.0, samples=1)
     rec = {"t_send_unix": 50.0, "t_start_s": 3.0, "ttft_s": 0.2, "e2e_s": 1.0}
-    assert to_driver(rec, off, late_s=0.25) == {"t_send_unix": 48.5, "t_start_s": 3.25,
-                                                "ttft_s": 0.2, "e2e_s": 1.0}
+    # t_start_s counts from the common start already; durations are the worker's own
+    assert to_driver(rec, off) == {"t_send_unix": 48.5, "t_start_s": 3.0, "ttft_s": 0.2,
+                                   "e2e_s": 1.0}
     skipped = {"t_send_unix": None, "t_start_s": None}
-    assert to_driver(skipped, off, late_s=1.0) == skipped
+    assert to_driver(skipped, off) == skipped
 
 
 def test_no_samples_refused():
     with pytest.raises(ValueError):
         run(measure(FakeWorld(0, [0.1]).ask, samples=0))
+
+
+def test_a_shard_counts_from_the_common_instant_even_when_it_gets_there_late():
+    """The executor's start (`run.executor.started`): a shard's run starts at the common instant
+    on its clock, waited for when ahead, counted from when already past; a run without one
+    starts now."""
+    from workloadlang.run.executor import started
+
+    class Shared:
+        isolation = None
+
+        def __init__(self, instant: float):
+            self.instant = instant
+
+        async def start(self) -> float:
+            return self.instant
+
+    now = [10.0]
+    clock = lambda: now[0]  # noqa: E731
+    assert run(started(None, Shared(9.5), clock)) == 9.5  # late: from the instant all the same
+    assert run(started(None, None, clock)) == 10.0
+    ahead = asyncio.run(asyncio.wait_for(started(None, Shared(time_now() + 0.05),
+                                                 time_now), 2))
+    assert ahead <= time_now()
+
+
+def time_now() -> float:
+    import time
+
+    return time.perf_counter()

@@ -8,29 +8,10 @@ import asyncio
 from workloadlang.run.isolation import Isolation
 from workloadlang.scale.coordinate import Coordinator, SharedIsolation
 
-
-class DirectLink:
-    """The coordinator's methods called in this loop (under Ray: an actor's)."""
-
-    def __init__(self, coord: Coordinator):
-        self.coord = coord
-        self.calls: list[tuple[str, int]] = []
-
-    def take(self, worker, session):
-        self.calls.append(("take", worker))
-        return self.coord.take(worker, session)
-
-    def give_back(self, worker, session):
-        self.coord.give_back(worker, session)
-
-    def drained(self, worker, epoch):
-        self.coord.drained(worker, epoch)
-
-    def watch(self, worker, version):
-        return self.coord.watch(worker, version)
-
-    def arrive(self, worker, k):
-        return self.coord.arrive(worker, k)
+try:
+    from scalehelp import DirectLink
+except ImportError:  # tests/ turned into a package
+    from tests.scalehelp import DirectLink
 
 
 class Req:

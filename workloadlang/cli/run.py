@@ -49,9 +49,11 @@ def start_sim(args, workload: str, stack: ExitStack) -> str:
 
     if args.sim_preset is None:
         args.sim_preset = workload if workload in PRESETS else "default"
+    from workloadlang.scale.options import sim_host
+
     cfg = config_from_args(args)
     start = start_in_process if os.name == "posix" else start_in_thread
-    handle = stack.enter_context(start(cfg))
+    handle = stack.enter_context(start(cfg, host=sim_host(args)))
     faults = ", ".join(f.name for f in cfg.faults)
     print(f"simulator: {handle.base_url} (preset {args.sim_preset}"
           + (f", faults {faults}" if faults else "") + ")", file=sys.stderr)
@@ -86,7 +88,13 @@ def run_command(args, extra) -> int:
 def preflight(args) -> str | None:
     """What is wrong with `wl run`'s arguments before anything is sent (exit 2), or None: the
     endpoint URL, the files to write (their folder exists and is writable, none is a folder,
-    two flags do not name one file, none overwrites an input) and the engine log to read."""
+    two flags do not name one file, none overwrites an input), the engine log to read, and a
+    sharded run's options (`scale.options`: Ray installed)."""
+    from workloadlang.scale import options
+
+    problem = options.problem(args)
+    if problem:
+        return problem
     if not args.sim:
         problem = check_base_url(args.base_url)
         if problem:
@@ -156,6 +164,7 @@ def check_engine_log(path: str | None) -> str | None:
 
 async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
     from workloadlang import api
+    from workloadlang.scale import ScaleError
 
     secret = key.get_secret_value() if key is not None else None
     writer: JsonlWriter | None = None
@@ -181,6 +190,9 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
     except api.EndpointError as e:  # discovery, or calibration (the engine's tokenizer failed)
         eprint(f"wl run: endpoint error: {e}")
         return ExitCode.ENDPOINT
+    except ScaleError as e:  # the workers cannot start as asked (`--workers`, `--ray`)
+        eprint(f"wl run: error: {e}")
+        return ExitCode.USAGE
     finally:
         if writer is not None:
             writer.close()
@@ -196,11 +208,12 @@ async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
     used."""
     from workloadlang import api
     from workloadlang.console import make_view
+    from workloadlang.scale.options import runner_for
 
     view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
     view.start()
     options = api.RunOptions(time_budget_s=args.time_budget, isolation=not args.no_isolation)
-    task = asyncio.ensure_future(api.run_workload(plan, engine, Tee(writer, view, secret),
+    task = asyncio.ensure_future(runner_for(args)(plan, engine, Tee(writer, view, secret),
                                                   options))
     install_interrupt(task)
     try:

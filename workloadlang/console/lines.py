@@ -86,6 +86,19 @@ def event_line(kind: str, data: dict[str, Any]) -> str | None:
     if kind == "metrics":
         return (f"engine counters ({data['at']}): {data['hits_tokens']:,} hit / "
                 f"{data['queries_tokens']:,} queried tokens [{data['family']}]")
+    return worker_line(kind, data)
+
+
+def worker_line(kind: str, data: dict[str, Any]) -> str | None:
+    """A worker of a sharded run (`wl run --workers`): where it runs and what it holds, or that
+    it was lost."""
+    sessions = ", ".join(data.get("sessions", []))
+    if kind == "worker":
+        return (f"worker {data['worker']}: pid {data.get('pid')} on {data.get('node')}, "
+                f"sessions {sessions} (concurrency {data.get('concurrency')})")
+    if kind == "worker_lost":
+        return (f"worker {data['worker']} LOST, {data['reason']}: sessions {sessions} not run "
+                "to their end")
     return None
 
 
@@ -193,7 +206,10 @@ def footer(results: Any) -> str:
     if results.incomplete:
         line += f" · incomplete: {results.incomplete}"
     client = results.client
-    if client.get("client_bottleneck"):
+    if client.get("bottleneck_workers"):
+        line += (" · NOTE: worker(s) " + ", ".join(map(str, client["bottleneck_workers"]))
+                 + " were a bottleneck (see client.workers in the results)")
+    elif client.get("client_bottleneck"):
         line += " · NOTE: the client was a bottleneck (see client in the results)"
     elif client.get("client_delay_over_10ms"):
         longest = client.get("client_delay_max_ms")

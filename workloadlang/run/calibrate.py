@@ -82,6 +82,16 @@ async def sizer_for(transport: Transport, endpoint: Endpoint, tokenizer: Any,
     return RatioSizer(cal.tokens_per_word)
 
 
+def sizer_of(cal: Calibration, tokenizer: Any) -> Sizer:
+    """Output: the sizer `sizer_for` chose for `cal`, made again without a request (another
+    process of the run, with its own link to the engine's tokenizer): the same words for the
+    same tokens."""
+    tpw = cal.tokens_per_word or 1.0
+    if cal.sizing == "tokenizer" and tokenizer is not None:
+        return ExactSizer(tokenizer.count, tpw)
+    return RatioSizer(tpw if cal.sizing in ("tokenizer", "usage") else 1.0)
+
+
 async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
                          salt: str, tokens: int, repeat: int, cal: Calibration) -> list[Outcome]:
     """Cold/cached twins; sets cal.threshold_s when the two separate with margin."""

@@ -3,7 +3,10 @@
 Input: a `Plan`, a `Realiser` (text sized for this engine), a `Pacing` (how bytes leave:
 `pacing.InTurn`, or the latency machinery of `ahead.WriteAhead`), the `Endpoint`, a `Sink` that
 gets every record the moment it is kept, and injected clocks. `sessions` runs a shard of the
-plan (a session never splits); `start_at` (on `clock`) is the instant the run starts.
+plan (a session never splits); `start_at` (on `clock`) is the instant the run starts. `shared`:
+what a shard of a run sharded over processes shares with the others (`Shared`: the start and
+the isolation; `workloadlang.scale`). `on_phase(k)` is awaited as barrier k opens (k >= 1: the
+end of phase k - 1).
 Output: a `RunResult` (records in plan order, why the run is incomplete, the client's health).
 
 The plan's semantics, all here:
@@ -30,7 +33,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Awaitable, Callable, Collection
+from typing import Any, Awaitable, Callable, Collection, Protocol
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
@@ -40,7 +43,7 @@ from workloadlang.run.contention import Slots
 from workloadlang.run.endpoint import Endpoint
 from workloadlang.run.errors import ErrorInfo
 from workloadlang.run.health import ClientHealth
-from workloadlang.run.isolation import Isolation
+from workloadlang.run.isolation import Isolation, RunWide
 from workloadlang.run.maker import RequestMaker
 from workloadlang.run.pacing import Pacing
 from workloadlang.run.phases import Phases
@@ -48,6 +51,15 @@ from workloadlang.run.record import Recorder, TtftReference, skipped_record
 from workloadlang.run.schedule import Copies, planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
+
+
+class Shared(Protocol):
+    """What a shard of a run sharded over processes shares with the other shards."""
+
+    isolation: RunWide  # the run's one isolation, across the processes
+
+    async def start(self) -> float:
+        """Wait until every shard is ready. Output: the run's start instant on `clock`."""
 
 
 @dataclass
@@ -67,9 +79,10 @@ class Executor:
                  cpu_clock: Callable[[], float] = time.thread_time,
                  concurrency: int | None = None, time_budget_s: float | None = None,
                  max_consecutive_errors: int = 10, prefill_own: bool = False,
-                 on_phase: Callable[[str], Awaitable[Any]] | None = None,
+                 on_phase: Callable[[int], Awaitable[Any]] | None = None,
                  on_alone: Callable[[bool], Any] = lambda on: None,
-                 sessions: Collection[str] | None = None, start_at: float | None = None):
+                 sessions: Collection[str] | None = None, start_at: float | None = None,
+                 shared: Shared | None = None):
         self.plan, self.pacing, self.endpoint, self.sink, self.clock = \
             plan, pacing, endpoint, sink, clock
         self.requests = [r for r in plan.requests if sessions is None or r.session in sessions]
@@ -78,7 +91,7 @@ class Executor:
         self.slots = Slots(self.concurrency, clock)
         self.queued = 0  # requests waiting for a concurrency slot
         self.isolation = Isolation(lambda: self.slots.held > 0 or self.queued > 0, clock,
-                                   on_alone=on_alone)
+                                   on_alone=on_alone, shared=shared and shared.isolation)
         self.maker = RequestMaker(realiser, endpoint, clock, timeout_s=plan.timeout_s,
                                   time_budget_s=time_budget_s)
         self.stops = Stops(plan, clock, time_budget_s=time_budget_s,
@@ -88,7 +101,7 @@ class Executor:
         self.recorder = Recorder(plan, self.slots, self.isolation, ref or TtftReference(),
                                  prefill_own, realiser.source_of)
         self.health = ClientHealth(clock, cpu_clock)
-        self.on_phase, self.start_at = on_phase, start_at
+        self.on_phase, self.start_at, self.shared = on_phase, start_at, shared
         self.outcomes: dict[str, Outcome] = {}
         self.records: dict[str, Record] = {}
         self.cut: dict[str, Outcome] = {}  # in flight when the run was stopped (`fill_unrun`)
@@ -122,9 +135,8 @@ class Executor:
         warm_up()
         self.health.before_clock()
         reserved = await self.slots.reserve(len(startable))
-        if self.start_at is not None:
-            await asyncio.sleep(max(0.0, self.start_at - self.clock()))
-        self.t0 = self.maker.t0 = self.stops.t0 = self.clock()
+        self.t0 = self.maker.t0 = self.stops.t0 = await started(self.start_at, self.shared,
+                                                                 self.clock)
         self.pacing.write_start(startable[:reserved], self._written_at_start)
         self.slots.unreserve()
         self.health.start(self.t0)
@@ -184,7 +196,7 @@ class Executor:
         ready, k = self.ready_at.pop(req.id, self.t0), self.phases.index[req.id]
         if not self.phases.is_open(k):
             self.pacing.prepare(req)  # made while the others finish
-            ready = max(ready, await self.phases.wait(k))
+        ready = max(ready, await self.phases.wait(k))  # also when this walker opened it
         ready = await self.copies.place(req, ready, self.t0)  # a capped copy's place
         after = self.successor.get(req.id)
         reason = None if req.id in self.holding else self.stops.reason(req, self.records)
@@ -263,8 +275,8 @@ class Executor:
 
     async def _phase_opened(self, k: int) -> None:
         self.pacing.flush()  # the phase's records before its end
-        if self.on_phase and k > 0:
-            await self.on_phase(self.plan.phases[k - 1])
+        if self.on_phase:
+            await self.on_phase(k)
 
     # ------------------------------------------------------------ records
 
@@ -302,6 +314,19 @@ class Executor:
                 skipped_record(r, self.stops.stop_all or "not run (interrupted)")
             self.records[r.id] = rec
             self._to_sink(rec)
+
+async def started(start_at: float | None, shared: Shared | None,
+                  clock: Callable[[], float]) -> float:
+    """Output: the run's start on `clock`: now; or `start_at`, or for a shard the instant every
+    shard of the run starts at (`Shared.start`), once it has come (a run that gets there late
+    counts from it all the same: its planned send times are the other shards')."""
+    if shared is not None:
+        start_at = await shared.start()
+    if start_at is None:
+        return clock()
+    await asyncio.sleep(max(0.0, start_at - clock()))
+    return start_at
+
 
 def _same_phase(phases: Phases, req: PRequest, after: PRequest | None) -> PRequest | None:
     """Output: `after` when no phase barrier lies between it and `req`: a session keeps the

@@ -103,8 +103,10 @@ class ClientHealth:
     `cpu_clock`: the loop thread's CPU time (`Lag`)."""
 
     def __init__(self, clock: Callable[[], float],
-                 cpu_clock: Callable[[], float] = time.thread_time) -> None:
-        self.clock = clock
+                 cpu_clock: Callable[[], float] = time.thread_time,
+                 process_cpu: Callable[[], float] = time.process_time) -> None:
+        self.clock, self.process_cpu = clock, process_cpu
+        self.cpu: list[float] = []  # the process's CPU time at the start and at the stop
         self.lag = Lag(clock, cpu_clock)
         self.gcs = GcPauses(clock)
         self.delays: list[float] = []
@@ -123,10 +125,13 @@ class ClientHealth:
 
     def start(self, t0: float) -> None:
         self.t0 = t0
+        self.cpu = [self.process_cpu()]
         self.task = asyncio.ensure_future(self.lag.watch())
         self.gcs.__enter__()
 
     def stop(self) -> None:
+        if len(self.cpu) == 1:
+            self.cpu.append(self.process_cpu())
         if self.task is not None:
             self.task.cancel()
             self.gcs.__exit__()
@@ -184,6 +189,8 @@ class ClientHealth:
             # what `isolated` requests cost (run.isolation)
             **isolation,
             **schedule_summary(self.lags),
+            # the process's CPU time (all its threads) from the run's start to its end
+            "cpu_s": round(self.cpu[1] - self.cpu[0], 3) if len(self.cpu) == 2 else None,
         }
         health["client_bottleneck"] = bottleneck(
             max(percentile(lag.samples, 0.99) or 0.0, percentile(self.delays, 0.99) or 0.0),

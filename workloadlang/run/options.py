@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workloadlang.run.calibrate import Calibration
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -19,9 +21,13 @@ class RunOptions:
       never splits); None: every session.
     - `start_at_unix`: the wall-clock instant (`time.time()`) the run's clock starts at, after
       calibration (the shards of one run start together); None: as soon as it is ready.
+    - `calibration`: use this calibration (how text is sized, the TTFT reference) instead of
+      measuring one: a shard of a distributed run uses its driver's, and sends no calibration
+      request; None: calibrate against the engine.
     """
 
     time_budget_s: float | None = None
     isolation: bool = True
     sessions: frozenset[str] | None = None
     start_at_unix: float | None = None
+    calibration: Calibration | None = None

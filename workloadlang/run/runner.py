@@ -16,14 +16,15 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
-from workloadlang.plan.realise import Realiser
+from workloadlang.plan.realise import Realiser, Sizer
 from workloadlang.results import Record, Sink
 from workloadlang.run import calibrate, metrics
 from workloadlang.run.executor import Executor, RunResult
+from workloadlang.run.executor import Shared as ExecutorShared
 from workloadlang.run.link import EngineLink
 from workloadlang.run.options import RunOptions
 from workloadlang.run.record import TtftReference
@@ -45,39 +46,38 @@ class Measured:
 
 
 async def measure(plan: Plan, link: EngineLink, sink: Sink,
-                  options: RunOptions = RunOptions()) -> Measured:
-    """Calibrate, execute and read the counters (see the module), as `options` say."""
+                  options: RunOptions = RunOptions(), shared: Shared | None = None) -> Measured:
+    """Calibrate, execute and read the counters (see the module), as `options` say. With
+    `shared`, this is one shard of a run sharded over processes (`workloadlang.scale`): the
+    driver made the run's events and its calibration (`options.calibration`) and reads the
+    counters at the run-wide barriers, which each phase barrier here waits for."""
     if not options.isolation:
         plan = without_isolation(plan)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    sink.event("plan", {"workload": plan.workload, "plan_hash": plan.plan_hash, "salt": plan.salt,
-                        "params": plan.params, "requests": len(plan.requests),
-                        "engine": link.engine_fields()})
-    cal = calibrate.Calibration()
+    if shared is None:
+        plan_event(plan, link, sink)
     snaps: list[dict[str, Any]] = []
-    run: RunResult | None = None
-    interrupted = False
+    cal, run, interrupted, executor = calibrate.Calibration(), None, False, None
     t0 = time.perf_counter()
-    executor = None
     try:
-        sizer = await calibrate.sizer_for(link.chat, link.endpoint, link.tokenizer, plan.salt, cal)
-        link.alone(True)  # calibration sends one request at a time: read its stamps at once
-        try:
-            ref = await threshold_reference(plan, link, sizer, cal, fresh_salt())
-        finally:
-            link.alone(False)
-        sink.event("calibration", cal.model_dump())
-        await snapshot(link, "start", snaps, sink)
+        cal, sizer, ref = await calibration(plan, link, sink, options.calibration)
+        if shared is None:
+            await snapshot(link, "start", snaps, sink)
 
-        async def on_phase(name: str) -> None:
-            await snapshot(link, f"after {name}", snaps, sink)
+        async def on_phase(k: int) -> None:
+            if shared is not None:
+                await shared.barrier(k)
+            elif k > 0:
+                await snapshot(link, f"after {plan.phases[k - 1]}", snaps, sink)
 
         executor = Executor(plan, Realiser(plan, sizer), link.pacing(), link.endpoint, sink,
                             ref=ref, on_phase=on_phase, time_budget_s=options.time_budget_s,
                             prefill_own=link.info.prefill_own, on_alone=link.alone,
-                            sessions=options.sessions, start_at=start_on_clock(options))
+                            sessions=options.sessions, start_at=start_on_clock(options),
+                            shared=shared)
         run = await executor.run()
-        await snapshot(link, "end", snaps, sink)
+        if shared is None:
+            await snapshot(link, "end", snaps, sink)
     except asyncio.CancelledError:
         interrupted = True
         if executor is not None:
@@ -90,6 +90,39 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink,
                     metrics=metrics_summary(snaps, records), client=run.client if run else {},
                     incomplete=run.incomplete if run else "not started",
                     interrupted=interrupted)
+
+
+class Shared(ExecutorShared, Protocol):
+    """A shard's link to the rest of its run (`measure`'s `shared`)."""
+
+    async def barrier(self, k: int) -> None:
+        """Barrier k is open in this shard: returns when it is open in every shard."""
+
+
+def plan_event(plan: Plan, link: EngineLink, sink: Sink, **more: Any) -> None:
+    """The run's first event: the plan and the engine (`more`: what the caller adds)."""
+    sink.event("plan", {"workload": plan.workload, "plan_hash": plan.plan_hash, "salt": plan.salt,
+                        "params": plan.params, "requests": len(plan.requests),
+                        "engine": link.engine_fields(), **more})
+
+
+async def calibration(plan: Plan, link: EngineLink, sink: Sink,
+                      given: calibrate.Calibration | None = None
+                      ) -> tuple[calibrate.Calibration, Sizer, TtftReference]:
+    """Output: how to size text and the TTFT reference: measured against the engine (the
+    `calibration` event), or made again from a calibration `given` (a shard of a run uses its
+    driver's: the same sizer, so the same requests, and no request sent)."""
+    if given is not None:
+        return given, calibrate.sizer_of(given, link.tokenizer), reference(given)
+    cal = calibrate.Calibration()
+    sizer = await calibrate.sizer_for(link.chat, link.endpoint, link.tokenizer, plan.salt, cal)
+    link.alone(True)  # calibration sends one request at a time: read its stamps at once
+    try:
+        ref = await threshold_reference(plan, link, sizer, cal, fresh_salt())
+    finally:
+        link.alone(False)
+    sink.event("calibration", cal.model_dump())
+    return cal, sizer, ref
 
 
 def without_isolation(plan: Plan) -> Plan:
@@ -121,6 +154,11 @@ async def threshold_reference(plan: Plan, link: EngineLink, sizer: Any,
         repeat = int(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
         await calibrate.ttft_threshold(link.chat, link.endpoint, sizer, salt, tokens, repeat,
                                        cal)
+    return reference(cal)
+
+
+def reference(cal: calibrate.Calibration) -> TtftReference:
+    """Output: the TTFT reference of a calibration."""
     # the fastest cold twin: whatever else slowed one down (the machine, the network) only
     # adds time, and a slower cold reference would let a recompute pass for a hit
     cold = max(cal.cold_prefill_tps, default=None)

@@ -6,3 +6,7 @@ the run-wide state the shards share (phase barriers, the one isolation), and `ra
 shards on Ray workers (`wl run --workers N`). Nothing here imports Ray except `ray_run`, and
 nothing outside this package imports `ray_run` unless `--workers` is given.
 """
+
+
+class ScaleError(ValueError):
+    """A sharded run that cannot start as asked (exit 2): the message says why."""

@@ -2,7 +2,9 @@
 
 Input: a way to ask the driver's clock for its time (`ask`), the worker's own clocks. Output:
 the worker's `Offset` to the driver, the run's common start instant on the worker's monotonic
-clock (`local_instant`), and a record's times moved onto the driver's clock (`to_driver`).
+clock (`local_instant`: the worker's run counts its times from it, so a record's `t_start_s` is
+already since the common start), and a record's wall-clock times moved onto the driver's clock
+(`to_driver`).
 
 The driver's clock is the wall clock (seconds since the epoch) of the machine the driver runs
 on; a clock service on that machine answers for it (on one machine every process reads the same
@@ -24,10 +26,6 @@ SAMPLES = 8
 
 WALL_FIELDS = ("t_send_unix",)
 """Record fields on the wall clock: `offset_s` is added."""
-
-START_FIELDS = ("t_start_s",)
-"""Record fields in seconds since the run's start: a worker that started `late_s` after the
-common instant adds that."""
 
 
 @dataclass(frozen=True)
@@ -70,15 +68,10 @@ def local_instant(driver_instant: float, offset: Offset, wall: Callable[[], floa
     return mono() + (driver_instant - offset.offset_s - wall())
 
 
-def to_driver(record: dict[str, Any], offset: Offset, late_s: float = 0.0) -> dict[str, Any]:
-    """Input: a record's JSON form as the worker measured it, and how late after the common
-    start the worker's run began. Output: the same record with its times on the driver's clock
-    (the dict is changed in place and returned)."""
+def to_driver(record: dict[str, Any], offset: Offset) -> dict[str, Any]:
+    """Input: a record's JSON form as the worker measured it. Output: the same record with its
+    wall-clock times on the driver's clock (the dict is changed in place and returned)."""
     for name in WALL_FIELDS:
         if record.get(name) is not None:
             record[name] = record[name] + offset.offset_s
-    if late_s:
-        for name in START_FIELDS:
-            if record.get(name) is not None:
-                record[name] = record[name] + late_s
     return record

@@ -1,14 +1,19 @@
 """What the shards of one run share: its phase barriers and its one isolation.
 
-Input: the workers' calls (`arrive` at a barrier, `take`/`give_back` the isolation, `drained`,
-`watch` for changes), the driver's (`all_arrived`, `open`, `gone` for a worker that died).
-Output: barriers that open for every worker at once, and an isolation held by one session of
-the whole run at a time.
+Input: the workers' calls (`now` for the driver's clock, `ready` to start, `arrive` at a
+barrier, `take`/`give_back` the isolation, `drained`, `watch` for changes), the driver's
+(`started`, `all_arrived`, `open`, `gone` for a worker that ended or died). Output: one start
+instant for every worker, barriers that open for every worker at once, and an isolation held by
+one session of the whole run at a time.
 
 `Coordinator` is plain asyncio state: the driver hosts it in one actor (`ray_run`); tests call
 it directly. `SharedIsolation` is a worker's side of the isolation (a `run.isolation.RunWide`):
 it mirrors the run-wide state, which it follows with `watch`, and tells the coordinator when
 its process has drained.
+
+The start: once every live worker is ready (its text sized, its first requests made), the run
+starts `START_MARGIN_S` later on the driver's clock (`now`: the coordinator runs on the
+driver's machine), time for the instant to reach every worker.
 
 Barriers: barrier k opens when every live worker has arrived at it (all its requests of phases
 up to k are done) and the driver has opened it (it reads the engine's counters after a phase
@@ -22,8 +27,12 @@ as drained, and its sessions give the isolation back.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
+
+START_MARGIN_S = 0.1
+"""From the last worker's being ready to the run's start: the instant's way to every worker."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +53,12 @@ class IsolationState:
 class Coordinator:
     """The run-wide state of `workers` workers (numbered from 0), see the module."""
 
-    def __init__(self, workers: int, barriers: int):
+    def __init__(self, workers: int, barriers: int, clock: Callable[[], float] = time.time):
+        self.clock = clock
         self.live = set(range(workers))
+        self.ready_set: set[int] = set()
+        self.start_instant: float | None = None
+        self.all_ready = asyncio.Event()
         self.arrived = [set() for _ in range(barriers)]
         self.all_in = [asyncio.Event() for _ in range(barriers)]
         self.opened = [asyncio.Event() for _ in range(barriers)]
@@ -54,6 +67,31 @@ class Coordinator:
         self.pending: set[int] = set()  # workers yet to say they drained for this epoch
         self.granted = asyncio.Event()  # the current owner may go
         self.changed = asyncio.Event()
+
+    # ------------------------------------------------------------ the start
+
+    def now(self) -> float:
+        """The driver's clock (the wall clock of the machine the coordinator runs on)."""
+        return self.clock()
+
+    async def ready(self, worker: int) -> float:
+        """`worker` is ready: returns the run's start instant once every live worker is."""
+        self.ready_set.add(worker)
+        self._check_ready()
+        await self.all_ready.wait()
+        assert self.start_instant is not None
+        return self.start_instant
+
+    async def started(self) -> float:
+        """For the driver: the run's start instant, once every live worker is ready."""
+        await self.all_ready.wait()
+        assert self.start_instant is not None
+        return self.start_instant
+
+    def _check_ready(self) -> None:
+        if self.live <= self.ready_set and not self.all_ready.is_set():
+            self.start_instant = self.clock() + START_MARGIN_S
+            self.all_ready.set()
 
     # ------------------------------------------------------------ barriers
 
@@ -111,6 +149,7 @@ class Coordinator:
         """For the driver: `worker` died. It counts as arrived everywhere and as drained; its
         sessions no longer hold or wait for the isolation."""
         self.live.discard(worker)
+        self._check_ready()
         for k in range(len(self.arrived)):
             self._check(k)
         mine = {s for s, w in self.worker_of.items() if w == worker}
@@ -154,6 +193,10 @@ class Link(Protocol):
     """How a worker reaches the coordinator (an actor's methods under Ray, the object itself in
     tests): the same methods, awaited, less `give_back` and `drained`, which are sent and not
     waited for."""
+
+    def now(self) -> Awaitable[float]: ...
+
+    def ready(self, worker: int) -> Awaitable[float]: ...
 
     def take(self, worker: int, session: str) -> Awaitable[IsolationState]: ...
 
@@ -224,11 +267,3 @@ class SharedIsolation:
             await self.isolation.idle()
         self.link.drained(self.worker, epoch)
 
-
-def barrier_hook(link: Link, worker: int) -> Callable[[int], Awaitable[None]]:
-    """Output: what a worker's executor awaits before its barrier k opens: the run-wide one."""
-
-    async def arrive(k: int) -> None:
-        await link.arrive(worker, k)
-
-    return arrive
