@@ -7,8 +7,10 @@ Input: what the caller decides (the command line, a distributed run's driver). O
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from workloadlang.run.calibrate import Calibration
+if TYPE_CHECKING:  # `wl plan` imports these options, and nothing of the HTTP client
+    from workloadlang.run.calibrate import Calibration
 
 
 @dataclass(frozen=True)
