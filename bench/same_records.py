@@ -11,7 +11,8 @@ What differs between two runs of the same plan on the simulator without being a 
 the code: times (`TIMES`), what is derived from them (a speed, whether the timing backs the
 cache's claim, a hit judged by TTFT), and the simulator's replies' text (they are seeded from
 the request, so not even that). Everything else (ids, planned and reported token counts, cache
-evidence, hits, errors, skips) must be equal.
+evidence, hits, errors, skips) must be equal. A field that one side never writes (a change added
+it) is listed apart, as a change of the schema.
 
 Usage: python -m bench.same_records --base DIR [--other DIR] [--salt S] [--only NAME,...]
        [--keep DIR] [--json PATH]
@@ -73,14 +74,24 @@ def untimed(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def new_fields(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> set[str]:
+    """Output: the record fields that one side never writes and the other does (a field a
+    change added or removed: a difference of the schema, listed apart, not of the values)."""
+    fa = {k for r in a for k in r}
+    fb = {k for r in b for k in r}
+    return fa ^ fb
+
+
 def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
-    """Output: what differs between two runs' records, by request id and field."""
+    """Output: what differs between two runs' records, by request id and field (fields only
+    one side has at all left out: `new_fields`)."""
     by_a, by_b = {r["id"]: untimed(r) for r in a}, {r["id"]: untimed(r) for r in b}
+    schema = new_fields(a, b)
     out = [f"only in one: {i}" for i in sorted(set(by_a) ^ set(by_b))]
     for rid in sorted(set(by_a) & set(by_b)):
         ra, rb = by_a[rid], by_b[rid]
         out += [f"{rid}.{k}: {ra.get(k)!r} != {rb.get(k)!r}"
-                for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
+                for k in sorted((set(ra) | set(rb)) - schema) if ra.get(k) != rb.get(k)]
     return out
 
 
@@ -109,10 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         codes = (got["base"][0], got["other"][0])
         ok = not diff and codes[0] == codes[1]
         same &= ok
+        schema = sorted(new_fields(got["base"][1], got["other"][1]))
         rows.append({"workload": name, "records": len(got["other"][1]), "exit_codes": codes,
-                     "same": ok, "differences": diff[:20]})
+                     "same": ok, "differences": diff[:20], "fields_on_one_side": schema})
         print(f"{name}: {len(got['other'][1])} records, exit {codes[0]} / {codes[1]}: "
-              + ("the same" if ok else f"{len(diff)} difference(s)"))
+              + ("the same" if ok else f"{len(diff)} difference(s)")
+              + (f" (fields written by one side only: {', '.join(schema)})" if schema else ""))
         for line in diff[:20]:
             print(f"  {line}")
     write_json(args.json, "same_records", args, rows, started)

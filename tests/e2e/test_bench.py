@@ -267,3 +267,23 @@ def test_scale_out_runs_small(tmp_path: Path) -> None:
         assert r["client_cpu_ms"] > 0 and r["ceiling_rps"] == pytest.approx(
             1000 / r["client_cpu_ms"])
         assert (r["rss_mb"] > 10) if r["mode"] == "1 process" else r["rss_mb"] is None
+
+
+def test_same_records_tells_a_changed_value_from_a_field_one_side_added() -> None:
+    """bench.same_records: a value that differs is a difference; a time is not; a field that one
+    side never writes (a change added it) is listed as a change of the schema, not a difference."""
+    from bench.same_records import differences, new_fields
+
+    base = [{"id": "s/0", "cached_tokens": 10, "ttft_s": 0.1},
+            {"id": "s/1", "cached_tokens": 20, "ttft_s": 0.2}]
+    other = [{"id": "s/0", "cached_tokens": 10, "ttft_s": 0.3, "planned_expected_max": 5},
+             {"id": "s/1", "cached_tokens": 20, "ttft_s": 0.2}]
+    assert differences(base, other) == []
+    assert new_fields(base, other) == {"planned_expected_max"}
+    other[1] = {**other[1], "cached_tokens": 19}
+    assert differences(base, other) == ["s/1.cached_tokens: 20 != 19"]
+    # a field both sides write, missing from one record, is a difference of that record
+    base[0]["planned_expected_max"] = 5
+    base[1]["planned_expected_max"] = 7
+    assert differences(base, other) == ["s/1.cached_tokens: 20 != 19",
+                                        "s/1.planned_expected_max: 7 != None"]
