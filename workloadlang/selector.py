@@ -10,14 +10,27 @@ The planner applies only the static part (names, labels, phases, sessions,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from workloadlang import ir
 from workloadlang.evaluate import evaluate
 from workloadlang.ir import gate_metric_refs, metric_refs, test_refs  # noqa: F401  (re-exported)
-from workloadlang.plan.model import PRequest
 
 T = TypeVar("T")
+
+
+class PRequest(Protocol):
+    """What a selector reads of a planned request (`plan.model.PRequest` has it): the
+    selector sits below the planner, so it names the fields, not the planner's class."""
+
+    label: str
+    phase: str
+    session: str
+    session_name: str
+    kind: str
+    isolated: bool
+    prompt_tokens: int
+    expected_cached: int
 
 STATIC_FLAGS = frozenset({"warm", "cold", "probe", "isolated"})
 DYNAMIC_FLAGS = frozenset({"hit", "miss", "aborted", "ok", "error"})

@@ -84,6 +84,13 @@ LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.limits",
          "workloadlang.resources", "workloadlang.tracefile", "workloadlang.headline",
          "workloadlang.sweep"]
 
+# the language stage: source -> checked IR, and what it defines for the stages above (selectors)
+LANGUAGE = ["workloadlang.ir", "workloadlang.irexpr", "workloadlang.diagnostics",
+            "workloadlang.limits", "workloadlang.evaluate", "workloadlang.kinds",
+            "workloadlang.parse", "workloadlang.syntax", "workloadlang.check",
+            "workloadlang.checkparams", "workloadlang.checksessions", "workloadlang.declared",
+            "workloadlang.selector", "workloadlang.tracefile"]
+
 
 def under(name: str, prefixes: list[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
@@ -102,7 +109,9 @@ def under(name: str, prefixes: list[str]) -> bool:
      ["workloadlang.scale"]),
     (["workloadlang.scale"], ["workloadlang.cli", "workloadlang.gates", "workloadlang.report",
                               "workloadlang.compare", "workloadlang.console"]),
-], ids=["stages below run", "results", "run", "wire", "below the sharded run", "sharded run"])
+    (LANGUAGE, ["workloadlang.plan", "workloadlang.gates", "workloadlang.theory"]),
+], ids=["stages below run", "results", "run", "wire", "below the sharded run", "sharded run",
+        "language below plan"])
 def test_no_stage_imports_one_above_it(rooms: list[str], never: list[str]) -> None:
     allowed = {"workloadlang", "workloadlang.results"} if rooms == ["workloadlang.results"] \
         else set()
