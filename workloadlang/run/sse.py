@@ -15,7 +15,7 @@ no per-chunk clock reads after the first token. An answer past its bounds (`toke
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple
+from typing import Any, Awaitable, Callable, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -423,18 +423,6 @@ def check_first_read(state: Stream, doubt: float, more: bool) -> None:
     packet and its stamp is its own."""
     if more and doubt > _LATE_READ_S:
         state.ttft_late = doubt
-
-
-async def _read_json_whole(chunks: AsyncIterator[bytes], head: bytes,
-                           state: Stream) -> bytes | None:
-    """Output: a non-streamed JSON body read to its end (its chunks joined once), or None when
-    it is past the answer's byte bound (an `overrun` is recorded; the rest is not read)."""
-    parts = [head]
-    async for chunk in chunks:
-        if state.over_bytes(len(chunk), 0):
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 def read_json_body(body: bytes, state: Stream) -> None:
