@@ -11,21 +11,12 @@ from __future__ import annotations
 import pytest
 
 from workloadlang import api
-from workloadlang.diagnostics import WorkloadError
 from workloadlang.plan.prefix import END_TOKENS, HEADER_TOKENS
 from workloadlang.plan.realise import Realiser
 from workloadlang.plan.dryrun import render_plan
 
 from test_plan_semantics import plan_of
-
-
-def check_codes(text: str) -> list[tuple[str, str]]:
-    source = api.Source(name="t.wl", text=text)
-    try:
-        wl = api.parse_checked(source)
-    except WorkloadError as e:
-        return [(d.code, d.message) for d in e.diagnostics]
-    return [(d.code, d.message) for d in api.check(wl)]
+from checkhelp import check_codes
 
 
 SHARED = """workload shared {

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from checkhelp import check_codes
 from runhelp import gate, wl_run_text as wl_run
 from workloadlang import api
 from workloadlang.diagnostics import WorkloadError
@@ -19,14 +20,6 @@ def plan_of(text: str) -> Plan:
     source = api.Source(name="t.wl", text=text)
     return api.make_plan(api.parse_checked(source), source, {}, salt="scopes")
 
-
-def check_codes(text: str) -> list[tuple[str, str]]:
-    source = api.Source(name="t.wl", text=text)
-    try:
-        wl = api.parse_checked(source)
-    except WorkloadError as e:
-        return [(d.code, d.message) for d in e.diagnostics]
-    return [(d.code, d.message) for d in api.check(wl)]
 
 TWO = """workload two {
   session victim repeat 2 {
