@@ -11,7 +11,9 @@ prompt by the characters, biasing small probes). Filler is statistically uniform
 converges.
 
 The TTFT threshold sends cold/cached twins of a fresh-salted prompt `repeat` times, and accepts
-the midpoint only if every cold sample is slower than every cached one by a clear margin.
+the midpoint only if every cold sample is slower than every cached one by a clear margin. Each
+pair follows a fresh few-word prompt, whose TTFT is what a request costs here besides its
+prefill: the cold prefill speed is over the cold twin's time beyond it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from workloadlang.wire import Transport
 
 SAMPLE_WORDS = 2000
 MIN_SEPARATION = 1.5
+BASE_WORDS = 8  # the few-word prompt whose TTFT is a request's cost besides its prefill
 SYSTEM = "You are a helpful assistant."
 
 
@@ -42,9 +45,13 @@ class Calibration(BaseModel):
     threshold_tokens: int | None = None
     cold_ttft_s: list[float] = []
     hit_ttft_s: list[float] = []
-    # prefill speed (uncached tokens per second of the engine's own prefill time, else of the
-    # TTFT) of each cold twin whose time is its own to 5 % (`cold_speed`)
+    # prefill speed (uncached tokens per second of the engine's own prefill time, else of what
+    # the cold twin's TTFT took beyond a fresh few-word prompt's) of each cold twin measured
+    # cleanly (`cold_speed`)
     cold_prefill_tps: list[float] = []
+    # with speeds from the TTFT: what any request costs here besides its prefill (each few-word
+    # prompt's TTFT): sending, scheduling, the first decode step
+    fixed_s: list[float] = []
     separation: float | None = None
     notes: list[str] = []
 
@@ -99,12 +106,16 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
     words = sizer.words_for(f"calibrate/ttft/{tokens}", tokens)
     for k in range(max(1, repeat)):
         text = synth.filler(salt, f"calibrate/ttft/{k}", words)
+        few = synth.filler(salt, f"calibrate/ttft/{k}/base", BASE_WORDS)
+        base = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/base", few))
         cold = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/cold", text))
         hot = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/hit", text))
-        outcomes += [cold, hot]
-        speed = cold_speed(cold)
+        outcomes += [base, cold, hot]
+        speed = cold_speed(cold, base)
         if speed is not None:
             cal.cold_prefill_tps.append(speed)
+            if not cold.server_prefill_ms and base.ttft_s is not None:
+                cal.fixed_s.append(base.ttft_s)
         if cold.error or hot.error or cold.ttft_s is None or hot.ttft_s is None:
             cal.notes.append(f"threshold probe {k} failed: {(cold.error or hot.error)}")
             continue
@@ -119,18 +130,31 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
     return outcomes
 
 
-def cold_speed(o: Outcome) -> float | None:
-    """Output: a cold twin's prefill speed in uncached tokens per second: over the engine's
-    own prefill time when it reports one, else over the TTFT when its stamp is not late by more
-    than 5 % of it (nothing else is in flight during calibration); None when unknown."""
-    if o.error is not None or not o.prompt_tokens:
+def cold_speed(cold: Outcome, base: Outcome) -> float | None:
+    """Input: a cold twin and `base`, a fresh few-word prompt sent just before it. Output: the
+    cold prefill speed in uncached tokens per second: over the engine's own prefill time when it
+    reports one; else over what the cold twin's TTFT took beyond the base's, for the uncached
+    tokens it had beyond it (what any request costs besides its prefill, its sending,
+    scheduling and first decode step, cancels out: a small probe's TTFT is mostly that, and a
+    speed over the whole TTFT would be several times too slow on a loaded host, so a recompute
+    would pass for a hit). Neither is cached, so this holds whatever the engine's cache does.
+    None when unknown: an error, counts missing, or a stamp late by more than 5 % of the
+    difference (nothing else is in flight during calibration)."""
+    if cold.error is not None or not cold.prompt_tokens:
         return None
-    uncached = o.prompt_tokens - (o.cached_tokens or 0)
-    if o.server_prefill_ms:
-        return uncached / (o.server_prefill_ms / 1000)
-    if not o.ttft_s or (o.ttft_late_s or 0.0) > 0.05 * o.ttft_s:
+    uncached = cold.prompt_tokens - (cold.cached_tokens or 0)
+    if cold.server_prefill_ms:
+        return uncached / (cold.server_prefill_ms / 1000)
+    if base.error is not None or not base.prompt_tokens:
         return None
-    return uncached / o.ttft_s
+    if cold.ttft_s is None or base.ttft_s is None:
+        return None
+    work = uncached - (base.prompt_tokens - (base.cached_tokens or 0))
+    took = cold.ttft_s - base.ttft_s
+    late = max(cold.ttft_late_s or 0.0, base.ttft_late_s or 0.0)
+    if work <= 0 or took <= 0 or late > 0.05 * took:
+        return None
+    return work / took
 
 
 def decide_threshold(cal: Calibration, tokens: int) -> None:

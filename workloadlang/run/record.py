@@ -31,6 +31,9 @@ class TtftReference(BaseModel):
     threshold_s: float | None = None
     threshold_tokens: int | None = None
     cold_prefill_tps: float | None = None
+    # what a request costs here besides its prefill, when the speed above is the TTFT's
+    # (calibration's cached twins): a TTFT holds it, the engine's own prefill time does not
+    fixed_s: float = 0.0
 
     def hit_by_ttft(self, prompt: int | None, ttft: float | None,
                     doubt: float = 0.0) -> bool | None:
@@ -198,7 +201,9 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
     if cached is not None and warm:
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
         own = doubt if out["prefill_source"] == "client_ttft" else (prefill_contended_s or 0.0)
-        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref, own)
+        fixed = ref.fixed_s if out["prefill_source"] == "client_ttft" else 0.0
+        out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref, own,
+                                         fixed)
         if out["ttft_agrees"] is None:
             out["ttft_agrees_note"] = why_not_judged(prompt, uncached, out["prefill_s"], ref)
     elif cached is None and warm:
@@ -233,17 +238,20 @@ def why_not_judged(prompt: int, uncached: int, prefill: float | None,
 
 
 def ttft_agrees(hit: bool, prompt: int, uncached: int, ttft: float | None,
-                ref: TtftReference, doubt: float = 0.0) -> bool | None:
-    """Does the timing back the engine's claim? A reported hit whose TTFT is at least half of
-    a cold prefill of the whole prompt did not come from the cache. None when it cannot tell:
-    too little difference, or a TTFT that may be up to `doubt` too long could go either way."""
+                ref: TtftReference, doubt: float = 0.0, fixed: float = 0.0) -> bool | None:
+    """Does the timing back the engine's claim? A reported hit whose prefill time is at least
+    half of a cold prefill of the whole prompt, beyond `fixed` (what any request costs here
+    besides its prefill, when the time is a TTFT), did not come from the cache. None when it
+    cannot tell: too little difference, or a TTFT that may be up to `doubt` too long could go
+    either way."""
     if ttft is None or not ref.cold_prefill_tps or prompt < 256:
         return None
     cold = prompt / ref.cold_prefill_tps
     warm = uncached / ref.cold_prefill_tps
     if cold < 8 * max(warm, 0.005):
         return None  # too little difference to tell through timing noise
-    return _unless_doubt((lambda t: t < cold / 2) if hit else (lambda t: t >= warm), ttft, doubt)
+    return _unless_doubt((lambda t: t < fixed + cold / 2) if hit else (lambda t: t >= warm),
+                         ttft, doubt)
 
 
 def expectations_met(req: PRequest, o: Any) -> bool | None:

@@ -162,8 +162,9 @@ def reference(cal: calibrate.Calibration) -> TtftReference:
     # the fastest cold twin: whatever else slowed one down (the machine, the network) only
     # adds time, and a slower cold reference would let a recompute pass for a hit
     cold = max(cal.cold_prefill_tps, default=None)
+    # what a request costs besides its prefill, the dearest seen: only noise makes it dearer
     return TtftReference(threshold_s=cal.threshold_s, threshold_tokens=cal.threshold_tokens,
-                         cold_prefill_tps=cold)
+                         cold_prefill_tps=cold, fixed_s=max(cal.fixed_s, default=0.0))
 
 
 def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:
