@@ -16,11 +16,15 @@ pytestmark = pytest.mark.llama
 
 
 def test_agent_sim_healthy_llama_server_is_ok(tmp_path, llama_server):
-    # The original's setup: 2 sessions, a 3k main context grown in 500-token steps, 1.5k subs and
-    # the default 2k finalize. It called both finalizes "degraded" (unequal suffix work).
+    # The original's shape at half its sizes (its own sizes, on its own server set-up, are
+    # test_reference_llama's): 2 sessions, a 1.5k main context grown in 500-token steps, 750-token
+    # sub-agents and a 1k finalize. The original called such finalizes "degraded" (unequal suffix
+    # work). One slot: every sub-agent takes the main context's slot, and the host-RAM cache
+    # brings it back.
     code, res = wl_run(tmp_path, "agent-sim", "--base-url", llama_server.base_url,
-                       "--sessions", "2", "--main-tokens", "3k", "--step-tokens", "500",
-                       "--sub-tokens", "1500", "--max-tokens", "16", "--salt", "llama-agent")
+                       "--sessions", "2", "--main-tokens", "1500", "--step-tokens", "500",
+                       "--sub-tokens", "750", "--finalize-tokens", "1k", "--max-tokens", "16",
+                       "--salt", "llama-agent")
     assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
     fins = records(res, "finalize")
     assert all(f["cached_source"] == "usage.prompt_tokens_details.cached_tokens" for f in fins)
