@@ -321,7 +321,7 @@ def test_a_replay_at_concurrency_1_measures_the_plans_lru_hit_rate(tmp_path: Pat
 
 def test_at_higher_concurrency_the_difference_is_reported(tmp_path: Path, capsys):
     code, res = wl_run(tmp_path, "mooncake", "--trace", str(SLICE), "--time-scale", "0",
-                       "--limit", "120", "--max-concurrency", "8", "--max-tokens", "4",
+                       "--limit", "40", "--max-concurrency", "8", "--max-tokens", "4",
                        "--salt", "c8", "--cache-tokens", "1M", "--cache-block", "512",
                        "--sim-device-tokens", "1000000", *SIM)
     assert code == 0
