@@ -11,6 +11,7 @@ Input: a size in bytes. Output: the cases; for a run, `Measured`.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -164,3 +165,69 @@ def measured(*args: str, timeout: float = 120) -> Measured:
         code, peak_kb = report.read_text().split()
         return Measured(int(code), out.read_text(errors="replace"),
                         err.read_text(errors="replace"), int(peak_kb) / 1024)
+
+
+_FORK_SERVER = """
+import json, os, sys, traceback
+from workloadlang.cli import main
+requests, answers = sys.stdin, sys.stdout
+for line in requests:
+    out, err, args = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+        os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        sys.argv = ["wl", *args]
+        try:
+            code = main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status, usage = os.wait4(pid, 0)
+    answers.write(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_maxrss]) + "\\n")
+    answers.flush()
+"""
+"""Reads one JSON line per command (stdout path, stderr path, argv), forks a child
+that runs `wl ARGV` as the console script does (`main()`, a traceback and exit 1 on an uncaught
+exception) and answers its exit code and peak RSS in KB."""
+
+
+class WlForker:
+    """`wl` commands in children forked from one small process that has imported
+    `workloadlang.cli` once: the same exit code, output and peak memory as a fresh `wl` (a fork
+    starts from the server's resident imports, as a fresh `wl` has them after its own), without
+    paying the interpreter's start and the imports per command. `measured` as the function of
+    that name; `close` stops the server."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def measured(self, *args: str, timeout: float = 120) -> Measured:
+        """Run `wl ARGS` in a forked child; its exit code, output and peak RSS."""
+        import select
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "out", Path(tmp) / "err"
+            self.proc.stdin.write(json.dumps([str(out), str(err), list(args)]) + "\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            if not ready:
+                self.close()
+                raise subprocess.TimeoutExpired(["wl", *args], timeout)
+            code, peak_kb = json.loads(self.proc.stdout.readline())
+            return Measured(code, out.read_text(errors="replace"),
+                            err.read_text(errors="replace"), peak_kb / 1024)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+        self.proc.wait()

@@ -164,15 +164,14 @@ def test_realise_speed_runs_small(tmp_path: Path) -> None:
     assert all(r["best_s"] > 0 for r in doc["rows"])
 
 
-def test_plan_speed_runs_small() -> None:
+def test_plan_speed_runs_small(capsys) -> None:
     """Its profile of one in-process `wl plan`, and its timing of one command (the whole table
     starts some twenty interpreters: too slow for a smoke test)."""
     from bench import plan_speed
 
-    out = subprocess.run([sys.executable, "-m", "bench.plan_speed", "--profile", "agent-sim"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert "cumulative" in out.stdout and "make_plan" in out.stdout
+    assert plan_speed.main(["--profile", "agent-sim"]) == 0
+    out = capsys.readouterr().out
+    assert "cumulative" in out and "make_plan" in out
     m = plan_speed.measure([sys.executable, "-c", "print('a', 'b', sep=chr(10))"], 1)
     assert 0 < m["median"] <= m["max"] and m["cpu"] >= 0
 
@@ -226,23 +225,27 @@ def test_fuzz_runs_small() -> None:
     assert "total: 8 examples" in out.stdout
 
 
-def test_verdicts_runs_small() -> None:
+def test_verdicts_runs_small(monkeypatch, capsys) -> None:
     """The verdict table's bench, one benchmark healthy and degraded on the simulator."""
-    r = subprocess.run([sys.executable, "-m", "bench.verdicts", "--only", "abort-sim",
-                        "--faults", "healthy,drop_aborted", "--no-llama"], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| abort-sim")]
-    assert [row.split(" | ")[2] for row in rows] == ["0", "1"], r.stdout
+    from bench import verdicts
+
+    monkeypatch.setattr(sys, "argv", ["verdicts", "--only", "abort-sim", "--faults",
+                                      "healthy,drop_aborted", "--no-llama"])
+    verdicts.main()
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| abort-sim")]
+    assert [row.split(" | ")[2] for row in rows] == ["0", "1"], out
 
 
-def test_ttft_ranges_runs_small() -> None:
-    r = subprocess.run([sys.executable, "-m", "bench.ttft_ranges", "--runs", "1",
-                        "--main-tokens", "8k", "--no-llama"], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| simulator")]
-    assert len(rows) == 2 and all("/" in row for row in rows), r.stdout
+def test_ttft_ranges_runs_small(monkeypatch, capsys) -> None:
+    from bench import ttft_ranges
+
+    monkeypatch.setattr(sys, "argv", ["ttft_ranges", "--runs", "1", "--main-tokens", "8k",
+                                      "--no-llama"])
+    ttft_ranges.main()
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| simulator")]
+    assert len(rows) == 2 and all("/" in row for row in rows), out
 
 
 def test_scale_out_runs_small(tmp_path: Path) -> None:

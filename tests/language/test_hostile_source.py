@@ -1,4 +1,6 @@
-"""Hostile `.wl` files through the real `wl check` and `wl plan` (child processes): every class of
+"""Hostile `.wl` files through the real `wl check` and `wl plan` (child processes, forked from one
+process that has imported `wl` once: `hostile.WlForker`; one test starts the `wl` script itself):
+every class of
 bad input (tests/hostile.py) ends with a diagnostic that has a location and exit 2, or is
 accepted (exit 0), never a traceback; what is printed is bounded; the peak memory stays under
 500 MB. The cases that scale are about 1 MB here; `python bench/fuzz.py --hostile` runs them at
@@ -33,12 +35,19 @@ def check_answer(case: hostile.Case, path: Path, run: hostile.Measured, code: st
     assert len(run.stderr) < 20_000, f"{case.name}: {len(run.stderr)} characters on stderr"
 
 
+@pytest.fixture(scope="module")
+def wl():
+    forker = hostile.WlForker()
+    yield forker
+    forker.close()
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_check_and_plan_answer_every_hostile_source(tmp_path: Path, case: hostile.Case):
+def test_check_and_plan_answer_every_hostile_source(tmp_path: Path, case: hostile.Case, wl):
     path = tmp_path / "hostile.wl"
     path.write_bytes(case.data)
-    check_answer(case, path, hostile.measured("check", str(path)), case.check)
-    check_answer(case, path, hostile.measured("plan", str(path)), case.plan_code)
+    check_answer(case, path, wl.measured("check", str(path)), case.check)
+    check_answer(case, path, wl.measured("plan", str(path)), case.plan_code)
 
 
 def test_every_class_is_covered():
@@ -46,20 +55,20 @@ def test_every_class_is_covered():
     assert {"WL101", "WL103", "WL104", "WL108", "WL109", "WL110", "WL111", "WL404", None} <= codes
 
 
-def test_a_huge_word_is_not_echoed(tmp_path: Path):
+def test_a_huge_word_is_not_echoed(tmp_path: Path, wl):
     path = tmp_path / "word.wl"
     path.write_bytes(b"workload w { " + b"x" * 500_000 + b" }")
-    run = hostile.measured("check", str(path))
+    run = wl.measured("check", str(path))
     assert run.returncode == 2 and run.stderr.count("x" * 200) == 0, run.stderr[:500]
     assert "xxx…" in run.stderr  # the word is shown clipped
 
 
-def test_json_diagnostics_of_a_file_that_is_not_utf8(tmp_path: Path):
+def test_json_diagnostics_of_a_file_that_is_not_utf8(tmp_path: Path, wl):
     import json
 
     path = tmp_path / "latin.wl"
     path.write_bytes('workload w {\n  doc "café" }'.encode("latin-1"))
-    run = hostile.measured("check", str(path), "--format", "json")
+    run = wl.measured("check", str(path), "--format", "json")
     [diag] = json.loads(run.stdout)
     assert run.returncode == 2 and diag["code"] == "WL109"
     assert (diag["span"]["line"], diag["span"]["col"]) == (2, 11)

@@ -241,15 +241,18 @@ def test_needle_codes_follow_the_salt():
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(BUNDLED), salt=salts)
 def test_same_salt_same_plan_across_processes(name: str, salt: str):
-    """Two fresh interpreters with different hash seeds print the same bytes as this one."""
+    """Two fresh interpreters with different hash seeds (started side by side) print the same
+    bytes as this one."""
+    procs = [subprocess.Popen([sys.executable, "-m", "workloadlang.cli", "plan", name,
+                               f"--salt={salt}", "--json", *FLAGS.get(name, [])],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+             for seed in ("1", "2")]
     outs = []
-    for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        r = subprocess.run([sys.executable, "-m", "workloadlang.cli", "plan", name,
-                            f"--salt={salt}", "--json", *FLAGS.get(name, [])],
-                           capture_output=True, env=env, timeout=60)
-        assert r.returncode == 0, r.stderr.decode()
-        outs.append(r.stdout)
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+        outs.append(out)
     assert outs[0] == outs[1]
     assert outs[0].decode() == cli_json(name, salt)
     assert json.loads(outs[0])["salt"] == salt

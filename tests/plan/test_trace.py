@@ -5,7 +5,7 @@ records) and small trace files written here. Output checked: the records read an
 diagnostics for bad files (exit 2, bounded memory), the planned requests (prompt sizes, shared
 prefixes against an independent count, send times, scaling), the plan hash following the
 file's content, the LRU model against the simulator's own cache code, and the replay on the
-simulator: at concurrency 1 the measured hit rate within 1 point of the plan's LRU figure.
+simulator: at concurrency 1 the measured hit rate within half a point of the plan's LRU figure.
 """
 
 from __future__ import annotations
@@ -302,23 +302,26 @@ SIM = ["--sim", "--sim-block-size", "512", "--sim-prefill-us-per-token", "0",
 
 @pytest.mark.slow
 def test_a_replay_at_concurrency_1_measures_the_plans_lru_hit_rate(tmp_path: Path):
-    """The 1,000-request slice on the simulator with the plan's block size and capacity (2M
-    tokens: the LRU cache keeps about a third of what a perfect one would)."""
-    code, res = wl_run(tmp_path, "mooncake", "--trace", str(SLICE), "--time-scale", "0",
-                       "--max-concurrency", "1", "--salt", "fidelity", "--cache-tokens", "2M",
-                       "--cache-block", "512", "--sim-device-tokens", "2000000", *SIM)
+    """200 records of the slice (from record 350, where sessions come back to what they sent
+    earlier) on the simulator with the plan's block size and capacity (700k tokens: the LRU
+    cache keeps about half of what a perfect one would, and a capacity of 500k or 1M would
+    keep a point less or more)."""
+    code, res = wl_run(tmp_path, "mooncake", "--trace", str(SLICE), "--offset", "350",
+                       "--limit", "200", "--time-scale", "0", "--max-concurrency", "1",
+                       "--salt", "fidelity", "--cache-tokens", "700k", "--cache-block", "512",
+                       "--sim-device-tokens", "700000", *SIM)
     assert code == 0, res.get("gates")
     theory = res["cache_theory"]
-    assert theory["requests"] == 1000
-    assert 0.05 < theory["lru"] < theory["unlimited"] - 0.1  # eviction matters here
-    assert abs(theory["measured"] - theory["lru"]) < 0.01, theory
+    assert theory["requests"] == 200
+    assert 0.04 < theory["lru"] < 0.6 * theory["unlimited"]  # eviction matters here
+    assert abs(theory["measured"] - theory["lru"]) < 0.005, theory
     sent = sorted(res["records"], key=lambda r: r["t_start_s"])
-    assert [r["index"] for r in sent] == list(range(1000))  # in the trace's order
+    assert [r["index"] for r in sent] == list(range(350, 550))  # in the trace's order
 
 
 def test_at_higher_concurrency_the_difference_is_reported(tmp_path: Path, capsys):
     code, res = wl_run(tmp_path, "mooncake", "--trace", str(SLICE), "--time-scale", "0",
-                       "--limit", "120", "--max-concurrency", "8", "--max-tokens", "4",
+                       "--limit", "40", "--max-concurrency", "8", "--max-tokens", "4",
                        "--salt", "c8", "--cache-tokens", "1M", "--cache-block", "512",
                        "--sim-device-tokens", "1000000", *SIM)
     assert code == 0
