@@ -455,3 +455,29 @@ def run_wl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     full.update(env or {})
     return subprocess.run([*wl_command(), *args], capture_output=True, text=True, env=full,
                           timeout=timeout)
+
+
+def run_wl_here(*args: str, env: dict[str, str] | None = None) -> Any:
+    """`wl ARGS` through the CLI's `main` in this process, for tests about what a run records,
+    prints and exits with (not about the process: signals, imports, memory; those use
+    `run_wl`). The environment is set as `run_wl` sets it, for the call only. Output: a
+    CompletedProcess with text stdout / stderr."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+
+    from workloadlang.cli import main
+
+    saved = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        for k in [k for k in os.environ if "API_KEY" in k.upper()]:
+            del os.environ[k]
+        os.environ.update(env or {})
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["wl", *args], code, out.getvalue(), err.getvalue())
