@@ -455,3 +455,36 @@ def run_wl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
     full.update(env or {})
     return subprocess.run([*wl_command(), *args], capture_output=True, text=True, env=full,
                           timeout=timeout)
+
+
+def run_wl_here(*args: str, env: dict[str, str] | None = None) -> Any:
+    """`wl ARGS` through the CLI's `main` in this process, for tests about what a run records,
+    prints and exits with (not about the process: signals, imports, memory; those use
+    `run_wl`). The environment is set as `run_wl` sets it, for the call only (`TMPDIR`
+    included: the temporary directory is looked up again). Output: a CompletedProcess with
+    text stdout / stderr."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+    import tempfile
+
+    from workloadlang.cli import main
+
+    saved, saved_tmp = dict(os.environ), tempfile.tempdir
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        for k in [k for k in os.environ if "API_KEY" in k.upper()]:
+            del os.environ[k]
+        os.environ.update(env or {})
+        tempfile.tempdir = None
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's usage errors, as the process would exit
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        tempfile.tempdir = saved_tmp
+    return subprocess.CompletedProcess(["wl", *args], code, out.getvalue(), err.getvalue())

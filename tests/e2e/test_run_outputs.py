@@ -1,5 +1,6 @@
 """Nothing measured is lost for a bad output path, and bad settings are usage errors (exit 2)
-before anything is sent. `wl run` is a real subprocess against the loopback fault server.
+before anything is sent. `wl run` is the CLI's `main` in the test process, against the loopback
+fault server; `wl sim serve` a real subprocess (a setting it failed to refuse would serve on).
 
 - every output path (`--output`, `--records`, `--report`) is checked before the first request;
 - a write that fails after the run (`/dev/full`: a full disk) prints the verdict, writes the
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from faultserver import FaultServer, fault_server, run_wl  # noqa: F401  (fixture)
+from faultserver import FaultServer, fault_server, run_wl, run_wl_here  # noqa: F401  (fixture)
 from workloadlang.cli.outputs import JsonlWriter
 from workloadlang.results import read_results
 
@@ -43,8 +44,8 @@ def server(fault_server: FaultServer) -> FaultServer:  # noqa: F811
 def wl_run(tmp_path: Path, server: FaultServer, *extra: str) -> Any:
     path = tmp_path / "w.wl"
     path.write_text(TINY)
-    proc = run_wl("run", str(path), "--base-url", server.base_url, "--no-viz", "--salt", "s",
-                  *extra, env={"TMPDIR": str(tmp_path)})  # fallbacks land in tmp_path
+    proc = run_wl_here("run", str(path), "--base-url", server.base_url, "--no-viz", "--salt",
+                       "s", *extra, env={"TMPDIR": str(tmp_path)})  # fallbacks land in tmp_path
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     return proc
 
@@ -155,7 +156,7 @@ def test_a_writer_whose_path_cannot_be_opened_falls_back_at_once(tmp_path: Path)
 def test_bad_settings_are_usage_errors(tmp_path: Path, args: tuple[str, ...], says: str):
     path = tmp_path / "w.wl"
     path.write_text(TINY)
-    proc = run_wl("run", str(path), "--no-viz", *args)
+    proc = run_wl_here("run", str(path), "--no-viz", *args)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert says in proc.stderr and "Traceback" not in proc.stderr
 
@@ -197,6 +198,6 @@ def test_report_and_compare_say_what_is_wrong_with_a_results_file(tmp_path: Path
     bad.write_text(content)
     for argv in (("report", str(bad), "-o", str(tmp_path / "r.html")),
                  ("compare", str(bad), str(bad))):
-        proc = run_wl(*argv, timeout=60)
+        proc = run_wl_here(*argv)
         assert proc.returncode == 2 and says in proc.stderr, (argv, proc.stderr)
         assert "validation error" not in proc.stderr and "Traceback" not in proc.stderr

@@ -2,9 +2,10 @@
 installed `wl` from outside the repository.
 
 tests/language/test_parse_resources.py already checks the wheel's file list by unpacking it onto
-sys.path; this goes the whole way a user does: a real install (dependencies from the package
-index), the console script, every bundled workload checked, one planned, and the grammar and
-workloads read from inside the installed package, not from the checkout.
+sys.path; this goes the whole way a user does: a real `pip install` of the wheel (its declared
+dependencies resolved, offline, against the test environment's installed packages, which the new
+venv sees through a .pth file), the console script, every bundled workload checked, one planned,
+and the grammar and workloads read from inside the installed package, not from the checkout.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import site
 import subprocess
 import sys
 import venv
@@ -36,17 +38,28 @@ def run(cmd: list[str], cwd: Path, timeout: float = 600) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bin/ directory of a fresh venv with the wheel built from this checkout installed."""
+    """The bin/ directory of a fresh venv with the wheel built from this checkout installed.
+
+    The venv gets no pip and no dependencies of its own: a .pth file appends this environment's
+    site-packages (pip, lark, httpx, ...) to its sys.path. A path line in a .pth is not scanned
+    for further .pth files, so the checkout's editable-install hook stays out, and the venv's
+    own site-packages, where the wheel goes, comes first. `--no-index` makes pip resolve the
+    wheel's declared dependencies against what is installed, and fail if one is missing."""
     tmp = tmp_path_factory.mktemp("wheel")
     built = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
                  str(tmp / "dist"), str(ROOT)], cwd=tmp)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     (wheel,) = (tmp / "dist").glob("workloadlang-*.whl")
     env_dir = tmp / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False, clear=True).create(env_dir)
     bin_dir = env_dir / "bin"
+    purelib = run([str(bin_dir / "python"), "-c",
+                   "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp)
+    assert purelib.returncode == 0, purelib.stderr
+    (Path(purelib.stdout.strip()) / "outer_site_packages.pth").write_text(
+        "".join(f"{path}\n" for path in site.getsitepackages()), encoding="utf-8")
     pip = run([str(bin_dir / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-               "-q", str(wheel)], cwd=tmp, timeout=900)
+               "--no-index", "-q", str(wheel)], cwd=tmp, timeout=900)
     assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
     return bin_dir
 
