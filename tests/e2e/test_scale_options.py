@@ -27,7 +27,8 @@ def run(args: list[str], before: str = "") -> subprocess.CompletedProcess:
 
 
 def test_a_run_without_workers_imports_nothing_of_ray():
-    proc = run(["run", "abort-sim", "--sim", "--no-viz", "--salt", "r"])
+    proc = run(["run", "abort-sim", "--sim", "--no-viz", "--salt", "r", "--context-tokens", "2k",
+                "--thinking-tokens", "50", "--settle", "100ms"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "RAY-NOT-IMPORTED" in proc.stdout
     # of the sharded run only `wl run`'s options: no driver, shard, coordinator or Ray actor

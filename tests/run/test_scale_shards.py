@@ -153,7 +153,7 @@ def test_a_lost_worker_is_reported_with_its_sessions_and_what_completed_is_kept(
 def test_planned_send_times_hold_on_the_driver_clock_across_workers():
     """A trace's requests (planned send times from one start) split over two workers: none is
     sent before its time on the run's clock."""
-    params = {"trace": TRACE, "limit": "60",
+    params = {"trace": TRACE, "limit": "30",
               "time_scale": "0.05", "block_tokens": "16", "max_tokens": "4"}
 
     async def main():
@@ -168,7 +168,7 @@ def test_planned_send_times_hold_on_the_driver_clock_across_workers():
     assert results.exit_code == ExitCode.OK
     assert len(results.client["workers"]) == 2
     sent = [r for r in results.records if r.t_start_s is not None]
-    assert len(sent) == 60 and {r.planned_send_at for r in sent} != {0.0}
+    assert len(sent) == 30 and len({r.planned_send_at for r in sent}) == 4
     error = max(w["clock_offset_error_s"] for w in results.client["workers"])
     for r in sent:
         assert r.t_start_s >= r.planned_send_at - error, (r.id, r.t_start_s, r.planned_send_at)

@@ -280,12 +280,13 @@ def start_in_process(config: SimConfig, host: str = "127.0.0.1", port: int = 0,
 def serve_inherited(listen_fd: int, ready_fd: int) -> None:
     """The child's half of `start_in_process`: read the `SimConfig` (JSON, one line) from stdin,
     serve on the inherited listening socket `listen_fd`, write b"1" to `ready_fd` once serving,
-    and stop when stdin reaches its end."""
+    and exit at once when stdin reaches its end: the parent has finished with it (or is gone),
+    the simulator keeps nothing to write, and uvicorn's graceful shutdown (a 0.1 s tick and a
+    0.1 s pause) would only make every `wl run --sim` wait for it."""
     config = SimConfig.model_validate_json(sys.stdin.buffer.readline())
     sock = StampedSocket(fileno=listen_fd)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(_uvicorn_config(config, host, port))
-    server.config.timeout_graceful_shutdown = 2  # a stop does not wait on a client gone quiet
 
     def watch() -> None:
         while not server.started:
@@ -293,7 +294,8 @@ def serve_inherited(listen_fd: int, ready_fd: int) -> None:
         os.write(ready_fd, b"1")
         os.close(ready_fd)
         sys.stdin.buffer.read()  # until the parent closes it, or exits
-        server.should_exit = True
+        sys.stderr.flush()
+        os._exit(0)
 
     threading.Thread(target=watch, name="wl-sim-parent", daemon=True).start()
     try:
