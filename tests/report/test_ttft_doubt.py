@@ -88,7 +88,8 @@ def test_a_calibration_pair_with_a_stamp_that_may_be_late_is_not_used(monkeypatc
     cal = calibrate.Calibration()
     asyncio.run(calibrate.ttft_threshold(None, Endpoint(base_url="http://x/v1", model="m"),
                                          RatioSizer(1.0), "salt", 2000, 3, cal))
-    assert len(made) == 6
+    assert len(made) == 9 and [m for m in made if m.endswith("/base")] == [
+        f"calibrate/ttft/{k}/base" for k in range(3)]  # each pair after its few-word prompt
     assert cal.hit_ttft_s == [0.05, 0.05] and cal.cold_ttft_s == [1.0, 1.0]
     assert any("probe 0 not used" in n and "300.0 ms" in n for n in cal.notes)
     assert cal.threshold_s is not None and cal.threshold_s < 1.0
