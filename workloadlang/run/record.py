@@ -32,7 +32,7 @@ class TtftReference(BaseModel):
     threshold_tokens: int | None = None
     cold_prefill_tps: float | None = None
     # what a request costs here besides its prefill, when the speed above is the TTFT's
-    # (calibration's cached twins): a TTFT holds it, the engine's own prefill time does not
+    # (calibration's few-word prompts): a TTFT holds it, the engine's own prefill time does not
     fixed_s: float = 0.0
 
     def hit_by_ttft(self, prompt: int | None, ttft: float | None,
