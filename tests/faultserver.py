@@ -443,25 +443,30 @@ def wl_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "workloadlang.cli"]
 
 
-def run_wl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
-    """Run `wl ARGS` as a subprocess (a real process: real signal handling, real stderr).
-    `env` entries are added to a copy of the environment from which every `*API_KEY*` variable
-    was removed (so a test controls exactly which credentials exist). Output: CompletedProcess
-    with text stdout / stderr."""
+def wl_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Output: this environment without any `*API_KEY*` variable (so a test controls exactly
+    which credentials exist), with `env`'s entries added."""
     import os
-    import subprocess
 
     full = {k: v for k, v in os.environ.items() if "API_KEY" not in k.upper()}
     full.update(env or {})
-    return subprocess.run([*wl_command(), *args], capture_output=True, text=True, env=full,
-                          timeout=timeout)
+    return full
+
+
+def run_wl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
+    """Run `wl ARGS` as a subprocess (a real process: real signal handling, real stderr), in
+    `wl_env(env)`. Output: CompletedProcess with text stdout / stderr."""
+    import subprocess
+
+    return subprocess.run([*wl_command(), *args], capture_output=True, text=True,
+                          env=wl_env(env), timeout=timeout)
 
 
 def run_wl_here(*args: str, env: dict[str, str] | None = None) -> Any:
     """`wl ARGS` through the CLI's `main` in this process, for tests about what a run records,
     prints and exits with (not about the process: signals, imports, memory; those use
-    `run_wl`). The environment is set as `run_wl` sets it, for the call only (`TMPDIR`
-    included: the temporary directory is looked up again). Output: a CompletedProcess with
+    `run_wl`). The environment is `wl_env(env)`, for the call only (`TMPDIR` included: the
+    temporary directory is looked up again). Output: a CompletedProcess with
     text stdout / stderr."""
     import contextlib
     import io
@@ -471,12 +476,11 @@ def run_wl_here(*args: str, env: dict[str, str] | None = None) -> Any:
 
     from workloadlang.cli import main
 
-    saved, saved_tmp = dict(os.environ), tempfile.tempdir
+    saved, saved_tmp, full = dict(os.environ), tempfile.tempdir, wl_env(env)
     out, err = io.StringIO(), io.StringIO()
     try:
-        for k in [k for k in os.environ if "API_KEY" in k.upper()]:
-            del os.environ[k]
-        os.environ.update(env or {})
+        os.environ.clear()
+        os.environ.update(full)
         tempfile.tempdir = None
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
