@@ -1,10 +1,9 @@
 """Hostile `.wl` files through the real `wl check` and `wl plan` (child processes, forked from one
 process that has imported `wl` once: `hostile.WlForker`; one test starts the `wl` script itself):
-every class of
-bad input (tests/hostile.py) ends with a diagnostic that has a location and exit 2, or is
-accepted (exit 0), never a traceback; what is printed is bounded; the peak memory stays under
-500 MB. The cases that scale are about 1 MB here; `python bench/fuzz.py --hostile` runs them at
-10 MB.
+every class of bad input (tests/hostile.py) ends with a diagnostic that has a location and exit
+2, or is accepted (exit 0), never a traceback; what is printed is bounded; the peak memory stays
+under 500 MB. The cases that scale are about 1 MB here; `python bench/fuzz.py --hostile` runs
+them at 10 MB.
 """
 
 from __future__ import annotations
