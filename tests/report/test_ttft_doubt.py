@@ -65,9 +65,11 @@ def test_a_hit_judged_by_ttft_alone_is_unknown_when_the_stamp_may_be_late_across
     assert warm_step(cached_tokens=None, ttft_s=0.08, ttft_late_s=0.05)["hit"] is True
 
 
-def test_a_calibration_pair_with_a_stamp_that_may_be_late_is_not_used(monkeypatch) -> None:
-    """The hit/miss threshold is drawn only from cold/cached twins whose TTFTs are their own:
-    a pair with `ttft_late_s` is left out, with a note."""
+def calibrate_with(monkeypatch, late_pairs: set[int], repeat: int = 3,  # noqa: ANN001, ANN201
+                   late_bases: frozenset[int] = frozenset()):
+    """Run `ttft_threshold` against a fake engine without prefill times of its own, whose cached
+    twin's stamp may be 0.3 s late in the pairs `late_pairs`, and whose few-word prompt's may be
+    in `late_bases`. Output: (the request ids sent, the Calibration)."""
     import asyncio
 
     from workloadlang.plan.realise import RatioSizer
@@ -78,18 +80,48 @@ def test_a_calibration_pair_with_a_stamp_that_may_be_late_is_not_used(monkeypatc
 
     async def send(client, endpoint, req):  # noqa: ANN001
         k = int(req.id.split("/")[2])
-        hit = req.id.endswith("/hit")
+        hit, base = req.id.endswith("/hit"), req.id.endswith("/base")
         made.append(req.id)
-        late = 0.3 if (k == 0 and hit) else None  # pair 0's cached twin may be 0.3 s too long
+        late = 0.3 if (k in late_pairs and hit) or (k in late_bases and base) else None
+        ttft = 0.05 if hit else 0.01 if base else 1.0
         return Outcome(id=req.id, t_send=0.0, t_send_unix=0.0, e2e_s=1.0,
-                       ttft_s=(0.05 + (0.3 if late else 0.0)) if hit else 1.0, ttft_late_s=late)
+                       ttft_s=ttft + (0.3 if late else 0.0), ttft_late_s=late,
+                       prompt_tokens=10 if base else 2000, cached_tokens=1990 if hit else 0)
 
     monkeypatch.setattr(calibrate, "send", send)
     cal = calibrate.Calibration()
     asyncio.run(calibrate.ttft_threshold(None, Endpoint(base_url="http://x/v1", model="m"),
-                                         RatioSizer(1.0), "salt", 2000, 3, cal))
-    assert len(made) == 9 and [m for m in made if m.endswith("/base")] == [
-        f"calibrate/ttft/{k}/base" for k in range(3)]  # each pair after its few-word prompt
-    assert cal.hit_ttft_s == [0.05, 0.05] and cal.cold_ttft_s == [1.0, 1.0]
+                                         RatioSizer(1.0), "salt", 2000, repeat, cal))
+    return made, cal
+
+
+def test_a_calibration_pair_with_a_stamp_that_may_be_late_is_not_used_but_measured_again(
+        monkeypatch) -> None:
+    """The hit/miss threshold is drawn only from cold/cached twins whose TTFTs are their own: a
+    pair with `ttft_late_s` is left out, with a note, and another pair with fresh text is sent
+    in its place, so the run still has the clean pairs it asked for."""
+    made, cal = calibrate_with(monkeypatch, late_pairs={0})
+    assert len(made) == 12 and [m for m in made if m.endswith("/base")] == [
+        f"calibrate/ttft/{k}/base" for k in range(4)]  # each pair after its few-word prompt
+    assert cal.hit_ttft_s == [0.05] * 3 and cal.cold_ttft_s == [1.0] * 3
     assert any("probe 0 not used" in n and "300.0 ms" in n for n in cal.notes)
     assert cal.threshold_s is not None and cal.threshold_s < 1.0
+
+
+def test_calibration_measures_again_at_most_twice_per_pair_wanted(monkeypatch) -> None:
+    """A host on which every stamp may be late: 2 pairs wanted, 6 sent, none used, no threshold
+    (the gates that need one say unknown, not a verdict from a range)."""
+    made, cal = calibrate_with(monkeypatch, late_pairs=set(range(100)), repeat=2)
+    assert len(made) == 18
+    assert cal.hit_ttft_s == [] and cal.threshold_s is None
+    assert "no threshold: no complete cold/cached pair" in cal.notes
+
+
+def test_a_pair_whose_few_word_prompt_may_be_late_is_measured_again_for_the_cold_speed(
+        monkeypatch) -> None:
+    """Without the engine's prefill times the cold speed is over the cold twin's TTFT beyond the
+    few-word prompt's: a late stamp there leaves no speed, so that pair is measured again."""
+    made, cal = calibrate_with(monkeypatch, late_pairs=set(), repeat=2, late_bases=frozenset({1}))
+    assert len(made) == 9  # pairs 0, 1 (its speed lost) and 2
+    assert len(cal.cold_prefill_tps) == 2 and cal.fixed_s == [0.01, 0.01]
+    assert any("probe 1's cold speed not used" in n and "300.0 ms" in n for n in cal.notes)
