@@ -1,4 +1,5 @@
-"""Shared pytest fixtures. Keep each fixture thin: put its logic in a helper module."""
+"""Shared pytest fixtures, and the suite's scheduling under xdist (`scheduling.py`). Keep each
+fixture thin: put its logic in a helper module."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import pytest
 
 try:  # tests/ is on sys.path in pytest's default (prepend) import mode
     from llama import LlamaServer, llama_server_session
+    from scheduling import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
+                            pytest_runtest_protocol)
 except ImportError:  # tests/ turned into a package
     from tests.llama import LlamaServer, llama_server_session
+    from tests.scheduling import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
+                                  pytest_runtest_protocol)
 
 
 @pytest.fixture(scope="session")

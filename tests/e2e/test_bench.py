@@ -14,6 +14,8 @@ import pytest
 from bench import harness
 from bench.scale import describe_cohorts, end_cohorts, start_span_ms
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -11,7 +11,11 @@ at most 3,341 tokens, and its two sub-agents send 12,662 new tokens after its la
 
 from __future__ import annotations
 
+import pytest
+
 from runhelp import gate, records, verdicts, wl_run
+
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
 
 SMALL = ["--system-tokens", "500", "--tools-tokens", "500", "--tasks", "1",
          "--task-tokens", "300", "--search-tokens", "300", "--read-tokens", "600",

@@ -15,6 +15,8 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 
 def small(sessions: int) -> list[str]:
     """agent-sim at `sessions` sessions, sized so each session's sub-agents (2 x 6k) push its

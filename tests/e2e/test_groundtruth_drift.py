@@ -17,6 +17,8 @@ from runhelp import gate, records, verdicts, wl_run
 from test_groundtruth_degraded import small, survival_agrees_with_its_report
 from workloadlang.resources import bundled_workloads
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 DRIFT = ["--sim-fault", "slow_prefill=3@*/finalize/*"]
 CONDITION = " when cached_tokens{finalize} >= 10% * prompt_tokens{finalize}"
 

@@ -12,6 +12,8 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 NO_HOST = ["--sim-host-tokens", "0"]
 SHARED = ["--sessions", "4", "--system-tokens", "2k", "--turn-tokens", "1k", "--turns", "3",
           "--max-tokens", "16", "--salt", "gt-shared", *NO_HOST]

@@ -8,6 +8,8 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 # Small, but shaped like agent work: a context much larger than each new step, so a reported
 # hit that was really recomputed is visible in timing (cold/warm cost ratio >= 8).
 AGENT_SMALL = ["--sessions", "3", "--main-tokens", "8k", "--step-tokens", "1k",

@@ -12,6 +12,8 @@ import pytest
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from runhelp import wl_run_text as wl_run
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 CONCURRENT = """
 workload conc {
   params { c: int = 2 }

@@ -19,6 +19,8 @@ from runhelp import wl_run_text as wl_run
 from test_plan_semantics import plan_errors, plan_of
 from workloadlang.plan.dryrun import render_plan
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 POISSON = """workload poisson {
   params { rate: float = 50; n: int = 400 }
   session tenant repeat $n arrive every exponential(1s / $rate) { user filler 20; reply 4 }

@@ -21,6 +21,8 @@ from workloadlang.run.errors import EndpointError
 from workloadlang.run.sse import Outcome
 from workloadlang.wire import HttpxTransport, Pool
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 MSGS = [{"role": "user", "content": "hello"}]
 # the https path (httpx's own transport) and the wire pool (what wl run uses for http://)
 CLIENTS = {"httpcore": lambda: HttpxTransport(httpx.AsyncClient()), "wire": Pool}

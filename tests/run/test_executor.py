@@ -15,6 +15,8 @@ from runexec import SSE, answer, execute, plan_of
 from workloadlang.plan.realise import Realiser
 from workloadlang.results import ListSink
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 WORKLOAD = """
 workload sizing {
   session s repeat 2 {

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from runhelp import wl_run_text
 from workloadlang.plan.model import PRequest
 from workloadlang.run.isolation import Isolation
+
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
 
 WL = """
 workload iso {

@@ -31,6 +31,8 @@ from workloadlang.run.sse import Answer
 from workloadlang.wire import HttpxTransport, Outgoing, Pool, content_length
 from workloadlang.wire.request import rest_after
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 GROWING = """
 workload grow {
   params { n: int = 3 }

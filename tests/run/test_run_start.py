@@ -9,6 +9,8 @@ import asyncio
 import socket
 from typing import Any
 
+import pytest
+
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from workloadlang import api
 from workloadlang.plan.realise import ExactSizer, Realiser
@@ -18,6 +20,8 @@ from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
 from workloadlang.run.executor import Executor
 from workloadlang.wire import Outgoing, Pool, StartWrites
+
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
 
 WORKLOAD = """
 workload start {

@@ -14,6 +14,8 @@ import pytest
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from runhelp import wl_run_text as wl_run
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 READING = """workload reading {
   session s repeat 2 {
     user "Tell me."

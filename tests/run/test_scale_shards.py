@@ -18,6 +18,8 @@ from workloadlang.scale.driver import run_sharded
 from workloadlang.sim import PRESETS
 from workloadlang.sim.server import start_in_process
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 try:
     from scalehelp import backend_for
 except ImportError:  # tests/ turned into a package

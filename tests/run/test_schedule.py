@@ -14,6 +14,8 @@ import pytest
 from runexec import answer, execute, plan_of
 from workloadlang.run.schedule import planned_wait, reading_time
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 PACINGS = pytest.mark.parametrize("ahead", [True, False], ids=["write-ahead", "in-turn"])
 
 

@@ -19,6 +19,8 @@ from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
 from workloadlang.wire import Outgoing, Pool, ReadTimeout, Reader
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 READER = Reader()  # this module's pools share it: `hold_reader` keeps it from reading
 
 SSE = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'

@@ -21,8 +21,9 @@ from workloadlang.sim import SimConfig
 from workloadlang.sim import server as sim_server
 
 BLOCK_S = 0.3
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="kernel receive stamps are Linux's")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="kernel receive stamps are Linux's"),
+              pytest.mark.alone]  # it reads time: nothing else of the suite in flight
 
 
 class LoopSim:

@@ -12,6 +12,8 @@ import pytest
 
 from workloadlang.sim import SimConfig, parse_fault, start_in_thread
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 FAST = dict(prefill_us_per_token=0.0, decode_us_per_token=0.0)
 CLIENT = httpx.Client(timeout=30)
 

@@ -21,6 +21,8 @@ from workloadlang.sim.tokenizer import (
     token_id,
 )
 
+pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 

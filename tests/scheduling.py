@@ -1,0 +1,70 @@
+"""How the suite shares the machine under pytest-xdist (`-n 2` in pyproject's addopts).
+
+Most of the suite waits on sockets and timers more than it computes, so two workers run it. A
+test marked `alone` measures time or owns the CPU (a verdict read from timings, llama-server's
+prefill, a local Ray cluster): it runs with no other test of the suite in flight. Every `llama`
+test is `alone`. Each test file runs on one worker (`--dist loadfile`), so a module's fixtures
+are made once.
+
+The lock: each test, from its setup to its teardown, holds `share.lock` shared, an `alone` test
+holds it exclusively. Both take `gate.lock` first (a test that is not `alone` lets it go at once),
+so an `alone` test that waits keeps new tests from starting while it waits. The files sit in the
+directory that all workers' temp dirs share. Without xdist (`-n 0`) nothing is held.
+
+conftest.py imports these hooks; a pytest run elsewhere loads them with `-p scheduling`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO, Iterator
+
+import pytest
+
+ALONE = "alone"
+_FILES: dict[str, IO[bytes]] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the `alone` marker."""
+    config.addinivalue_line(
+        "markers", f"{ALONE}: measures time or owns the CPU; runs with no other test in flight")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Input: the collected tests. Output: every `llama` test marked `alone`."""
+    for item in items:
+        if item.get_closest_marker("llama"):
+            item.add_marker(ALONE)
+
+
+def _lock(config: pytest.Config, name: str) -> IO[bytes]:
+    """Input: a lock's name. Output: this worker's open handle on its file, in the parent of the
+    worker's base temp dir (xdist gives each worker its own dir under one shared one)."""
+    if name not in _FILES:
+        shared = Path(config.getoption("basetemp")).parent
+        _FILES[name] = open(shared / f"wl-suite-{name}.lock", "a+b")
+    return _FILES[name]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Run one test (setup, call, teardown) holding the suite's lock: exclusively when it is
+    `alone`, else shared. In a run without xdist workers, hold nothing."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    gate, share = _lock(item.config, "gate"), _lock(item.config, "share")
+    alone = item.get_closest_marker(ALONE) is not None
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    fcntl.flock(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    if not alone:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        fcntl.flock(share, fcntl.LOCK_UN)
+        if alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
