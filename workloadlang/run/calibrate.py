@@ -12,13 +12,13 @@ converges.
 
 The TTFT threshold sends cold/cached twins of a fresh-salted prompt until it has `repeat` clean
 pairs, and accepts the midpoint only if every cold sample is slower than every cached one by a
-clear margin. A pair whose first-token stamp may be late (the token came in one read with more
-of the stream, `ttft_late_s`), or whose few-word prompt's stamp may be late when the cold speed
-comes from the TTFTs, is left out and measured again with fresh text, up to `RETRIES`
-more pairs for each one wanted: on a busy host the decisive number is measured until it is
-clean, not judged from a range. Each pair follows a fresh few-word prompt, whose TTFT is what a
-request costs here besides its prefill: the cold prefill speed is over the cold twin's time
-beyond it.
+clear margin. A pair whose twins' first-token stamp may be late (the token came in one read
+with more of the stream, `ttft_late_s`) is left out of the threshold and measured again with
+fresh text, and so is one whose few-word prompt's stamp may be late when the cold speed comes
+from the TTFTs (its twins still count), up to `RETRIES` more pairs for each one wanted: on a
+busy host the decisive number is measured until it is clean, not judged from a range. Each
+pair follows a fresh few-word prompt, whose TTFT is what a request costs here besides its
+prefill: the cold prefill speed is over the cold twin's time beyond it.
 """
 
 from __future__ import annotations
