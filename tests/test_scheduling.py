@@ -52,7 +52,8 @@ def run_suite(tmp_path: Path) -> list[dict]:
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    llama: a llama test\n")
     ran = tmp_path / "ran.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(RAN_FILE=str(ran), PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
+    env.update(RAN_FILE=str(ran),
+               PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "scheduling",
          "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "base"), "test_small.py"],

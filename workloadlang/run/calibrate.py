@@ -142,8 +142,9 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
         cal.cold_ttft_s.append(cold.ttft_s)
         cal.hit_ttft_s.append(hot.ttft_s)
         if speed is None and not cold.server_prefill_ms and base.ttft_late_s:
-            cal.notes.append(f"threshold probe {k}'s cold speed not used: the few-word prompt's "
-                             f"first-token stamp may be up to {base.ttft_late_s * 1000:.1f} ms late")
+            cal.notes.append(f"threshold probe {k}'s cold speed not used: the few-word "
+                             "prompt's first-token stamp may be up to "
+                             f"{base.ttft_late_s * 1000:.1f} ms late")
             continue
         settled += 1
     decide_threshold(cal, tokens)
