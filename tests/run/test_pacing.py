@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -447,16 +449,25 @@ def test_each_next_request_is_written_as_its_answer_ends_and_is_what_the_plan_ma
 
 def test_a_request_not_written_whole_at_once_is_not_held(
         fault_server: FaultServer) -> None:  # noqa: F811
-    """A body larger than the socket takes at once (a long context; here larger than the
-    kernel's largest send buffer): the rest goes out at its session's turn, so the session is
-    not held — else the rest would wait for the answers ending meanwhile, and the TTFT,
-    counted from the first byte, with it."""
+    """A body larger than the socket takes at once (a long context; here ~2 MB through a fixed
+    4 KB send buffer): the rest goes out at its session's turn, so the session is not held —
+    else the rest would wait for the answers ending meanwhile, and the TTFT, counted from the
+    first byte, with it."""
     fault_server.reset()
     fault_server.defaults = {"x-fault": "slow", "x-tokens": "4", "x-interval-ms": "5"}
     seen: list[tuple[str, bool, bool]] = []  # (request, written whole, held)
+    url = urlsplit(fault_server.base_url)
+    origin = (url.hostname, url.port)
 
     class Spy(WriteAhead):
         def _chain(self, req: Any, after: Any, answer: Answer) -> bool:
+            # the connection the next request goes on: a fixed small send buffer (no
+            # autotuning), so one non-blocking send cannot take the whole body (with the
+            # receiver's window autotuned to tens of MB, the kernel may otherwise take it all)
+            conn = self.pool.idle_connection(origin)
+            if conn is not None:
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                self.pool.release(origin, conn)
             done = super()._chain(req, after, answer)
             if done:
                 seen.append((after.id, not self.made[after.id].out.rest, False))
@@ -466,10 +477,7 @@ def test_a_request_not_written_whole_at_once_is_not_held(
             seen[-1] = seen[-1][:2] + (True,)
             return super()._hold()
 
-    try:  # larger than any send buffer the kernel grants: the write is partial for sure
-        words = 2 * int(open("/proc/sys/net/ipv4/tcp_wmem").read().split()[2]) // 5
-    except (OSError, ValueError, IndexError):
-        words = 2_000_000
+    words = 400_000
     source = api.Source(name="t.wl", text=f"""workload big {{ session s {{
         repeat 2 label step {{ user filler {words}; reply 4 replay }} }} }}""")
     plan = api.make_plan(api.parse_checked(source), source, {}, salt="c",
