@@ -18,7 +18,8 @@ fresh text, and so is one whose few-word prompt's stamp may be late when the col
 from the TTFTs (its twins still count), up to `RETRIES` more pairs for each one wanted: on a
 busy host the decisive number is measured until it is clean, not judged from a range. Each
 pair follows a fresh few-word prompt, whose TTFT is what a request costs here besides its
-prefill: the cold prefill speed is over the cold twin's time beyond it.
+prefill: the cold prefill speed is over the cold twin's time beyond the fastest of them (noise
+only adds time).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
     leaves no cold speed) does not count: another is sent, with fresh text,
     up to `repeat * (1 + RETRIES)` pairs in all. A pair that failed counts (the engine's error
     is not the host's noise)."""
-    outcomes = []
+    outcomes: list[Outcome] = []
+    timed, bases = [], []  # (cold, base) pairs that have a cold speed; every few-word prompt
     words = sizer.words_for(f"calibrate/ttft/{tokens}", tokens)
     want, settled = max(1, repeat), 0  # pairs wanted; pairs used or failed
     for k in range(want * (1 + RETRIES)):
@@ -125,9 +127,10 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
         cold = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/cold", text))
         hot = await send(transport, endpoint, probe(f"calibrate/ttft/{k}/hit", text))
         outcomes += [base, cold, hot]
+        bases.append(base)
         speed = cold_speed(cold, base)
         if speed is not None:
-            cal.cold_prefill_tps.append(speed)
+            timed.append((cold, base))
             if not cold.server_prefill_ms and base.ttft_s is not None:
                 cal.fixed_s.append(base.ttft_s)
         if cold.error or hot.error or cold.ttft_s is None or hot.ttft_s is None:
@@ -147,20 +150,36 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
                              f"{base.ttft_late_s * 1000:.1f} ms late")
             continue
         settled += 1
+    floor = fastest_base(bases)
+    for cold, base in timed:
+        speed = cold_speed(cold, base, floor)
+        if speed is not None:
+            cal.cold_prefill_tps.append(speed)
     decide_threshold(cal, tokens)
     return outcomes
 
 
-def cold_speed(cold: Outcome, base: Outcome) -> float | None:
-    """Input: a cold twin and `base`, a fresh few-word prompt sent just before it. Output: the
-    cold prefill speed in uncached tokens per second: over the engine's own prefill time when it
-    reports one; else over what the cold twin's TTFT took beyond the base's, for the uncached
-    tokens it had beyond it (what any request costs besides its prefill, its sending,
+def fastest_base(bases: list[Outcome]) -> float | None:
+    """Input: the calibration's few-word prompts. Output: the fastest TTFT among those that
+    answered with their counts and a stamp that is not late (None if none did): what any request
+    costs here besides its prefill, with the least noise (noise only adds time)."""
+    return min((b.ttft_s for b in bases if b.error is None and b.prompt_tokens
+                and b.ttft_s is not None and not b.ttft_late_s), default=None)
+
+
+def cold_speed(cold: Outcome, base: Outcome, floor: float | None = None) -> float | None:
+    """Input: a cold twin and `base`, a fresh few-word prompt sent just before it; `floor`, the
+    fastest few-word TTFT of the calibration (`fastest_base`) if known. Output: the cold prefill
+    speed in uncached tokens per second: over the engine's own prefill time when it reports one;
+    else over what the cold twin's TTFT took beyond a few-word prompt's, for the uncached tokens
+    it had beyond the base (what any request costs besides its prefill, its sending,
     scheduling and first decode step, cancels out: a small probe's TTFT is mostly that, and a
     speed over the whole TTFT would be several times too slow on a loaded host, so a recompute
-    would pass for a hit). Neither is cached, so this holds whatever the engine's cache does.
-    None when unknown: an error, counts missing, or a stamp late by more than 5 % of the
-    difference (nothing else is in flight during calibration)."""
+    would pass for a hit). The few-word TTFT taken off is the faster of the base's and `floor`:
+    a base slowed by noise would leave the cold twin too little time, and a speed several times
+    the engine's (timing then cannot tell). Neither is cached, so this holds whatever the
+    engine's cache does. None when unknown: an error, counts missing, or a stamp late by more
+    than 5 % of the difference (nothing else is in flight during calibration)."""
     if cold.error is not None or not cold.prompt_tokens:
         return None
     uncached = cold.prompt_tokens - (cold.cached_tokens or 0)
@@ -171,7 +190,7 @@ def cold_speed(cold: Outcome, base: Outcome) -> float | None:
     if cold.ttft_s is None or base.ttft_s is None:
         return None
     work = uncached - (base.prompt_tokens - (base.cached_tokens or 0))
-    took = cold.ttft_s - base.ttft_s
+    took = cold.ttft_s - min(base.ttft_s, base.ttft_s if floor is None else floor)
     late = max(cold.ttft_late_s or 0.0, base.ttft_late_s or 0.0)
     if work <= 0 or took <= 0 or late > 0.05 * took:
         return None
