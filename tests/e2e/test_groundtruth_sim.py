@@ -217,3 +217,44 @@ def test_cache_pressure_duplicate_blocks_halve_the_retained_capacity(tmp_path):
     retained = res["report"]["retained_tokens"]
     assert abs(retained - capacity / 2) <= context + 64, retained
     assert [g["status"] for g in res["gates"] if g["name"] == "retained"] == ["fail"]
+
+
+# ---------------------------------------------------------------- a workload without calibration
+
+# Its cold prefill speed is learned from the run's own requests. Most of them are small (300
+# tokens), on an engine that prefills 100k tokens/s but costs 20 ms before any first token
+# (scheduling, the first decode step) and reports no prefill time of its own.
+LEARNT = """
+workload learnt {
+  concurrency = 1
+  session chat repeat 6 { turn ask { user filler 300; reply 16 } }
+  session cold repeat 3 { turn big { user filler 8k; reply 16 } }
+  session main {
+    system "You are a helpful assistant."
+    turn big { user filler 8k; reply 16 }
+    turn reread isolated { probe }
+  }
+  gates {
+    timing: each session count(ttft_disagrees{reread}) == 0 -> degraded
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("fault", [None, "degraded"])
+def test_a_recompute_is_caught_by_a_speed_learned_from_small_requests(tmp_path, fault):
+    """Over whole TTFTs the small requests would say 13k tokens/s, a cold prefill of the 8k
+    context 600 ms, and its recompute (~100 ms) would pass for a hit: `ok` for an engine that
+    recomputes what it reports cached."""
+    from runhelp import wl_run_text
+
+    faults = ["--sim-fault", "no_timings"] + (["--sim-fault", fault] if fault else [])
+    code, res = wl_run_text(tmp_path, LEARNT, "--sim", "--sim-prefill-us-per-token", "10",
+                            "--sim-prefill-ctx-scale", "0", "--sim-first-token-us", "20000",
+                            *faults)
+    assert res["calibration"]["cold_prefill_tps"] == []
+    reread = records(res, "reread")[0]
+    assert reread["prefill_source"] == "client_ttft" and reread["reuse"] > 0.99
+    assert reread["ttft_agrees"] is (fault is None), reread
+    assert verdicts(res) == {"main#0": "degraded" if fault else "ok"}, res["gates"]
+    assert code == (1 if fault else 0)

@@ -268,3 +268,47 @@ def test_the_learnt_cold_prefill_speed_is_the_median_so_far_and_made_once_per_sa
     assert first.cold_prefill_tps in (1000, 3000) and recorder.reference() is first
     seen(2000, 1.0)
     assert recorder.reference().cold_prefill_tps == 2000  # the median of 1000, 2000, 3000
+
+
+def test_a_learnt_speed_over_ttfts_leaves_out_what_any_request_costs_besides_its_prefill() -> None:
+    """Without the engine's prefill time, a TTFT also holds what any request costs besides its
+    prefill (here 20 ms, on an engine prefilling 100k tokens/s). Over the whole TTFT, three cold
+    300-token requests (23 ms) would say 13k tokens/s: an 8k context recomputed in 100 ms would
+    then look like a hit (a cold prefill priced at 615 ms). The speed is over the tokens and the
+    TTFT beyond the fastest request's, and that cost is allowed for once."""
+    from types import SimpleNamespace
+
+    from workloadlang.run.record import ColdSpeed, TtftReference, evidence
+
+    def record(uncached: int, ttft: float, cached: int = 0, late: float | None = None,
+               shared: float = 0.0) -> SimpleNamespace:
+        return SimpleNamespace(cached_tokens=cached, prompt_tokens=uncached + cached,
+                               error=None, prefill_s=ttft, uncached_tokens=uncached,
+                               prefill_source="client_ttft", prefill_contended_s=None,
+                               ttft_contended_s=shared, ttft_late_s=late)
+
+    cold = ColdSpeed()
+    for _ in range(3):
+        cold.see(record(300, 0.023))
+    assert cold.speed() == (None, 0.0)  # one size only: nothing to tell the fixed cost by
+    cold.see(record(8000, 0.100))
+    cold.see(record(4000, 0.055, shared=0.01))  # another request in flight: not its own time
+    cold.see(record(5000, 0.050, late=0.04))  # a stamp late by more than 5 %: not used
+    speed, fixed = cold.speed()
+    assert speed == pytest.approx(7700 / 0.077)
+    assert fixed == pytest.approx(0.020)
+    # a hit: the fastest request, not a cold one; beyond it the small ones tell the speed too
+    cold.see(record(14, 0.0201, cached=8000))
+    speed, fixed = cold.speed()
+    assert speed == pytest.approx(286 / 0.0029) and fixed == pytest.approx(0.020, abs=1e-4)
+    ref = TtftReference(cold_prefill_tps=speed, fixed_s=fixed)
+
+    def reread(ttft: float) -> bool | None:
+        req = SimpleNamespace(id="s/9", expected_cached=8000, prompt_tokens=8014)
+        o = SimpleNamespace(error=None, prompt_tokens=8014, cached_tokens=8000, ttft_s=ttft,
+                            ttft_late_s=None, server_prefill_ms=None, completion_tokens=1,
+                            streamed_tokens=1, e2e_s=ttft)
+        return evidence(req, o, None, None, 0.66, ref, 0.0, 0.0)["ttft_agrees"]
+
+    assert reread(0.100) is False  # recomputed
+    assert reread(0.021) is True  # a hit

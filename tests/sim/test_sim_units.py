@@ -344,3 +344,30 @@ def test_prompt_ms_is_the_modelled_prefill_not_the_simulators_own_lag():
     timings = asyncio.run(scenario())
     assert 15 < timings["prompt_ms"] < 25
     assert timings["prompt_wall_ms"] >= 150
+
+
+def test_the_first_token_cost_is_in_the_ttft_not_in_the_reported_prefill_time():
+    """`first_token_us`: what any request costs before its first token besides its prefill
+    (a real engine's scheduling and first decode step). The TTFT holds it; `prompt_ms`, the
+    engine's own prefill time, does not."""
+    import time
+
+    from workloadlang.sim.engine import Simulator
+
+    body = {"messages": [{"role": "user", "content": " ".join(["w"] * 997)}], "max_tokens": 2}
+
+    def timings(first_token_us: float) -> dict:
+        sim = Simulator(SimConfig(prefill_us_per_token=20.0, prefill_ctx_scale=0,
+                                  decode_us_per_token=0, first_token_us=first_token_us))
+
+        async def scenario() -> dict:
+            job = sim.prepare(body, None, None, time.perf_counter())
+            async for _ in sim.run(job):
+                pass
+            return job.timings()
+
+        return asyncio.run(scenario())
+
+    plain, fixed = timings(0.0), timings(30_000.0)
+    assert 15 < plain["prompt_ms"] < 25 and 15 < fixed["prompt_ms"] < 25
+    assert plain["ttft_ms"] < 40 and fixed["ttft_ms"] >= 50

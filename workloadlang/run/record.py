@@ -268,7 +268,7 @@ class Recorder:
     of the run were in flight during its TTFT and within the engine's own prefill time (from
     the concurrency limit's timeline, `Slots.overlap`) and what the run's isolation cost it;
     its timing reference is the calibrated one, or, when calibration gave no cold prefill speed,
-    the median of the cold prefills measured so far whose time was their own (`learn`)."""
+    the one measured so far from requests whose prefill time was their own (`ColdSpeed`)."""
 
     def __init__(self, plan: Plan, slots: Slots, isolation: Isolation, ref: TtftReference,
                  prefill_own: bool,
@@ -276,8 +276,8 @@ class Recorder:
         self.by_id, self.hit_ratio, self.source_of = plan.by_id(), plan.hit_ratio, source_of
         self.slots, self.isolation, self.ref = slots, isolation, ref
         self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
-        self.cold_pp: list[float] = []
-        self.learnt: tuple[int, TtftReference | None] = (0, None)  # (samples, reference)
+        self.cold = ColdSpeed()
+        self.learnt: tuple[tuple, TtftReference | None] = ((), None)  # (drawn from, reference)
 
     def make(self, req: PRequest, o: Any, outcomes: Mapping[str, Any], t0: float) -> Record:
         """Output: the record of `req` answered with `o` (`outcomes`: the run's, for its prefix
@@ -318,31 +318,80 @@ class Recorder:
         return self.slots.overlap(max(o.t_send, first - o.server_prefill_ms / 1000), first)
 
     def learn(self, rec: Record) -> None:
-        """Keep the prefill speed of a cold request (nothing served from cache, at least 256
-        tokens) whose prefill time is its own: no other request of the run was in flight in it
-        (`prefill_contended_s` / `ttft_contended_s` 0, as for an isolated request) and its
-        first-token stamp is not late by more than 5 % of it. A prefill that shared the engine
-        looks slower than a cold prefill is, and a recompute would then pass for a hit."""
-        cold = rec.cached_tokens is not None and rec.prompt_tokens and \
-            rec.cached_tokens <= 0.1 * rec.prompt_tokens
-        if not (cold and rec.error is None and rec.prefill_s
-                and (rec.uncached_tokens or 0) >= 256):
-            return
-        server = rec.prefill_source == "server"
-        shared = rec.prefill_contended_s if server else rec.ttft_contended_s
-        late = 0.0 if server else (rec.ttft_late_s or 0.0)
-        if (shared or 0.0) > 0 or late > 0.05 * rec.prefill_s:
-            return
-        self.cold_pp.append(rec.uncached_tokens / rec.prefill_s)
+        """Keep what `rec` tells of the cold prefill speed (`ColdSpeed.see`)."""
+        self.cold.see(rec)
 
     def reference(self) -> TtftReference:
         """Output: the timing reference for the next record: the calibrated one, its cold
-        prefill speed, when calibration gave none, the median of the cold prefills measured so
-        far (made again only when one more was measured: a record is built per answer)."""
-        if self.ref.cold_prefill_tps or not self.cold_pp:
+        prefill speed, when calibration gave none, the one measured so far (`ColdSpeed`), with
+        what a request costs besides its prefill when that speed is the TTFT's (made again only
+        when what it is drawn from changed: a record is built per answer)."""
+        if self.ref.cold_prefill_tps:
             return self.ref
-        if self.learnt[0] != len(self.cold_pp):
-            self.learnt = (len(self.cold_pp), self.ref.model_copy(
-                update={"cold_prefill_tps": percentile(self.cold_pp, 0.5)}))
+        key = self.cold.key()
+        if self.learnt[0] != key:
+            speed, fixed = self.cold.speed()
+            self.learnt = (key, self.ref if speed is None else self.ref.model_copy(
+                update={"cold_prefill_tps": speed, "fixed_s": fixed}))
         assert self.learnt[1] is not None
         return self.learnt[1]
+
+
+class ColdSpeed:
+    """The cold prefill speed a run measures when calibration gave none, from its requests
+    whose prefill time was their own: no other request of the run was in flight in it
+    (`prefill_contended_s` / `ttft_contended_s` 0) and, for a TTFT, a first-token stamp not late
+    by more than 5 % of what is timed. A prefill that shared the engine looks slower than a
+    cold prefill is, and a recompute would then pass for a hit.
+
+    Over the engine's own prefill time: the median speed of the cold requests (at most 10 %
+    cached, at least 256 tokens uncached). Over a TTFT, which also holds what any request costs
+    besides its prefill (sending, scheduling, the first decode step; tens of ms on a large
+    model): the median over the cold requests of their uncached tokens beyond the fastest
+    request's, per second of TTFT beyond it (the slope between two sizes, so that cost cancels
+    out: a 300-token request's TTFT can be mostly that cost, and a speed over all of it would
+    price a cold prefill several times too dear, so a recompute would pass for a hit). That
+    cost is the fastest request's TTFT less its own prefill at that speed, allowed for once."""
+
+    def __init__(self) -> None:
+        self.server: list[float] = []  # speeds over the engine's own prefill time
+        self.cold: list[tuple[int, float, float]] = []  # (uncached, TTFT, late) of cold ones
+        self.floor: tuple[int, float] | None = None  # (uncached, TTFT) of the fastest request
+
+    def see(self, rec: Any) -> None:
+        """Input: a record. Keeps its prefill time if it was its own (see the class)."""
+        if rec.error is not None or not rec.prefill_s or rec.uncached_tokens is None:
+            return
+        server = rec.prefill_source == "server"
+        if ((rec.prefill_contended_s if server else rec.ttft_contended_s) or 0.0) > 0:
+            return
+        cold = rec.cached_tokens is not None and bool(rec.prompt_tokens) and \
+            rec.cached_tokens <= 0.1 * rec.prompt_tokens and rec.uncached_tokens >= 256
+        if server:
+            if cold:
+                self.server.append(rec.uncached_tokens / rec.prefill_s)
+            return
+        late = rec.ttft_late_s or 0.0
+        if not late and (self.floor is None or rec.prefill_s < self.floor[1]):
+            self.floor = (rec.uncached_tokens, rec.prefill_s)
+        if cold:
+            self.cold.append((rec.uncached_tokens, rec.prefill_s, late))
+
+    def key(self) -> tuple:
+        """Output: what the speed is drawn from, to tell when it must be made again."""
+        return len(self.server), len(self.cold), self.floor
+
+    def speed(self) -> tuple[float | None, float]:
+        """Output: (the cold prefill speed in uncached tokens per second or None, what a request
+        costs besides its prefill when that speed is over TTFTs, else 0)."""
+        if self.server:
+            return percentile(self.server, 0.5), 0.0
+        if self.floor is None:
+            return None, 0.0
+        base, fastest = self.floor
+        speeds = [(n - base) / (t - fastest) for n, t, late in self.cold
+                  if n - base >= 256 and t > fastest and late <= 0.05 * (t - fastest)]
+        speed = percentile(speeds, 0.5)
+        if speed is None:
+            return None, 0.0
+        return speed, max(0.0, fastest - base / speed)

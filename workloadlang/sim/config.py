@@ -112,6 +112,7 @@ class SimConfig(BaseModel):
     prefill_ctx_scale: float = Field(65536.0, ge=0)
     decode_us_per_token: float = Field(100.0, ge=0)
     decode_ctx_scale: float = Field(0.0, ge=0)
+    first_token_us: float = Field(0.0, ge=0)
     slots: int = Field(4, ge=1)
     think_tokens: int = Field(1000, ge=0)
     seed: int = 0
@@ -193,6 +194,8 @@ _FIELD_HELP = {
     "prefill_ctx_scale": "prefill cost grows as (1 + position / scale); 0 = flat",
     "decode_us_per_token": "decode cost, us per generated token",
     "decode_ctx_scale": "decode cost grows as (1 + context / scale); 0 = flat",
+    "first_token_us": "what any request costs before its first token besides its prefill "
+                      "(scheduling, the first decode step), us; not in the reported prefill time",
     "slots": "concurrent request slots (more requests queue FIFO)",
     "think_tokens": "reasoning tokens emitted when thinking is on",
     "seed": "seed for error injection and reply text",

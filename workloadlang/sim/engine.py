@@ -369,7 +369,10 @@ class Simulator:
         later tokens that are already due are batched until the next sleep (max 64), so a
         zero-cost stream is not one socket write per token."""
         cfg = self.config
-        due = job.t_prefill_end
+        # what the first token costs besides the prefill: not in the reported prefill time
+        due = job.t_prefill_end + cfg.first_token_us / 1e6
+        if cfg.first_token_us:
+            await asyncio.sleep(max(0.0, due - perf_counter()))
         context = job.n_prompt
         batch: list = []
         for kind, word in job.plan.words():
