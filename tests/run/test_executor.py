@@ -312,3 +312,18 @@ def test_a_learnt_speed_over_ttfts_leaves_out_what_any_request_costs_besides_its
 
     assert reread(0.100) is False  # recomputed
     assert reread(0.021) is True  # a hit
+
+
+def test_the_learnt_speed_keeps_the_latest_samples_only(monkeypatch) -> None:
+    """Memory and the median's cost stay bounded over a run of any length."""
+    from types import SimpleNamespace
+
+    from workloadlang.run.record import ColdSpeed
+
+    monkeypatch.setattr(ColdSpeed, "SAMPLES", 3)
+    cold = ColdSpeed()
+    for tps in (1000, 1000, 1000, 3000, 3000, 3000):
+        cold.see(SimpleNamespace(cached_tokens=0, prompt_tokens=3000, error=None,
+                                 prefill_s=3000 / tps, uncached_tokens=3000,
+                                 prefill_source="server", prefill_contended_s=0.0))
+    assert len(cold.server) == 3 and cold.speed() == (3000, 0.0) and cold.seen == 6

@@ -12,6 +12,7 @@ Every verdict-bearing number says where it came from: `cached_source` (which eng
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -351,11 +352,16 @@ class ColdSpeed:
     request's, per second of TTFT beyond it (the slope between two sizes, so that cost cancels
     out: a 300-token request's TTFT can be mostly that cost, and a speed over all of it would
     price a cold prefill several times too dear, so a recompute would pass for a hit). That
-    cost is the fastest request's TTFT less its own prefill at that speed, allowed for once."""
+    cost is the fastest request's TTFT less its own prefill at that speed, allowed for once.
+    The latest `SAMPLES` cold requests count: memory and the median's cost stay bounded."""
+
+    SAMPLES = 1001
 
     def __init__(self) -> None:
-        self.server: list[float] = []  # speeds over the engine's own prefill time
-        self.cold: list[tuple[int, float, float]] = []  # (uncached, TTFT, late) of cold ones
+        # speeds over the engine's own prefill time; (uncached, TTFT, late) of cold requests
+        self.server: deque[float] = deque(maxlen=self.SAMPLES)
+        self.cold: deque[tuple[int, float, float]] = deque(maxlen=self.SAMPLES)
+        self.seen = 0  # cold requests kept, ever
         self.floor: tuple[int, float] | None = None  # (uncached, TTFT) of the fastest request
 
     def see(self, rec: Any) -> None:
@@ -370,22 +376,24 @@ class ColdSpeed:
         if server:
             if cold:
                 self.server.append(rec.uncached_tokens / rec.prefill_s)
+                self.seen += 1
             return
         late = rec.ttft_late_s or 0.0
         if not late and (self.floor is None or rec.prefill_s < self.floor[1]):
             self.floor = (rec.uncached_tokens, rec.prefill_s)
         if cold:
             self.cold.append((rec.uncached_tokens, rec.prefill_s, late))
+            self.seen += 1
 
     def key(self) -> tuple:
         """Output: what the speed is drawn from, to tell when it must be made again."""
-        return len(self.server), len(self.cold), self.floor
+        return self.seen, self.floor
 
     def speed(self) -> tuple[float | None, float]:
         """Output: (the cold prefill speed in uncached tokens per second or None, what a request
         costs besides its prefill when that speed is over TTFTs, else 0)."""
         if self.server:
-            return percentile(self.server, 0.5), 0.0
+            return percentile(list(self.server), 0.5), 0.0
         if self.floor is None:
             return None, 0.0
         base, fastest = self.floor
