@@ -250,7 +250,7 @@ def test_the_learnt_cold_prefill_speed_is_the_median_so_far_and_made_once_per_sa
 
     def seen(uncached: int, seconds: float, cached: int = 0, shared: float = 0.0,
              late: float | None = None, source: str = "server") -> None:
-        recorder.learn(SimpleNamespace(
+        recorder.cold.see(SimpleNamespace(
             cached_tokens=cached, prompt_tokens=uncached + cached, error=None,
             prefill_s=seconds, uncached_tokens=uncached, prefill_source=source,
             prefill_contended_s=shared if source == "server" else None,

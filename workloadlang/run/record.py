@@ -295,7 +295,7 @@ class Recorder:
                            prefill_contended_s=self.prefill_contended(o),
                            isolation=(req.isolated, self.isolation.waited.get(req.id),
                                       self.isolation.held.get(req.id)))
-        self.learn(rec)
+        self.cold.see(rec)
         return rec
 
     def contended(self, o: Any) -> float | None:
@@ -317,10 +317,6 @@ class Recorder:
             return 0.0
         first = o.t_send + o.ttft_s
         return self.slots.overlap(max(o.t_send, first - o.server_prefill_ms / 1000), first)
-
-    def learn(self, rec: Record) -> None:
-        """Keep what `rec` tells of the cold prefill speed (`ColdSpeed.see`)."""
-        self.cold.see(rec)
 
     def reference(self) -> TtftReference:
         """Output: the timing reference for the next record: the calibrated one, its cold
