@@ -228,7 +228,8 @@ def why_not_judged(prompt: int, uncached: int, prefill: float | None,
     if prefill is None:
         return "no prefill time"
     if not ref.cold_prefill_tps:
-        return "no cold prefill speed (calibration or a cold request timed alone)"
+        return ("no cold prefill speed (calibration, or a cold request timed alone; over TTFTs, "
+                "beyond a faster request timed alone)")
     if prompt < 256:
         return "a prompt under 256 tokens"
     cold, warm = prompt / ref.cold_prefill_tps, uncached / ref.cold_prefill_tps
