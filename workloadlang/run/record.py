@@ -357,7 +357,7 @@ class ColdSpeed:
     def __init__(self) -> None:
         # speeds over the engine's own prefill time; (uncached, TTFT, late) of cold requests
         self.server: deque[float] = deque(maxlen=self.SAMPLES)
-        self.cold: deque[tuple[int, float, float]] = deque(maxlen=self.SAMPLES)
+        self.ttft: deque[tuple[int, float, float]] = deque(maxlen=self.SAMPLES)
         self.seen = 0  # cold requests kept, ever
         self.floor: tuple[int, float] | None = None  # (uncached, TTFT) of the fastest request
 
@@ -379,7 +379,7 @@ class ColdSpeed:
         if not late and (self.floor is None or rec.prefill_s < self.floor[1]):
             self.floor = (rec.uncached_tokens, rec.prefill_s)
         if cold:
-            self.cold.append((rec.uncached_tokens, rec.prefill_s, late))
+            self.ttft.append((rec.uncached_tokens, rec.prefill_s, late))
             self.seen += 1
 
     def key(self) -> tuple:
@@ -394,7 +394,7 @@ class ColdSpeed:
         if self.floor is None:
             return None, 0.0
         base, fastest = self.floor
-        speeds = [(n - base) / (t - fastest) for n, t, late in self.cold
+        speeds = [(n - base) / (t - fastest) for n, t, late in self.ttft
                   if n - base >= 256 and t > fastest and late <= 0.05 * (t - fastest)]
         speed = percentile(speeds, 0.5)
         if speed is None:
