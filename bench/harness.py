@@ -1,5 +1,6 @@
-"""What the benches share: the simulator in its own process, CPU pinning, percentiles, the
-machine a figure was measured on, a printed table and a JSON file of the figures.
+"""What the benches share: a server in its own process for the length of a block (the simulator,
+or another that answers `/health`), CPU pinning, percentiles, the machine a figure was measured
+on, a printed table and a JSON file of the figures.
 
 Run a bench from the repository's root as a module (`python -m bench.scale`); each takes
 `--json PATH` to write its figures, with the machine they were measured on.
@@ -60,27 +61,25 @@ class Sim:
 
 
 @contextmanager
-def simulator(*options: str, cpus: set[int] | None = None,
-              timeout_s: float = 30.0) -> Iterator[Sim]:
-    """Run `python -m workloadlang.sim --port P *options` in its own process (on `cpus` when
-    given) while the block runs: its CPU is then not the client's, as with a real engine.
-    Yields a `Sim` once `/health` answers; RuntimeError when it does not within `timeout_s`."""
-    port = free_port()
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.Popen([sys.executable, "-m", "workloadlang.sim", "--port", str(port),
-                             *options], cwd=ROOT, preexec_fn=pin)
-    sim = Sim(proc, f"http://127.0.0.1:{port}")
+def server(argv: Sequence[str], port: int, what: str, timeout_s: float = 30.0,
+           **popen: Any) -> Iterator[subprocess.Popen]:
+    """Run `argv`, a server that listens on 127.0.0.1:`port`, while the block runs (`popen`: more
+    arguments for `subprocess.Popen`). Yields the process once `GET /health` answers 200;
+    RuntimeError naming `what` when the process ends first or `timeout_s` passes. Stops it when
+    the block ends (terminate, then kill after 10 s)."""
+    proc = subprocess.Popen(list(argv), **popen)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                httpx.get(sim.root_url + "/health", timeout=0.5)
-                break
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
             except httpx.HTTPError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the simulator did not start ({' '.join(options)})")
-                time.sleep(0.05)
-        yield sim
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start")
+            time.sleep(0.05)
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -88,6 +87,20 @@ def simulator(*options: str, cpus: set[int] | None = None,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def simulator(*options: str, cpus: set[int] | None = None,
+              timeout_s: float = 30.0) -> Iterator[Sim]:
+    """Run `python -m workloadlang.sim --port P *options` in its own process (on `cpus` when
+    given) while the block runs: its CPU is then not the client's, as with a real engine.
+    Yields a `Sim` once `/health` answers; RuntimeError when it does not within `timeout_s`."""
+    port = free_port()
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    argv = [sys.executable, "-m", "workloadlang.sim", "--port", str(port), *options]
+    with server(argv, port, f"the simulator ({' '.join(options)})", timeout_s, cwd=ROOT,
+                preexec_fn=pin) as proc:
+        yield Sim(proc, f"http://127.0.0.1:{port}")
 
 
 def pct(values: Sequence[float], q: float) -> float:

@@ -19,15 +19,14 @@ import random
 import shlex
 import statistics
 import subprocess
-import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 
-from bench.harness import (add_json_argument, describe_machine, free_port, machine, table,
-                           write_json)
+from bench.harness import (add_json_argument, describe_machine, free_port, machine, server,
+                           table, write_json)
 
 CACHE = Path(os.environ.get("WL_CACHE") or Path.home() / ".cache" / "workloadlang")
 WORDS = ("river stone lantern quiet orchard copper signal meadow harbor ember violet canyon "
@@ -41,30 +40,11 @@ def llama_server(command: str, model: str) -> Iterator[str]:
     block runs. Yields its root URL once `/health` answers; RuntimeError when it does not in 120 s."""
     port = free_port()
     binary, *options = shlex.split(command)
-    proc = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port),
-                             "-c", "8192", "-np", "1", "-t", "2", "--no-webui", *options],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(root + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{binary} did not start")
-            time.sleep(0.2)
-        yield root
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    argv = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", "8192",
+            "-np", "1", "-t", "2", "--no-webui", *options]
+    with server(argv, port, binary, 120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL):
+        yield f"http://127.0.0.1:{port}"
 
 
 def prompt_speed(root: str, words: int, rng: random.Random) -> tuple[int, float]:
