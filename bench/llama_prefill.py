@@ -72,20 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     add_json_argument(ap)
     args = ap.parse_args(argv)
     servers = dict(s.split("=", 1) for s in args.server) or {"cached": str(CACHE / "bin/llama-server")}
+    paths = [args.model or "a model in the cache", *(shlex.split(c)[0] for c in servers.values())]
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise SystemExit(f"not found: {', '.join(missing)} "
+                         "(bash scripts/build-llama-server.sh, or --server / --model)")
     sizes = [int(s) for s in args.sizes.split(",")]
     started = machine()
     rng = random.Random(7)
     speeds: dict[tuple[str, int], list[float]] = {(n, s): [] for n in servers for s in sizes}
-    tokens: dict[tuple[str, int], int] = {}
+    tokens: dict[tuple[str, int], list[int]] = {(n, s): [] for n in servers for s in sizes}
     with ExitStack() as stack:
         roots = {n: stack.enter_context(llama_server(path, args.model)) for n, path in servers.items()}
         for _ in range(args.rounds):
             for size in sizes:
                 for name, root in roots.items():
                     n, seconds = prompt_speed(root, size, rng)
-                    tokens[name, size] = n
+                    tokens[name, size].append(n)
                     speeds[name, size].append(n / seconds)
-    rows = [{"server": name, "prompt_tokens": tokens[name, size],
+    rows = [{"server": name, "prompt_tokens": int(statistics.median(tokens[name, size])),
              "median": statistics.median(speeds[name, size]), "low": min(speeds[name, size]),
              "high": max(speeds[name, size])} for size in sizes for name in servers]
     print(f"prefill tokens/s, {args.rounds} rounds, on {describe_machine(started)}")

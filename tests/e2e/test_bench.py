@@ -16,8 +16,7 @@ from bench import harness
 from bench.scale import describe_cohorts, end_cohorts, start_span_ms
 
 # Most of these smoke runs hold their figures to each other, not to a time, and run beside the
-# rest of the suite. The few that read a verdict or a rate from time are `alone`.
-alone = pytest.mark.alone
+# rest of the suite. The few that read a verdict or a rate from time are marked `alone`.
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,7 +128,7 @@ def test_client_overhead_runs_small(tmp_path: Path) -> None:
     assert "client_delay_max_ms" in rows[0]["health"] and rows[0]["client_cpu_ms_per_request"] > 0
 
 
-@alone
+@pytest.mark.alone
 def test_scale_runs_small(tmp_path: Path) -> None:
     """2 sessions of 3 main steps: 13 requests each (3 steps, a warm-up, 3 re-reads, 3
     baselines, 2 sub-agents, a finalize); steps of 2k so that timing can tell a recompute."""
@@ -213,7 +212,7 @@ def test_trace_cache_runs_small(tmp_path: Path) -> None:
     assert row["unlimited"] == pytest.approx(row["from_ids"], abs=0.001)
 
 
-@alone
+@pytest.mark.alone
 def test_arrivals_runs_small(tmp_path: Path) -> None:
     from bench import arrivals
 
@@ -232,7 +231,7 @@ def test_fuzz_runs_small() -> None:
     assert "total: 8 examples" in out.stdout
 
 
-@alone
+@pytest.mark.alone
 def test_verdicts_runs_small(monkeypatch, capsys) -> None:
     """The verdict table's bench, one benchmark healthy and degraded on the simulator."""
     from bench import verdicts
