@@ -60,6 +60,14 @@ def prompt_speed(root: str, words: int, rng: random.Random) -> tuple[int, float]
     return int(t["prompt_n"]), float(t["prompt_ms"]) / 1000
 
 
+def row(server: str, runs: list[tuple[int, float]]) -> dict:
+    """Input: one server's (prompt tokens, prefill seconds) for one size over the rounds. Output:
+    its table row: the median prompt tokens, and the median, lowest and highest tokens/s."""
+    speeds = [n / seconds for n, seconds in runs]
+    return {"server": server, "prompt_tokens": int(statistics.median(n for n, _ in runs)),
+            "median": statistics.median(speeds), "low": min(speeds), "high": max(speeds)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv`, run every size on every server in turn for each round, print one row per
     server and size: the median, lowest and highest tokens/s over the rounds. Output: 0."""
@@ -80,19 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     started = machine()
     rng = random.Random(7)
-    speeds: dict[tuple[str, int], list[float]] = {(n, s): [] for n in servers for s in sizes}
-    tokens: dict[tuple[str, int], list[int]] = {(n, s): [] for n in servers for s in sizes}
+    runs: dict[tuple[str, int], list[tuple[int, float]]] = {(n, s): [] for n in servers
+                                                             for s in sizes}  # (tokens, seconds)
     with ExitStack() as stack:
         roots = {n: stack.enter_context(llama_server(path, args.model)) for n, path in servers.items()}
         for _ in range(args.rounds):
             for size in sizes:
                 for name, root in roots.items():
-                    n, seconds = prompt_speed(root, size, rng)
-                    tokens[name, size].append(n)
-                    speeds[name, size].append(n / seconds)
-    rows = [{"server": name, "prompt_tokens": int(statistics.median(tokens[name, size])),
-             "median": statistics.median(speeds[name, size]), "low": min(speeds[name, size]),
-             "high": max(speeds[name, size])} for size in sizes for name in servers]
+                    runs[name, size].append(prompt_speed(root, size, rng))
+    rows = [row(name, runs[name, size]) for size in sizes for name in servers]
     print(f"prefill tokens/s, {args.rounds} rounds, on {describe_machine(started)}")
     print(table(rows, [("server", "server", ""), ("prompt_tokens", "prompt tokens", "d"),
                        ("median", "median", ".0f"), ("low", "low", ".0f"), ("high", "high", ".0f")]))
