@@ -188,6 +188,7 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
     told to `sink` (as events) when given."""
     from workloadlang.gates import evaluate_gates, evaluate_report, failed, session_verdicts
+    from workloadlang.latency import performance
 
     records = measured.records
     gates = evaluate_gates(plan, records, measured.env)
@@ -207,7 +208,8 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
         report=evaluate_report(plan, records, measured.env),
         report_format={item.name: item.fmt for item in plan.report},
         impossible=sum(1 for r in records if r.impossible),
-        cache_theory=cache_theory(plan, records), records=records)
+        cache_theory=cache_theory(plan, records),
+        performance=performance(records, plan.slo), records=records)
     if sink is not None:
         for g in results.gates:
             sink.event("gate", g.model_dump(mode="json"))

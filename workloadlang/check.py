@@ -97,6 +97,7 @@ class _Checker(ParamChecks, SessionChecks):
     def run(self) -> None:
         self.check_params()
         self.check_settings()
+        self.check_load()
         self.check_options(self.wl.options)
         self.check_calibrations()
         self.check_texts()
@@ -322,6 +323,7 @@ class _Checker(ParamChecks, SessionChecks):
             if s.trace is not None:
                 self.check_trace(s.trace)
             self.check_arrival(s)
+            self.check_turns(s)
             self.stmts(s.body, Scope({**self.texts, COPY: "number"}, draws=True))
 
     def stmts(self, body: tuple, scope: Scope) -> None:
@@ -545,7 +547,8 @@ class _Checker(ParamChecks, SessionChecks):
 
 def _agg_result(func: str, kind: str) -> str:
     """The kind of `func(metric)` for a metric of `kind` (yes/no values count as 1 and 0)."""
-    fixed = {"count": "number", "fraction": "ratio", "all": "bool", "any": "bool"}
+    fixed = {"count": "number", "fraction": "ratio", "all": "bool", "any": "bool",
+             "rate": "number"}
     if func in fixed:
         return fixed[func]
     if kind == "bool":

@@ -1,10 +1,14 @@
-"""The checks of a session's head, a part of the checker (`workloadlang.check`).
+"""The checks of a session's head and of the load it makes, a part of the checker
+(`workloadlang.check`).
 
 Input: each `ir.Session`'s trace source (`session NAME trace PATH { ... }`), arrivals
-(`arrive every GAP [burst K]`, `arrive at TIMES`) and `concurrency` cap, through the checker it
-is mixed into (`SessionChecks`: `err`, `expect`, `kind`, `value`, `unique`, `top`). Output: the
-checker's diagnostics: an unknown trace option (WL215), a value of the wrong kind (WL302), a
-negative arrival time (WL305), a capped session with a phase (WL219).
+(`arrive every GAP [burst K]`, `arrive at TIMES`), turn rate (`turns every GAP`) and
+`concurrency` cap; the workload's `slo { }` and its windows (`warmup`, `cooldown` of a
+`duration`), through the checker it is mixed into (`SessionChecks`: `err`, `expect`, `kind`,
+`value`, `unique`, `top`). Output: the checker's diagnostics: an unknown trace option (WL215),
+a value of the wrong kind (WL301, WL302), a negative arrival time or bound (WL305), a capped
+session with a phase (WL219), a turn rate with arrivals or a cap (WL240), a cool-down without
+a duration (WL241), an SLO that is not one (WL242).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, Iterable
 from workloadlang import ir
 from workloadlang.checkparams import _const_items, _is_number
 from workloadlang.diagnostics import did_you_mean
-from workloadlang.kinds import Scope, describe, is_zero
+from workloadlang.kinds import SLO_KINDS, Scope, describe, is_zero
 
 TRACE_OPTIONS = {"time_scale": "number", "offset": "number", "limit": "number",
                  "sample": "ratio", "block_tokens": "number", "max_tokens": "number",
@@ -52,6 +56,39 @@ class SessionChecks:
             self.err("WL219", f"session `{s.name}` has a `concurrency` cap and a phase "
                      f"(`{phase.name}`)", phase.span, "a copy waiting for its place would hold "
                      "every session at the phase's barrier: drop the cap or the phase")
+
+    def check_turns(self, s: ir.Session) -> None:
+        """`turns every GAP` (a duration, a draw allowed): the copies start together, so not
+        with `arrive` nor a `concurrency` cap (WL240)."""
+        if s.turns is None:
+            return
+        self.value(s.turns, Scope(self.top, draws=True), "duration",
+                   "the gap of `turns every`", "turns every")
+        other = "arrive" if s.arrive is not None else "concurrency" if s.concurrency else None
+        if other:
+            self.err("WL240", f"session `{s.name}` has both `turns every` and `{other}`",
+                     s.turns.span, "with `turns every` every copy starts at once and the turns "
+                     "arrive: drop `" + other + "`")
+
+    def check_load(self) -> None:
+        """The workload's SLOs (known keys of their kinds, WL242; WL202 twice) and windows:
+        a `cooldown` is the end of a `duration` (WL241)."""
+        st = self.wl.settings
+        if st.cooldown is not None and st.duration is None:
+            self.err("WL241", "`cooldown` is the end of the run's `duration`, and there is "
+                     "none", st.cooldown.span, "set `duration = ...`, or drop `cooldown`")
+        self.unique(self.wl.slo, "SLO", key="key")
+        for o in self.wl.slo:
+            wanted = SLO_KINDS.get(o.key)
+            if wanted is None:
+                self.err("WL242", f"unknown SLO `{o.key}`", o.span,
+                         did_you_mean(o.key, SLO_KINDS) or
+                         f"the SLOs are {', '.join(sorted(SLO_KINDS))}")
+            else:
+                self.value(o.value, self.top, wanted, f"the SLO `{o.key}`", f"slo {o.key}")
+        if self.wl.slo and all(o.key == "attainment" for o in self.wl.slo):
+            self.err("WL242", "`slo { }` bounds nothing", self.wl.slo[0].span,
+                     "give a bound: `ttft = 2s`, `tpot = 50ms` or `e2e = 10s`")
 
     def check_trace(self, t: ir.TraceSource) -> None:
         """A trace session: its path is a string; its options are known (WL215) and of their

@@ -24,15 +24,11 @@ import math
 import statistics
 from typing import Any, Callable, Mapping, NamedTuple
 
-from workloadlang import ir
+from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
 from workloadlang.results import GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
-
-
-def _bool(v: Any) -> bool | None:
-    return None if v is None else bool(v)
 
 
 METRICS: dict[str, Callable[[Record], Any]] = {
@@ -65,6 +61,10 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
     "isolation_wait": lambda r: r.isolation_wait_s if r.isolated else None,
     "schedule_lag": lambda r: r.schedule_lag_s,
+    "itl": lambda r: r.itl_s if r.error is None else None,  # every gap: several values
+    "tpot": lambda r: r.tpot_s,
+    "output_tps": lambda r: r.output_tps,
+    "slo_met": lambda r: r.slo_met,
 }
 
 
@@ -118,7 +118,7 @@ def _tg_span(r: Record) -> Span | None:
 
 # yes/no metrics: an unknown one may be either
 BOOLEAN = frozenset({"hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
-                     "ttft_agrees", "ttft_disagrees"})
+                     "ttft_agrees", "ttft_disagrees", "slo_met"})
 
 
 def unknown_value(metric: str) -> Span:
@@ -208,10 +208,13 @@ class Judge:
     """Evaluates gate expressions over one scope's records."""
 
     def __init__(self, plan: Plan, records: list[Record], env: Mapping[str, Any],
-                 by_id: Mapping[str, Any] | None = None, unknown_flags: bool = False):
+                 by_id: Mapping[str, Any] | None = None, unknown_flags: bool = False,
+                 span: tuple[float, float] | None = None):
         self.plan, self.env = plan, env
         self.by_id = by_id if by_id is not None else plan.by_id()
-        self.records = [r for r in records if not r.skipped]
+        self.records = latency.measured(records)  # sent, outside the warm-up and cool-down
+        # the measured window `rate(...)` is per second of: the run's
+        self.span = span if span is not None else latency.window(self.records)
         self.reads: set[str] = set()
         self.exact = self.ranges = 0
         self.unknown_ids: list[str] = []  # requests whose value read was unknown
@@ -239,9 +242,13 @@ class Judge:
     def values(self, ref: ir.MetricRef) -> list[Any]:
         """Output: the selected values; an unknown one as every value it could have had
         (`unknown_value`), counted with the exact ones and the ranges."""
-        out = []
+        out: list[Any] = []
         for r in self.picked(ref):
             v = metric_value(ref.metric, r)
+            if isinstance(v, list):  # every gap of a request
+                self.exact += len(v)
+                out.extend(v)
+                continue
             if v is None:
                 self.unknown_ids.append(r.id)
                 if ref.metric in ("ttft_agrees", "ttft_disagrees") and r.ttft_agrees_note:
@@ -260,6 +267,10 @@ class Judge:
             if v is None:
                 raise Unknown("a calibration result is missing")
             return v
+        if isinstance(e, ir.Agg) and e.func == "rate":
+            if self.span is None:
+                raise Unknown("no measured window (nothing was answered)")
+            return arith("/", aggregate("sum", self.values(e.arg)), self.span[1] - self.span[0])
         if isinstance(e, ir.Agg):
             return aggregate(e.func, self.values(e.arg))
         if isinstance(e, ir.MetricRef):
@@ -318,19 +329,9 @@ def aggregate(func: str, vals: list[Any]) -> Any:
         return sum(1 for v in xs if v) / len(xs)
     nums = [float(v) for v in xs]
     if func in ("p50", "p90", "p95", "p99"):
-        return quantile(nums, int(func[1:]) / 100)
+        return latency.quantile(sorted(nums), int(func[1:]) / 100)
     return {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max,
             "sum": math.fsum}[func](nums)
-
-
-def quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    if s[hi] == s[lo]:  # also two unbounded ends (inf - inf is not a number)
-        return s[lo]
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 CMP = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
@@ -371,7 +372,7 @@ def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     out = judge_once(j, g, scope)
     if not j.flag_unknown or out.status == "unknown":
         return out
-    again = judge_once(Judge(j.plan, j.records, j.env, j.by_id, unknown_flags=True), g, scope)
+    again = judge_once(Judge(j.plan, j.records, j.env, j.by_id, True, j.span), g, scope)
     if again.status == out.status:
         return out
     return out.model_copy(update={"status": "unknown", "detail": (
@@ -385,7 +386,7 @@ def judge_once(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     the gate passes only when its test passes (either way it would), else it is unknown."""
     if g.when is None:
         return judge_test(j, g, scope)
-    jc = Judge(j.plan, j.records, j.env, j.by_id, j.unknown_flags)  # the condition's reads
+    jc = Judge(j.plan, j.records, j.env, j.by_id, j.unknown_flags, j.span)  # the condition's
     cond = judge_test(jc, g.when, scope)
     j.flag_unknown += jc.flag_unknown
     if cond.status == "fail":
@@ -464,9 +465,9 @@ def left_out(j: Judge, decides: bool) -> str:
 
 
 def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
-    """`metric{...} CMP rhs`: every selected value must satisfy the comparison."""
-    picked = j.picked(g.left)
-    vals = [metric_value(g.left.metric, r) for r in picked]
+    """`metric{...} CMP rhs`: every selected value must satisfy the comparison (each gap of
+    `itl`)."""
+    picked, vals = each_value(g.left.metric, j.picked(g.left))
     if not picked:
         raise Unknown("no data: the selector matched no completed request")
     threshold = j.scalar(g.right)
@@ -492,6 +493,18 @@ def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     return scope_result(j, scope, "pass", worst, stamped(threshold))
 
 
+def each_value(metric: str, picked: list[Record]) -> tuple[list[Record], list[Any]]:
+    """Output: the selected records and their values of `metric`, a record once per value
+    (`itl`: once per gap)."""
+    recs, vals = [], []
+    for r in picked:
+        v = metric_value(metric, r)
+        for x in v if isinstance(v, list) else [v]:
+            recs.append(r)
+            vals.append(x)
+    return recs, vals
+
+
 def errors_or_unreported(j: Judge, ids: list[str]) -> str:
     recs = {r.id: r for r in j.records}
     errs = [i for i in ids if recs[i].error is not None]
@@ -507,6 +520,7 @@ def fmt(v: Any) -> str:
 def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, Any]) -> list[GateResult]:
     env = {**plan.params, **extra_env}
     by_id = plan.by_id()
+    span = latency.window(latency.measured(records))
     by_session: dict[str, list[Record]] = {}
     for r in records:
         by_session.setdefault(r.session, []).append(r)
@@ -519,7 +533,7 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
         results = []
         for scope in scopes:
             rs = records if scope == "overall" else by_session.get(scope, [])
-            results.append(judge_scope(Judge(plan, rs, env, by_id), g, scope))
+            results.append(judge_scope(Judge(plan, rs, env, by_id, span=span), g, scope))
         status: Status = "fail" if any(r.status == "fail" for r in results) else \
             "unknown" if any(r.status == "unknown" for r in results) else "pass"
         out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"

@@ -365,6 +365,8 @@ class Session(Node):
     trace: TraceSource | None = None
     arrive: Arrival | None = None
     concurrency: Expr | None = None  # at most this many copies running at once
+    # `turns every GAP`: the copies' requests at the instants of an arrival process
+    turns: Expr | None = Field(None, exclude_if=lambda v: v is None)
     span: Span
 
 
@@ -501,6 +503,10 @@ class Settings(Node):
     fail_fast: Expr | None = None
     hit_ratio: Expr | None = None
     max_context: Expr | None = None
+    # the run's length and the stretches at its start and end left out of the metrics
+    duration: Expr | None = Field(None, exclude_if=lambda v: v is None)
+    warmup: Expr | None = Field(None, exclude_if=lambda v: v is None)
+    cooldown: Expr | None = Field(None, exclude_if=lambda v: v is None)
     span: Span | None = None
 
 
@@ -515,6 +521,8 @@ class Workload(Node):
     sessions: tuple[Session, ...] = ()
     gates: tuple[Gate, ...] = ()
     report: tuple[ReportItem, ...] = ()
+    # `slo { ttft = 2s, ... }`: the bounds of goodput (docs/metrics.md)
+    slo: tuple[Option, ...] = Field((), exclude_if=lambda v: v == ())
     span: Span
 
 

@@ -16,19 +16,20 @@ from workloadlang import ir
 from workloadlang.evaluate import MAX_CONTEXT
 
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
-                     "prefill_time", "isolation_wait", "schedule_lag")
+                     "prefill_time", "isolation_wait", "schedule_lag", "itl", "tpot")
 _NUMBER_METRICS = ("prompt_tokens", "planned_prompt_tokens", "cached_tokens", "expected_cached",
                    "missed", "uncached_tokens", "completion_tokens", "streamed_tokens", "pp", "tg",
-                   "prefill_work")
+                   "prefill_work", "output_tps")
 _FLAG_METRICS = ("hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
-                 "ttft_agrees", "ttft_disagrees")
+                 "ttft_agrees", "ttft_disagrees", "slo_met")
 METRICS: dict[str, str] = {**dict.fromkeys(_DURATION_METRICS, "duration"),
                            **dict.fromkeys(_NUMBER_METRICS, "number"), "reuse": "ratio",
                            **dict.fromkeys(_FLAG_METRICS, "bool")}
-"""Per-request metric -> kind of its values (`ttft_per_uncached` is seconds per token)."""
+"""Per-request metric -> kind of its values (`ttft_per_uncached` is seconds per token; `itl`
+has one value per gap between a request's token events)."""
 
 AGGREGATIONS = ("median", "mean", "min", "max", "sum", "count", "p50", "p90", "p95", "p99",
-                "all", "any", "fraction")
+                "all", "any", "fraction", "rate")
 CALIBRATION_REFS = {"ttft_threshold": "ttft_threshold", "cold_ttft": "ttft_threshold",
                     "hit_ttft": "ttft_threshold", "chars_per_token": "chars_per_token"}
 """Run-time results usable in gates and report -> the `calibrate` step that measures them."""
@@ -38,7 +39,10 @@ BUILTIN_REFS = {MAX_CONTEXT: "number"}
 TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration": "duration",
               "ratio": "ratio", "bool": "bool", "string": "string"}
 SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",
-                 "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number"}
+                 "fail_fast": "bool", "hit_ratio": "ratio", "max_context": "number",
+                 "duration": "duration", "warmup": "duration", "cooldown": "duration"}
+SLO_KINDS = {"ttft": "duration", "tpot": "duration", "e2e": "duration", "attainment": "ratio"}
+"""The keys of `slo { ... }` and their kinds (docs/metrics.md)."""
 LITERAL_KINDS = {"str": "string", "bool": "bool", "null": "null"}
 NUMERIC = frozenset({"number", "ratio", "duration"})
 DESCRIBE = {"text": "a named text", "number": "a number", "duration": "a duration",

@@ -148,6 +148,11 @@ PLACES: dict[str, Bound] = {
     "settle": Bound(low=0), "timeout": Bound(low=0, low_open=True),
     "hit_ratio": Bound(low=0, high=1, low_open=True), "max_context": Bound(low=1, whole=True),
     "first": Bound(low=1, whole=True), "last": Bound(low=1, whole=True),
+    "turns every": Bound(low=0), "duration": Bound(low=0, low_open=True),
+    "warmup": Bound(low=0), "cooldown": Bound(low=0),
+    "slo ttft": Bound(low=0, low_open=True), "slo tpot": Bound(low=0, low_open=True),
+    "slo e2e": Bound(low=0, low_open=True),
+    "slo attainment": Bound(low=0, high=1, low_open=True),
 }
 """Place (a statement's value, a setting, a selector count) -> what it takes."""
 
@@ -167,6 +172,11 @@ def out_of_bounds(place: str, value: float) -> str | None:
 
 def show_value(place: str, v: float) -> str:
     """`v` as written at `place`: `95%`, `2s`, `8000`."""
-    if place in ("needle at", "hit_ratio"):
+    if place in ("needle at", "hit_ratio", "slo attainment"):
         return f"{v * 100:g}%"
-    return f"{v:g}s" if place in ("wait", "settle", "timeout") else f"{v:g}"
+    return f"{v:g}s" if place in DURATIONS else f"{v:g}"
+
+
+DURATIONS = frozenset({"wait", "settle", "timeout", "duration", "warmup", "cooldown",
+                       "turns every", "slo ttft", "slo tpot", "slo e2e"})
+"""The places whose values are durations (shown with `s`)."""

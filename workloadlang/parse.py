@@ -85,7 +85,7 @@ _COMMENT = re.compile(r"#[^\n]*")  # no string can stand in a gate expression
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)")
 _REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "text", "session", "gates",
-                         "report"})
+                         "report", "slo"})
 _SETTINGS = frozenset(ir.Settings.model_fields) - {"span"}
 
 
@@ -187,7 +187,7 @@ class _Lower(Transformer):
             calibrations=tuple(found.get("calibrate", [])), texts=tuple(found.get("text", [])),
             sessions=tuple(found.get("session", [])),
             gates=_flat(found.get("gates", [])), report=_flat(found.get("report", [])),
-            span=self.span(meta))
+            slo=_flat(found.get("slo", [])), span=self.span(meta))
 
     def param(self, meta: Any, c: list) -> ir.Param:
         name, ptype, is_list, *clauses = c
@@ -209,6 +209,9 @@ class _Lower(Transformer):
     def options(self, meta: Any, c: list) -> _Clause:
         return _Clause("options", c[0].items, self.span(meta))
 
+    def slo(self, meta: Any, c: list) -> _Clause:
+        return _Clause("slo", c[0].items, self.span(meta))
+
     def object(self, meta: Any, c: list) -> ir.ObjExpr:
         return ir.ObjExpr(items=tuple(c), span=self.span(meta))
 
@@ -227,7 +230,8 @@ class _Lower(Transformer):
     def session(self, meta: Any, c: list) -> _Clause:
         f = self.gather(c[2:-1])
         node = ir.Session(name=str(c[0]), repeat=c[1], body=c[-1], arrive=f.get("arrive"),
-                          concurrency=f.get("concurrency"), span=self.span(meta))
+                          concurrency=f.get("concurrency"), turns=f.get("turns"),
+                          span=self.span(meta))
         return _Clause("session", node, node.span)
 
     def arrive_every(self, meta: Any, c: list) -> _Clause:
@@ -241,6 +245,9 @@ class _Lower(Transformer):
 
     def session_cap(self, meta: Any, c: list) -> _Clause:
         return _Clause("concurrency", c[0], self.span(meta))
+
+    def turns(self, meta: Any, c: list) -> _Clause:
+        return _Clause("turns", c[0], self.span(meta))
 
     def trace_session(self, meta: Any, c: list) -> _Clause:
         span = self.span(meta)

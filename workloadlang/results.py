@@ -48,6 +48,34 @@ ErrorKind = Literal["http", "connect", "timeout", "stream_cut", "malformed", "en
 """
 
 
+class Spread(BaseModel):
+    """A set of values by its percentiles (`latency.spread`: linear interpolation between order
+    statistics), with its count, least, mean and largest."""
+
+    model_config = ConfigDict(frozen=True)
+    n: int
+    min: float
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    max: float
+
+
+class Slo(BaseModel):
+    """The service-level objectives a request must meet to count towards goodput (`slo { }`):
+    bounds in seconds on its TTFT, its time per output token and its end-to-end latency (None:
+    no bound), and the share of requests that must meet them all for a rate to count as
+    sustained (`attainment`; docs/metrics.md)."""
+
+    model_config = ConfigDict(frozen=True)
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    attainment: float = 0.9
+
+
 class ErrorDetail(BaseModel):
     model_config = ConfigDict(frozen=True)
     kind: str
@@ -113,6 +141,17 @@ class Record(BaseModel):
     isolation_wait_s: float | None = None
     isolation_held_s: float | None = None
     e2e_s: float | None = None
+    # every gap between two token events' arrivals, in order (`itl`: their spread), the time
+    # per output token after the first ((e2e - ttft) / (completion tokens - 1)) and the output
+    # tokens per second of the whole request (docs/metrics.md)
+    itl_s: list[float] | None = None
+    itl: Spread | None = None
+    tpot_s: float | None = None
+    output_tps: float | None = None
+    # met every SLO of the workload (None: no SLO, or not sent); sent in the run's warm-up or
+    # cool-down window, so left out of every metric (`window`, None: measured)
+    slo_met: bool | None = None
+    window: Literal["warmup", "cooldown"] | None = None
     aborted: bool = False
     error: ErrorDetail | None = None
     skipped: str | None = None
@@ -187,6 +226,61 @@ class GateResult(BaseModel):
         return self.status == "pass"
 
 
+class Concurrency(BaseModel):
+    """Requests of the run in flight (sent, not yet answered to their end) over time: the most
+    at once, the time-weighted mean over the measured window, and `series`: the most in each
+    of up to `latency.SERIES_BINS` equal stretches of the run, as (its start in seconds from
+    the run's start, requests)."""
+
+    model_config = ConfigDict(frozen=True)
+    max: int
+    mean: float
+    series: list[tuple[float, int]] = []
+
+
+class Goodput(BaseModel):
+    """Requests that met every SLO (`Record.slo_met`) among those measured: how many, their
+    share (`attainment`), their rate per second of the measured window (`rate`, the goodput),
+    and whether the share reached the SLOs' `attainment` (`sustained`)."""
+
+    model_config = ConfigDict(frozen=True)
+    slo: Slo
+    met: int
+    judged: int
+    attainment: float | None = None
+    rate: float | None = None
+    sustained: bool | None = None
+
+
+class Performance(BaseModel):
+    """A run's latency and throughput (docs/metrics.md), over its measured requests: those sent
+    outside its warm-up and cool-down windows (`excluded`: those left out). The measured window
+    is from the first of them sent to the last of them answered (`window_s`). Rates are per
+    second of it; `ttft`, `tpot`, `e2e`, `output_tps` spread over the requests answered without
+    error, `itl` over every gap of theirs; `schedule_lag` over the requests with a planned send
+    time (how late they went: a rate the engine could not keep up with). `hit_rate`: the
+    prompt tokens served from cache over the same requests (those whose count the engine gave),
+    next to the goodput."""
+
+    model_config = ConfigDict(frozen=True)
+    window_s: float | None = None
+    requests: int = 0
+    completed: int = 0
+    excluded: int = 0
+    request_rate: float | None = None
+    hit_rate: float | None = None  # cached of the prompt tokens, where the engine said
+    input_tps: float | None = None
+    output_tps: float | None = None
+    ttft: Spread | None = None
+    itl: Spread | None = None
+    tpot: Spread | None = None
+    e2e: Spread | None = None
+    output_tps_per_request: Spread | None = None
+    schedule_lag: Spread | None = None
+    concurrency: Concurrency | None = None
+    goodput: Goodput | None = None
+
+
 class Results(BaseModel):
     """The summary JSON of one run (`--output`)."""
 
@@ -212,6 +306,8 @@ class Results(BaseModel):
     impossible: int = 0  # records whose counts no engine can report (`Record.impossible`)
     # measured hit rate next to the perfect and LRU caches' (`theory.cache_theory`)
     cache_theory: dict[str, Any] | None = None
+    # latency, throughput and goodput over the measured requests (`latency.performance`)
+    performance: Performance | None = None
     records: list[Record]
 
     def to_json(self) -> str:

@@ -102,7 +102,7 @@ _GROUPS: tuple[tuple[str, frozenset[str], int], ...] = (
                                "_WAIT", "_TURN", "_PHASE", "_FOR", "_REPEAT", "_GROW", "_SPAWN",
                                "_FRESH", "_IF"}), 10),
     ("a setting", frozenset({"_CONCURRENCY", "_SETTLE", "_TIMEOUT", "_FAIL_FAST", "_HIT_RATIO",
-                             "_MAX_CONTEXT"}), 6),
+                             "_MAX_CONTEXT", "_DURATION", "_WARMUP", "_COOLDOWN"}), 6),
 )
 """Sets of terminals named as one thing in "expected ..." when at least N of them are expected."""
 _LITERALS = {"NAME": "a name", "CALL": "a function call", "REF": "a `$reference`",

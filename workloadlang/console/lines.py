@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from workloadlang.console.format import (after_abort_misses, counters_line, fmt_gap, fmt_pct,
                                          fmt_report, fmt_s, fmt_tok, fmt_tps, fmt_val)
+from workloadlang.console.perf import performance_text
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record
 from workloadlang.theory import theory_line
@@ -154,6 +155,7 @@ def summary_text(results: Any) -> str:
     if results.report:
         parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
                                                   tablefmt="plain", disable_numparse=True)]
+    parts += performance_text(getattr(results, "performance", None))
     counters = counters_line(results.metrics, (results.engine or {}).get("engine"))
     theory = theory_line(getattr(results, "cache_theory", None))
     parts += ["", *([counters] if counters else []), *([theory] if theory else []),

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.evaluate import COPY
-from workloadlang.plan import arrivals, lanes, lru
+from workloadlang.plan import arrivals, lanes, load, lru
 from workloadlang.plan.limits import Limits, TooBig
 from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PMessage, PRequest,
                                      SessionInfo, Totals, TraceInfo)
@@ -49,11 +49,14 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
         sessions, infos = plan_sessions(b, wl, root, traces or {})
     except TooBig as e:
         raise WorkloadError([*b.diags, e.diagnostic]) from None
+    windows = load.windows(b, wl, root)
+    sessions = load.cut(b, sessions, windows["duration_s"])
     if not b.drafts and not b.diags:
         b.error("WL410", "the plan has no request: with these params no session sends anything",
                 wl.sessions[0].span if wl.sessions else wl.span,
                 "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
-    settings = plan_settings(b, wl, root, in_flight(b))
+    settings = {**plan_settings(b, wl, root, in_flight(b)), **windows,
+                "slo": load.slo(b, wl, root)}
     if b.diags:
         raise WorkloadError(b.diags)
     requests = finish_requests(b, settings["concurrency"], cache)
@@ -87,13 +90,14 @@ def plan_sessions(b: Builder, wl: ir.Workload, root: Ctx,
             continue
         n, starts = arrivals.copies(b, s, root)
         group_cap = arrivals.cap(b, s, root)
-        before = b.budget.snapshot(0)
+        before, first = b.budget.snapshot(0), len(b.drafts)
         for k in range(n):
             out.append(walk_session(b, s, root, k, None if not starts else starts[k],
                                     group_cap))
             if k == 0 and n > 1:
                 b.budget.project(before, 0, out[-1].peak_tokens, n, f"session {s.name}",
                                  s.span)
+        load.turns(b, s, root, first)
     return out, infos
 
 

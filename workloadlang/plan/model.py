@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from workloadlang.ir import Calibrate, Gate, ReportItem, Span
+from workloadlang.results import Slo
 
 
 class Frozen(BaseModel):
@@ -237,6 +238,12 @@ class Plan(Frozen):
     cache_model: CacheModel | None = None
     traces: tuple[TraceInfo, ...] = ()
     picks: tuple[Pick, ...] = unless(())
+    # the SLOs a request must meet to count towards goodput (`slo { }`); the run's duration
+    # and its warm-up and cool-down windows, left out of the metrics (seconds; settings)
+    slo: Slo | None = unless(None)
+    duration_s: float | None = unless(None)
+    warmup_s: float | None = unless(None)
+    cooldown_s: float | None = unless(None)
     _chains: dict[int, tuple[int, ...]] = PrivateAttr(default_factory=dict)
 
     def message_ids(self, req: PRequest) -> tuple[int, ...]:

@@ -199,16 +199,16 @@ class Executor:
         ready = max(ready, await self.phases.wait(k))  # also when this walker opened it
         ready = await self.copies.place(req, ready, self.t0)  # a capped copy's place
         after = self.successor.get(req.id)
-        reason = None if req.id in self.holding else self.stops.reason(req, self.records)
+        due = ready + planned_wait(req, self.outcomes)
+        if req.send_at is not None:
+            due = max(due, self.t0 + req.send_at)
+        reason = None if req.id in self.holding else self.stops.reason(req, self.records, due)
         if reason:
             self._emit(skipped_record(req, reason))
             self.isolation.leave(req.session, _same_phase(self.phases, req, after))
             return max(ready, self.clock())
         if after is not None:  # at a quiet moment while this one is in flight
             self.pacing.ahead(after)
-        due = ready + planned_wait(req, self.outcomes)
-        if req.send_at is not None:
-            due = max(due, self.t0 + req.send_at)
         if due > self.clock():  # the planned wait or send time: made meanwhile
             self.pacing.prepare(req)
             await asyncio.sleep(due - self.clock())

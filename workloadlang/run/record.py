@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from workloadlang import latency
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.prefix import GEN_PROMPT_TOKENS
 from workloadlang.results import ErrorDetail, Record
@@ -165,7 +166,7 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                isolation_held_s=isolation[2], e2e_s=o.e2e_s,
                aborted=o.aborted, error=err,
                reply_excerpt=(o.content or o.reasoning or "")[:200],
-               suspicious=suspicious, impossible=impossible)
+               suspicious=suspicious, impossible=impossible, **timing(o))
     if err is None:
         rec.update(evidence(req, o, src_req, src, hit_ratio, ref, contended_s,
                             prefill_contended_s))
@@ -173,6 +174,17 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
         rec.update(hit=None, hit_basis=None)
     rec["expect_ok"] = expectations_met(req, o)
     return Record(**rec)
+
+
+def timing(o: Any) -> dict[str, Any]:
+    """Output: what an outcome's stamps give besides its TTFT (docs/metrics.md): every gap
+    between its token events (`itl_s`) and their spread, its time per output token and its
+    output tokens per second."""
+    n = generated(o)
+    itl = getattr(o, "itl_s", None) or None
+    return dict(itl_s=None if itl is None else latency.rounded(itl),
+                itl=None if itl is None else latency.spread(itl),
+                tpot_s=latency.tpot(o.ttft_s, o.e2e_s, n), output_tps=latency.output_tps(n, o.e2e_s))
 
 
 def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
@@ -276,6 +288,8 @@ class Recorder:
                  prefill_own: bool,
                  source_of: Callable[[PRequest], str | None] = lambda r: r.prefix_source) -> None:
         self.by_id, self.hit_ratio, self.source_of = plan.by_id(), plan.hit_ratio, source_of
+        self.slo = plan.slo
+        self.windows = (plan.warmup_s, plan.cooldown_s, plan.duration_s)
         self.slots, self.isolation, self.ref = slots, isolation, ref
         self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
         self.cold = ColdSpeed()
@@ -296,6 +310,8 @@ class Recorder:
                            prefill_contended_s=self.prefill_contended(o),
                            isolation=(req.isolated, self.isolation.waited.get(req.id),
                                       self.isolation.held.get(req.id)))
+        rec.window = latency.window_of(rec.t_start_s, *self.windows)  # type: ignore[assignment]
+        rec.slo_met = latency.slo_met(rec, self.slo)
         self.cold.see(rec)
         return rec
 

@@ -7,8 +7,10 @@ usage, the cached-token evidence with its source, the engine's timings and any e
 
 SSE is parsed by hand, line by line on raw bytes (`Stream.feed_line`): `data:` with or without a
 space, comment pings and `event:` lines ignored, `event: error` / `{"error": ...}` surfaced, one
-malformed chunk recorded without ending the read. The per-chunk path does no pydantic work and
-no per-chunk clock reads after the first token. An answer past its bounds (`token_budget`,
+malformed chunk recorded without ending the read. The per-chunk path does no pydantic work; a
+token event's time is its chunk's arrival stamp where the transport stamps (no clock read), else
+one clock read. The gaps between token events' times are the answer's inter-token latencies
+(`Outcome.itl_s`). An answer past its bounds (`token_budget`,
 `byte_budget`, `MAX_LINE_BYTES`) is cut as an `overrun`.
 """
 
@@ -64,7 +66,9 @@ class Outcome(BaseModel):
     the first token came in a read of several packets (the kernel's count) with more of the
     stream behind it (later tokens, the end): the read's stamp is its newest packet's, and the
     first token may have come up to that much earlier, back to when the socket was last seen
-    without it — its TTFT may be up to that much too long (None: its stamp is its own, to 1 ms)."""
+    without it — its TTFT may be up to that much too long (None: its stamp is its own, to 1 ms).
+    `itl_s`: the gap between each token event's arrival and the one before it (one fewer than
+    `streamed_tokens`; 0 between events that came in one read)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -75,6 +79,7 @@ class Outcome(BaseModel):
     ttft_content_s: float | None = None
     ttft_late_s: float | None = None
     e2e_s: float
+    itl_s: list[float] = []
     content: str = ""
     reasoning: str = ""
     streamed_tokens: int = 0
@@ -125,7 +130,7 @@ class Stream:
         "usage_seen", "prompt", "completion", "cached", "timings", "server", "error",
         "n_malformed", "status", "t_end", "arrival", "t0_unix", "ttft_late", "buf", "stopped",
         "answered", "hold", "looped", "max_events", "max_bytes", "n_bytes", "n_chunks",
-        "idle_cut",
+        "idle_cut", "times",
     )
 
     def __init__(self, clock: Callable[[], float], abort_after: int | None,
@@ -141,6 +146,7 @@ class Stream:
         self.content: list[Any] = []
         self.reasoning: list[Any] = []
         self.n_tokens = self.n_content = self.n_reasoning = 0
+        self.times: list[float] = []  # each token event's arrival (the gaps: `itl_s`)
         self.ttft: float | None = None
         self.ttft_content: float | None = None
         self.finish_reason: str | None = None
@@ -256,15 +262,15 @@ class Stream:
         think = delta.get("reasoning") or delta.get("reasoning_content")
         if not (text or think or delta.get("tool_calls")):
             return False  # role-only / empty deltas are not tokens
-        now = None
+        now = self.now()
+        self.times.append(now)
         if self.ttft is None:
-            now = self.now()
             self.ttft = max(now - self.t0, 0.0)
         if text:
             self.content.append(text)
             self.n_content += 1
             if self.ttft_content is None:
-                self.ttft_content = max((now if now is not None else self.now()) - self.t0, 0.0)
+                self.ttft_content = max(now - self.t0, 0.0)
         if think:
             self.reasoning.append(think)
             self.n_reasoning += 1
@@ -351,6 +357,7 @@ class Stream:
         return Outcome(
             id=req_id, t_send=self.t0, t_send_unix=t_send_unix, ttft_s=self.ttft,
             ttft_content_s=self.ttft_content, ttft_late_s=self.ttft_late, e2e_s=t_end - self.t0,
+            itl_s=gaps(self.times),
             content=join_text(self.content),
             reasoning=join_text(self.reasoning), streamed_tokens=self.n_tokens,
             streamed_content_tokens=self.n_content, streamed_reasoning_tokens=self.n_reasoning,
@@ -359,6 +366,12 @@ class Stream:
             server_ttft_ms=self.server[1], finish_reason=self.finish_reason, aborted=self.aborted,
             http_status=self.status, error=error,
         )
+
+
+def gaps(times: list[float]) -> list[float]:
+    """Input: the token events' arrival times, in order. Output: the gap before each after the
+    first (never negative: two stamps of one read are equal)."""
+    return [max(0.0, b - a) for a, b in zip(times, times[1:])]
 
 
 def join_text(parts: list[Any]) -> str:

@@ -8,7 +8,9 @@ quiet moment); why the run is incomplete (`incomplete`).
 - `until` loops skip their remaining iterations once the condition is seen;
 - fail-fast (a workload option) stops every session at the first miss;
 - a resend of a request that failed is not sent (it would measure nothing about retention);
-- `max_errors` errors in a row stop the run, and so does its time budget.
+- `max_errors` errors in a row stop the run, and so does its time budget;
+- nothing is sent once the run's `duration` is over (nor a request due after it): the
+  requests left are skipped, and the run is complete all the same.
 """
 
 from __future__ import annotations
@@ -26,16 +28,22 @@ class Stops:
                  time_budget_s: float | None = None, max_errors: int = 10) -> None:
         self.plan, self.clock = plan, clock
         self.time_budget_s, self.max_errors = time_budget_s, max_errors
+        self.duration_s = plan.duration_s
         self.t0 = 0.0
         self.stop_all: str | None = None
         self.stopped: dict[str, int] = {}  # `until` group -> the iteration it was seen in
         self.errors_in_row = 0
         self.resent = {r.prefix_source for r in plan.requests if r.kind == "resend"}
 
-    def reason(self, req: PRequest, records: Mapping[str, Record]) -> str | None:
-        """Output: why `req` is not sent, or None. Counts the time budget out."""
+    def reason(self, req: PRequest, records: Mapping[str, Record],
+               due: float | None = None) -> str | None:
+        """Output: why `req` (due at `due` on the clock, or now) is not sent, or None. Counts
+        the time budget out."""
         if self.stop_all:
             return self.stop_all
+        if self.duration_s is not None and max(due or 0.0, self.clock()) - self.t0 >= \
+                self.duration_s:
+            return f"due after the run's duration ({self.duration_s:g}s)"
         if req.stop_group and self.stopped.get(req.stop_group, 1 << 30) < (req.stop_iter or 0):
             return f"`until {req.stop_on}` reached in an earlier iteration"
         src = records.get(req.prefix_source or "")
