@@ -2,7 +2,8 @@
 
 Input: a `results.Results`. Output: `headline`: ordered `name -> (kind, value)`: the report
 items (a per-group item as `name[group]`), then the run's own figures (requests, errors, warm
-hits and misses, mean reuse, median TTFTs, tokens, the engine's hit ratio, elapsed);
+hits and misses, mean reuse, median TTFTs, tokens, the engine's hit ratio, elapsed, then its
+latency percentiles, rates and goodput);
 `fmt_value`: a value as a table cell. `wl compare` sets two runs' side by side, a sweep's table
 and curves its points'.
 """
@@ -52,6 +53,26 @@ def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
         "engine hit ratio": ("ratio", r.metrics.get("engine_hit_ratio")),
         "elapsed": ("seconds", r.elapsed_s),
     })
+    out.update(performance(r))
+    return out
+
+
+def performance(r: Results) -> dict[str, tuple[Kind, Any]]:
+    """Output: the run's latency, throughput and goodput figures (`Results.performance`; none
+    for a results file without them)."""
+    p = r.performance
+    if p is None:
+        return {}
+    out: dict[str, tuple[Kind, Any]] = {
+        "request rate": ("number", p.request_rate), "output tokens/s": ("number", p.output_tps)}
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        s = getattr(p, key)
+        for q in ("p50", "p99"):
+            out[f"{key} {q}"] = ("seconds", None if s is None else getattr(s, q))
+    g = p.goodput
+    out["hit rate (measured)"] = ("ratio", p.hit_rate)
+    if g is not None:
+        out.update({"goodput": ("number", g.rate), "slo attainment": ("ratio", g.attainment)})
     return out
 
 
@@ -70,6 +91,8 @@ def fmt_value(kind: Kind, v: Any) -> str:
     if kind == "ratio":
         return f"{100 * v:.1f}%"
     if kind == "seconds":
+        if abs(v) < 1e-3:  # an inter-token gap: in microseconds, or it would print as 0.000s
+            return f"{v * 1e6:.0f}µs"
         return f"{v:.3f}s" if abs(v) < 100 else f"{v:.1f}s"
     if isinstance(v, int) or (kind == "count" and float(v).is_integer()):
         return f"{int(v):,}"

@@ -72,7 +72,7 @@ def curves(s: SweepResults) -> dict[str, tuple[str, list[Any]]]:
 
 
 SHOWN = ("warm hits", "warm misses", "warm mean reuse", "warm median ttft", "cold median ttft",
-         "errors")
+         "errors", "ttft p99", "itl p99", "goodput")
 
 
 def table(s: SweepResults) -> str:
@@ -94,4 +94,10 @@ def curves_of_run() -> list[tuple[str, str]]:
     return [(n, "") for n in ("requests", "skipped", "errors", "warm hits", "warm misses",
                               "warm unknown", "warm mean reuse", "warm median ttft",
                               "cold median ttft", "prompt tokens", "cached tokens",
-                              "engine hit ratio", "elapsed")]
+                              "engine hit ratio", "elapsed", *PERFORMANCE)]
+
+
+PERFORMANCE = ("request rate", "output tokens/s", "ttft p50", "ttft p99", "itl p50", "itl p99",
+               "tpot p50", "tpot p99", "e2e p50", "e2e p99", "hit rate (measured)", "goodput",
+               "slo attainment")
+"""The latency, throughput and goodput figures `headline.performance` adds."""

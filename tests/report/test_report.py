@@ -31,16 +31,24 @@ def chart_keys(html: str) -> list[str]:
     (sample.needles, ["needles"]),
 ])
 def test_charts_follow_the_records(make, expected):
-    assert chart_keys(render_html([make()])) == expected
+    # every run with an answered request also has its latency distribution
+    assert chart_keys(render_html([make()])) == expected + ["latency"]
 
 
 def test_chart_choice_ignores_the_workload_name():
     res = sample.perf().model_copy(update={"workload": "cache_pressure"})
-    assert chart_keys(render_html([res])) == ["speed"]
+    assert chart_keys(render_html([res])) == ["speed", "latency"]
 
 
-def test_no_chart_for_records_without_shape():
+def test_no_chart_of_a_shape_for_records_without_one():
     res = sample.perf(runs=1, steps=1)
+    assert chart_keys(render_html([res])) == ["latency"]
+
+
+def test_nothing_to_chart_without_an_answer():
+    res = sample.perf(runs=1, steps=1)
+    res = res.model_copy(update={"records": [r.model_copy(update={"ttft_s": None})
+                                             for r in res.records]})
     html = render_html([res])
     assert chart_keys(html) == []
     assert "nothing to chart" in html

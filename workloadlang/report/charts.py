@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from workloadlang.report.data import Abort, Lanes, Needles, Retention, Speed, Theory
+from workloadlang.report.data import Abort, Lanes, Latency, Needles, Retention, Speed, Theory
 from workloadlang.report.svg import (
     HIT,
     MISS,
@@ -434,3 +434,58 @@ def theory_chart(series: Sequence[tuple[str, Theory]]) -> Figure:
     ax.set_title("Cache hit rate: measured against theory (cumulative)")
     fig.legend(handles=handles, loc="outside right upper")
     return fig
+
+
+# ---------------------------------------------------------------- latency
+
+LATENCY_COLOURS = {"TTFT": "#3b6fb6", "ITL": "#e07b39", "TPOT": "#7a5195", "E2E": "#2a9d8f"}
+
+
+@styled
+def latency_chart(series: Sequence[tuple[str, Latency]]) -> Figure:
+    """Left: the share of measured requests (of gaps, for ITL) at or under each latency, TTFT,
+    ITL, TPOT and end-to-end, on a log scale with p50 and p99 marked; a line style per run.
+    Right: the requests in flight over the run. Input: (label, Latency) per run."""
+    fig = new_figure(11, 3.8)
+    cdf, load = fig.subplots(1, 2, width_ratios=[3, 2])
+    handles: list[Any] = []
+    for i, (label, d) in enumerate(series):
+        style = RUN_STYLES[i % len(RUN_STYLES)]
+        run = f"{label} · " if len(series) > 1 else ""
+        for name, xs in d.dists.items():
+            shown = [x for x in xs if x > 0]  # a gap of 0 (one read) has no place on a log axis
+            if not shown:
+                continue
+            ys = [(len(xs) - len(shown) + k + 1) / len(xs) for k in range(len(shown))]
+            cdf.plot(shown, ys, color=LATENCY_COLOURS[name], linestyle=style, linewidth=1.6)
+            for q in (0.5, 0.99):
+                x = xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+                if x > 0:
+                    cdf.plot([x], [q], marker="o", markersize=4, color=LATENCY_COLOURS[name])
+            mid = xs[len(xs) // 2]
+            handles.append(legend_line(LATENCY_COLOURS[name], f"{run}{name}: p50 "
+                                       f"{seconds_label(mid) if mid > 0 else '0'}", style))
+        if d.series:
+            load.step([t for t, _ in d.series], [n for _, n in d.series], where="post",
+                      color=RUN_COLOURS[i % len(RUN_COLOURS)], linestyle=style)
+    cdf.set_xscale("log")
+    cdf.xaxis.set_major_formatter(FuncFormatter(seconds_label))
+    cdf.yaxis.set_major_formatter(PercentFormatter(1.0))
+    cdf.set_ylim(0, 1.02)
+    cdf.set_xlabel("latency (log scale; dots: p50 and p99)")
+    cdf.set_ylabel("requests (ITL: gaps) at or under it")
+    cdf.set_title("Latency distribution")
+    cdf.legend(handles=handles, loc="lower right")
+    load.set_title("Requests in flight")
+    load.set_xlabel("seconds from the run's start")
+    load.set_ylabel("requests (most in each stretch)")
+    load.yaxis.set_major_locator(MaxNLocator(integer=True))
+    load.set_ylim(bottom=0)
+    return fig
+
+
+def seconds_label(x: float, _pos: Any = None) -> str:
+    """A log-axis tick: `50µs`, `2ms`, `1.5s`."""
+    if x < 1e-3:
+        return f"{x * 1e6:g}µs"
+    return f"{x * 1e3:g}ms" if x < 1 else f"{x:g}s"

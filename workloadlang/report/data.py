@@ -13,7 +13,9 @@ Each chart is chosen from the shape of the records, never from the workload's na
 - needles: records whose reply was checked (a gate or report line reads `ok{label}`, or a
   completed request has `expect_ok` False);
 - cache theory: records with the plan's LRU figure (a run with `--cache-tokens`) or a planned
-  send time (a trace replay), answered with a cached count.
+  send time (a trace replay), answered with a cached count;
+- latency: any answered request with a first token (the distributions of TTFT, ITL, TPOT and
+  end-to-end latency over the measured requests, and the requests in flight over time).
 """
 
 from __future__ import annotations
@@ -361,3 +363,44 @@ def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | N
              if has_lru and summary.get("cache_tokens") else "LRU" if has_lru else None)
     return Theory(measured=out[0], unlimited=out[1], lru=out[2] if has_lru else None,
                   cache=cache, concurrency=int(summary.get("concurrency") or 1))
+
+
+# ---------------------------------------------------------------- latency
+
+
+CDF_POINTS = 400  # points a distribution is drawn with at most (its quantiles)
+
+
+@dataclass
+class Latency:
+    """The measured requests' latency distributions (sorted seconds, at most `CDF_POINTS`
+    quantiles each; an empty list: none) and the requests in flight over time (`series`:
+    (seconds from the start, requests), from the results' `performance`)."""
+
+    dists: dict[str, list[float]]
+    series: list[tuple[float, int]]
+
+
+def thinned(xs: list[float], n: int = CDF_POINTS) -> list[float]:
+    """Input: sorted values. Output: at most `n` of them, evenly spaced by rank, the least
+    and the largest kept."""
+    if len(xs) <= n:
+        return xs
+    return [xs[round(k * (len(xs) - 1) / (n - 1))] for k in range(n)]
+
+
+def latency(res: Any) -> Latency | None:
+    """Input: one run's results. Output: `Latency`, None when no measured request was answered
+    with a first token."""
+    from workloadlang.latency import measured
+
+    ok = [r for r in measured(res.records) if r.error is None and r.ttft_s is not None]
+    if not ok:
+        return None
+    dists = {"TTFT": [r.ttft_s for r in ok],
+             "ITL": [g for r in ok for g in (r.itl_s or ())],
+             "TPOT": [r.tpot_s for r in ok if r.tpot_s is not None],
+             "E2E": [r.e2e_s for r in ok if r.e2e_s is not None]}
+    perf = getattr(res, "performance", None)
+    series = list(perf.concurrency.series) if perf is not None and perf.concurrency else []
+    return Latency({k: thinned(sorted(v)) for k, v in dists.items()}, series)

@@ -107,6 +107,12 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
      "would serve, taking one request at a time. Above a concurrency of 1 requests overlap: "
      "the gap is what that cost.",
      lambda r: data.theory(r.records, getattr(r, "cache_theory", None)), "theory_chart"),
+    ("latency", "Latency and load",
+     "Left: the share of the measured requests (for ITL: of every gap between two token "
+     "events) answered at or under each latency: time to first token, inter-token latency, "
+     "time per output token and end-to-end (docs/metrics.md), with p50 and p99 marked. Right: "
+     "the requests of the run in flight over time.",
+     data.latency, "latency_chart"),
 ]
 
 

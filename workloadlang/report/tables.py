@@ -105,7 +105,24 @@ def header(results: Any, label: str) -> dict[str, Any]:
                                   (results.engine or {}).get("engine")) or "",
         "headline": [(k, fmt_headline(v, formats.get(k, "number")))
                      for k, v in (results.report or {}).items()],
+        "performance": performance_lines(getattr(results, "performance", None)),
     }
+
+
+def performance_lines(perf: Any) -> list[str]:
+    """Input: a run's `Performance` (or None). Output: its latency percentiles, rates and
+    goodput next to the cache hit rate, a line each (as `wl run` prints them)."""
+    from workloadlang.console.perf import fmt_latency, fmt_rate, goodput_line
+
+    if perf is None or not perf.requests:
+        return []
+    out = [f"{name}: p50 {fmt_latency(s.p50)} · p90 {fmt_latency(s.p90)} · p99 "
+           f"{fmt_latency(s.p99)} ({s.n:,})" for name, s in (
+               ("TTFT", perf.ttft), ("ITL", perf.itl), ("TPOT", perf.tpot), ("E2E", perf.e2e))
+           if s is not None]
+    out.append(f"{fmt_rate(perf.request_rate, 'req/s')} · input "
+               f"{fmt_rate(perf.input_tps, 'tok/s')} · output {fmt_rate(perf.output_tps, 'tok/s')}")
+    return out + [goodput_line(perf)]
 
 
 # ---------------------------------------------------------------- gates
