@@ -200,7 +200,7 @@ def header_lines(plan: Plan) -> list[str]:
     head = [f"workload {plan.workload}: {plan.doc}", f"params: {params}",
             f"salt {plan.salt} · plan {plan.plan_hash} · concurrency {plan.concurrency}"
             + (f" · phases {' → '.join(plan.phases)}" if plan.phases else "")]
-    head += arrival_lines(plan)
+    head += arrival_lines(plan) + load_lines(plan)
     for tr in plan.traces:
         head.append(f"trace {tr.session}: {tr.path} ({tr.format}, {tr.records:,} records, "
                     f"{tr.selected:,} taken in {tr.sessions:,} session(s), time scale "
@@ -224,6 +224,35 @@ def arrival_lines(plan: Plan) -> list[str]:
         if cap is not None:
             line += f", at most {cap:,} running at once"
         out.append(line)
+    return out
+
+
+def load_lines(plan: Plan) -> list[str]:
+    """One line per session whose requests are sent at a turn rate (every request planned at
+    an instant, no copy arriving, no trace): how many, over how long, at what mean rate; then
+    the run's duration and windows, and its SLOs."""
+    out = []
+    traced = {t.session for t in plan.traces}
+    for name in dict.fromkeys(s.name for s in plan.sessions if s.start_s is None):
+        times = [r.send_at for r in plan.requests if r.session_name == name]
+        if name in traced or not times or None in times:
+            continue
+        first, last = min(times), max(times)  # type: ignore[type-var]
+        rate = f" ({(len(times) - 1) / (last - first):.3g} a second)" if last > first else ""
+        out.append(f"turns {name}: {len(times):,} requests sent {fmt_seconds(first)} → "
+                   f"{fmt_seconds(last)}{rate}, the copies in turn")
+    bits = [f"duration {fmt_seconds(plan.duration_s)}" if plan.duration_s else "",
+            f"warm-up {fmt_seconds(plan.warmup_s)}" if plan.warmup_s else "",
+            f"cool-down {fmt_seconds(plan.cooldown_s)}" if plan.cooldown_s else ""]
+    if any(bits):
+        out.append("run: " + ", ".join(b for b in bits if b) + " (the warm-up and cool-down "
+                   "are left out of the metrics)")
+    if plan.slo is not None:
+        slo = plan.slo
+        bounds = [f"{k} ≤ {fmt_seconds(v)}" for k, v in (("ttft", slo.ttft_s), (
+            "tpot", slo.tpot_s), ("e2e", slo.e2e_s)) if v is not None]
+        out.append(f"SLOs: {', '.join(bounds)}; sustained when {slo.attainment:.0%} of the "
+                   "measured requests meet them all")
     return out
 
 
