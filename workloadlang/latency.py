@@ -71,14 +71,18 @@ def rounded(gaps: Sequence[float]) -> list[float]:
 def slo_met(rec: Record, slo: Slo | None) -> bool | None:
     """Output: whether an answered request met every bound of `slo` (an error never does; a
     request with fewer than two tokens has no time per output token to bound); None without
-    SLOs or for a request not sent. A TTFT whose stamp may be late counts as stamped (its
-    later end): goodput is never overstated."""
+    SLOs or for a request not sent. A request planned at an instant (a turn rate, an arrival,
+    a trace) counts its TTFT and end-to-end latency from that instant: the time it went late
+    (`schedule_lag_s`: waiting for the answer before it, a place, a slot) kept its user
+    waiting as much as a queue in the engine. A TTFT whose stamp may be late counts as stamped
+    (its later end): goodput is never overstated."""
     if slo is None or rec.skipped:
         return None
     if rec.error is not None:
         return False
+    lag = max(0.0, rec.schedule_lag_s or 0.0)
     bounds = ((slo.ttft_s, rec.ttft_s), (slo.e2e_s, rec.e2e_s))
-    if any(b is not None and (v is None or v > b) for b, v in bounds):
+    if any(b is not None and (v is None or v + lag > b) for b, v in bounds):
         return False
     return slo.tpot_s is None or rec.tpot_s is None or rec.tpot_s <= slo.tpot_s
 

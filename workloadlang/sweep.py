@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 from workloadlang.headline import fmt_value, headline
 from workloadlang.results import Results, ResultsFileError, _results_of, read_results
+from workloadlang.search import Search
 
 SCHEMA = "workloadlang.sweep/1"
 
@@ -33,6 +34,9 @@ class SweepResults(BaseModel):
     salt: str | None = None  # the sweep's; each point's is `point_salt` of it
     exit_code: int
     points: list[Results]
+    # a rate search's outcome (`wl run --search`); its points are then in the order of the
+    # values, `search.tried` in the order they were run
+    search: Search | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2).replace('"schema_"', '"schema"', 1)
@@ -72,7 +76,16 @@ def curves(s: SweepResults) -> dict[str, tuple[str, list[Any]]]:
 
 
 SHOWN = ("warm hits", "warm misses", "warm mean reuse", "warm median ttft", "cold median ttft",
-         "errors", "ttft p99", "itl p99", "goodput")
+         "errors", "ttft p99", "itl p99", "goodput", "slo attainment", "hit rate (measured)")
+
+
+def search_line(s: SweepResults) -> str | None:
+    """A rate search's outcome in a line (None for a sweep)."""
+    if s.search is None:
+        return None
+    found = "none" if s.search.highest is None else f"{s.search.highest:g}"
+    return (f"highest {s.param} sustained: {found} ({s.search.stopped}; {len(s.search.tried)} "
+            f"runs, precision {s.search.precision:.0%})")
 
 
 def table(s: SweepResults) -> str:

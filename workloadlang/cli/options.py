@@ -95,6 +95,18 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """An argparse type: a share above 0 and under 1, as `5%` or `0.05`."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share above 0 and under 1 (5% or 0.05), "
+                                         f"got {text!r}")
+    return value
+
+
 def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", default="http://localhost:8000/v1",
                    help="OpenAI-compatible base URL (default: %(default)s)")
@@ -115,6 +127,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="cut an answer that sends nothing this long after its first token "
                         "(default: %(default)g)")
     p.add_argument("--engine-log", help="annotate records with a ninfer request log (JSONL)")
+    p.add_argument("--search", metavar="NAME=LOW..HIGH",
+                   help="find the highest value of a param (a rate) whose runs meet the "
+                        "workload's SLOs: a run per value tried, into one results file")
+    p.add_argument("--search-precision", type=share, default=0.05, metavar="SHARE",
+                   help="stop when the highest value sustained and the lowest not are this "
+                        "close (default 5%%)")
+    p.add_argument("--search-runs", type=positive_int, default=12, metavar="N",
+                   help="run at most this many values (default %(default)s)")
     p.add_argument("--no-isolation", action="store_true",
                    help="send the requests marked `isolated` with the others (a load test: "
                         "the verdicts that read them may then be unknown)")

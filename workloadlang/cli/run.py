@@ -65,6 +65,11 @@ def run_command(args, extra) -> int:
     if problem:
         eprint(f"wl run: error: {problem}")
         return ExitCode.USAGE
+    spec = None
+    if args.search:  # checked before the simulator starts or the engine is reached
+        from workloadlang.cli.search import prepare
+
+        spec = prepare(args, extra)
     with ExitStack() as stack:
         try:
             key = api_key(args)
@@ -80,7 +85,7 @@ def run_command(args, extra) -> int:
             eprint(f"wl run: error: {e}")
             return ExitCode.ENDPOINT
         try:
-            return asyncio.run(main_async(args, extra, base, key))
+            return asyncio.run(main_async(args, extra, base, key, spec))
         except KeyboardInterrupt:
             return ExitCode.INTERRUPTED
 
@@ -162,22 +167,32 @@ def check_engine_log(path: str | None) -> str | None:
         return f"--engine-log {path}: {exc.strerror or exc}"
 
 
-async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
+async def main_async(args, extra, base: str, key: SecretStr | None, spec=None) -> int:
     from workloadlang import api
     from workloadlang.scale import ScaleError
 
     secret = key.get_secret_value() if key is not None else None
     writer: JsonlWriter | None = None
-    points = []
+    points, searched = [], None
     try:
         async with api.open_engine(base, key, model=args.model, max_context=args.max_context,
                                    cached_zero_when_absent=args.cached_zero_when_absent,
                                    idle_timeout_s=args.idle_timeout, sim=bool(args.sim)) as engine:
             for note in engine.info.notes:
                 eprint(f"note: {redact(note, secret)}")
-            _, _, swept, plans = load_and_plan_sweep(args, extra,
-                                                     {"max_context": engine.info.max_context})
-            writer = JsonlWriter(args.records)
+            env = {"max_context": engine.info.max_context}
+            if spec is not None:
+                from workloadlang.cli.search import run_search
+
+                writer = JsonlWriter(args.records)
+                searched = await run_search(
+                    spec, args, env, lambda plan: run_one(plan, engine, args, writer, secret),
+                    lambda param, value, i: writer.write(
+                        {"type": "sweep_point", "param": param, "value": value, "index": i}))
+                plans = []
+            else:
+                _, _, swept, plans = load_and_plan_sweep(args, extra, env)
+                writer = JsonlWriter(args.records)
             for i, plan in enumerate(plans):
                 if swept is not None:  # the records of each point follow their marker
                     writer.write({"type": "sweep_point", "param": swept[0],
@@ -196,6 +211,8 @@ async def main_async(args, extra, base: str, key: SecretStr | None) -> int:
     finally:
         if writer is not None:
             writer.close()
+    if searched is not None:
+        return finish_sweep(None, [], args, writer, searched)
     if swept is None:
         deliveries = [d for d in (writer.delivery, *write_outputs(points[0], args)) if d]
         return report_deliveries(deliveries, points[0].exit_code)
@@ -229,18 +246,24 @@ async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
     return results
 
 
-def finish_sweep(swept: tuple[str, list[str]], points: list, args, writer: JsonlWriter) -> int:
+def finish_sweep(swept: tuple[str, list[str]] | None, points: list, args, writer: JsonlWriter,
+                 result=None) -> int:
     """A sweep's results file (`--output`; `--report`: its curves) and table; the exit code
-    of its worst point."""
+    of its worst point (a rate search's `result` given whole: its own exit code)."""
     from workloadlang import sweep
     from workloadlang.plan.sweep import sweep_salt
 
-    result = sweep.SweepResults(workload=points[0].workload, param=swept[0],
-                                values=swept[1][:len(points)], points=points,
-                                salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),
-                                exit_code=sweep.worst_exit([p.exit_code for p in points]))
-    print(f"\n── sweep {swept[0]}: {len(points)} of {len(swept[1])} runs ──")
+    if result is None:
+        result = sweep.SweepResults(workload=points[0].workload, param=swept[0],
+                                    values=swept[1][:len(points)], points=points,
+                                    salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),
+                                    exit_code=sweep.worst_exit([p.exit_code for p in points]))
+        print(f"\n── sweep {swept[0]}: {len(points)} of {len(swept[1])} runs ──")
+    else:
+        print(f"\n── search {result.param}: {len(result.points)} runs ──")
     print(sweep.table(result))
+    if result.search is not None:
+        print(sweep.search_line(result))
     deliveries = [writer.delivery]
     if args.output:
         text = result.to_json()

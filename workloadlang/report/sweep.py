@@ -19,7 +19,7 @@ PAGE = """<!doctype html>
 td,th{{padding:2px 10px;border-bottom:1px solid #ddd;text-align:right}} th{{background:#f4f5f7}}
 .charts{{display:flex;flex-wrap:wrap;gap:16px}} .chart{{width:420px}}
 .fail{{color:#b3261e;font-weight:bold}}</style></head>
-<body><h1>{title}</h1><p>{what}</p>{tables}<h2>Against {param}</h2>
+<body><h1>{title}</h1><p>{what}</p>{found}{tables}<h2>Against {param}</h2>
 <div class="charts">{charts}</div></body></html>
 """
 
@@ -49,19 +49,28 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
                        what=html.escape(", ".join(f"{label}: {len(s.points)} runs"
                                                   for s, label in zip(sweeps, labels))),
                        tables=tables, param=html.escape(first.param),
+                       found="".join(f"<p><strong>{html.escape(label)}: "
+                                     f"{html.escape(sweep.search_line(s))}</strong></p>"
+                                     for s, label in zip(sweeps, labels) if s.search),
                        charts="".join(charts) or "<p>no number varies across the points</p>")
 
 
 def points_table(s: Any, label: str) -> str:
+    """The points: value, exit code, gates failed, requests, plan; for a rate search also
+    whether each sustained its load."""
+    from workloadlang.search import sustained
+
     rows = []
     for value, res in zip(s.values, s.points):
         failed = [g.name for g in res.gates if g.status == "fail" and g.severity == "fail"]
         cls = ' class="fail"' if res.exit_code else ""
-        rows.append(f"<tr><td>{html.escape(value)}</td><td{cls}>{res.exit_code}</td>"
+        kept = f"<td>{'yes' if sustained(res) else 'no'}</td>" if s.search else ""
+        rows.append(f"<tr><td>{html.escape(value)}</td>{kept}<td{cls}>{res.exit_code}</td>"
                     f"<td>{html.escape(', '.join(failed) or '–')}</td>"
                     f"<td>{len(res.records)}</td><td>{html.escape(res.plan_hash)}</td></tr>")
     return (f"<h2>{html.escape(label)}</h2><table><tr><th>{html.escape(s.param)}</th>"
-            "<th>exit</th><th>gates failed</th><th>requests</th><th>plan</th></tr>"
+            + ("<th>sustained</th>" if s.search else "")
+            + "<th>exit</th><th>gates failed</th><th>requests</th><th>plan</th></tr>"
             + "".join(rows) + "</table>")
 
 
