@@ -209,15 +209,17 @@ class SimStream(StreamingResponse):
 async def _sse(sim: Simulator, job: Job) -> AsyncIterator[bytes]:
     """SSE bytes for a job: one event per token; events ready together share one write."""
     writer = ChunkWriter(job, sim.config.model)
-    first = True
+    first, key = True, job.request_id or job.id
     async for batch in sim.run(job):
         parts = [writer.token(kind, word) for kind, word in batch]
         if first:
             parts.insert(0, writer.role())
         yield b"".join(parts)
-        if first:  # resumed once the server wrote the chunk to the socket
+        written = perf_counter()  # resumed once the server wrote the chunk to the socket
+        sim.emissions.wrote(key, len(batch), written)
+        if first:
             first = False
-            job.t_first_written = perf_counter()
+            job.t_first_written = written
     yield b"".join(writer.tail())
 
 
@@ -360,6 +362,9 @@ def create_app(config: SimConfig, body_idle_s: float = BODY_IDLE_S) -> Starlette
     async def state(request: Request) -> Response:
         return JSONResponse(sim.state())
 
+    async def emissions(request: Request) -> Response:
+        return JSONResponse({"clock": "perf_counter", "requests": sim.emissions.snapshot()})
+
     async def reset(request: Request) -> Response:
         removed = sim.reset()
         return JSONResponse({"removed_blocks": removed, **sim.state()})
@@ -386,6 +391,7 @@ def create_app(config: SimConfig, body_idle_s: float = BODY_IDLE_S) -> Starlette
         Route("/metrics", metrics, methods=["GET"]),
         Route("/sim/state", state, methods=["GET"]),
         Route("/sim/reset", reset, methods=["POST"]),
+        Route("/sim/emissions", emissions, methods=["GET"]),
     ])
     app.state.sim = sim
     return app

@@ -116,6 +116,7 @@ class SimConfig(BaseModel):
     slots: int = Field(4, ge=1)
     think_tokens: int = Field(1000, ge=0)
     seed: int = 0
+    emission_log: int = Field(0, ge=0)
     faults: tuple[FaultSpec, ...] = ()
 
     @property
@@ -199,6 +200,8 @@ _FIELD_HELP = {
     "slots": "concurrent request slots (more requests queue FIFO)",
     "think_tokens": "reasoning tokens emitted when thinking is on",
     "seed": "seed for error injection and reply text",
+    "emission_log": "keep the write time of every token of the last N requests "
+                    "(GET /sim/emissions; 0 = none)",
 }
 _FIELD_TYPES = {"model": str, "effective_context": int, "seed": int}
 

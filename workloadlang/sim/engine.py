@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Optional
 
 from .cache import PrefixCache
 from .config import FaultSpec, SimConfig
+from .emissions import EmissionLog
 from .replies import ReplyPlan, plan_reply
 from .timing import SlotPool, decode_seconds, prefill_seconds, restore_seconds
 from .tokenizer import ROOT_HASH, THINK, THINK_END, MessageError, Rendered, Renderer, chain_hashes
@@ -220,6 +221,7 @@ class Simulator:
         self.renderer = Renderer(config.block_size)
         self.slots = SlotPool(config.slots)
         self.counters = SimCounters()
+        self.emissions = EmissionLog(config.emission_log)
         self.active = 0
         self._rng = random.Random(config.seed)
         self._ids = itertools.count(1)
