@@ -173,6 +173,12 @@ PRESETS: dict[str, SimConfig] = {
         prefill_ctx_scale=65536,
         decode_us_per_token=200.0,
     ),
+    "chat-rate": SimConfig(
+        prefill_us_per_token=20.0,
+        prefill_ctx_scale=65536,
+        decode_us_per_token=2000.0,
+        slots=8,
+    ),
     "perf-sim": SimConfig(
         max_model_len=65536,
         device_tokens=262144,
