@@ -482,7 +482,10 @@ def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     pick = min if g.op in (">", ">=") else max
     worst = stamped(fails[0][1]) if fails else (pick(known_vals) if known_vals else None)
     if fails:
-        detail = ", ".join(f"{rid}={fmt(stamped(v))}" for rid, v in fails[:5])
+        first: dict[str, Any] = {}  # a request once (`itl`: its first failing gap)
+        for rid, v in fails:
+            first.setdefault(rid, v)
+        detail = ", ".join(f"{rid}={fmt(stamped(v))}" for rid, v in list(first.items())[:5])
         return scope_result(j, scope, "fail", worst, stamped(threshold), detail)
     if unknown or open_:
         why = "; ".join(
@@ -496,13 +499,12 @@ def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
 def each_value(metric: str, picked: list[Record]) -> tuple[list[Record], list[Any]]:
     """Output: the selected records and their values of `metric`, a record once per value
     (`itl`: once per gap)."""
-    recs, vals = [], []
-    for r in picked:
-        v = metric_value(metric, r)
-        for x in v if isinstance(v, list) else [v]:
-            recs.append(r)
-            vals.append(x)
-    return recs, vals
+    pairs = [(r, x) for r in picked for x in as_list(metric_value(metric, r))]
+    return [r for r, _ in pairs], [x for _, x in pairs]
+
+
+def as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v]
 
 
 def errors_or_unreported(j: Judge, ids: list[str]) -> str:
