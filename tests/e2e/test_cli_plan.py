@@ -177,8 +177,8 @@ def test_list_shows_the_bundled_with_doc_and_params(capsys):
     code, out, err = main(capsys, "list")
     assert code == 0, err
     names = [line.split()[0] for line in out.splitlines()[2:] if line and not line[0].isspace()]
-    assert names == BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "coding-agent",
-                                "idle-resume", "mooncake", "needle-test", "perf-sim",
+    assert names == BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "chat-rate",
+                                "coding-agent", "idle-resume", "mooncake", "needle-test", "perf-sim",
                                 "shared-prompt", "tenant-flood"]
     assert "kv_size (required)" in out
     assert "Concurrent agent sessions" in out

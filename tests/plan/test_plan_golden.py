@@ -55,8 +55,8 @@ def check_golden(path: Path, got: str) -> None:
 
 
 def test_the_bundled_workloads_have_goldens():
-    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "coding-agent", "idle-resume",
-                       "mooncake", "needle-test", "perf-sim", "shared-prompt", "tenant-flood"]
+    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "chat-rate", "coding-agent",
+                       "idle-resume", "mooncake", "needle-test", "perf-sim", "shared-prompt", "tenant-flood"]
     if not UPDATE:
         names = {p.name for p in GOLDEN.glob("*.txt")}
         assert names == {f"{n}.txt" for n in BUNDLED} | {f"{n}.full.txt" for n in FULL}

@@ -47,6 +47,7 @@ SMALL = {
     "idle-resume": {"sessions": "2", "fill_tokens": "8k", "idle": "2s"},
     "coding-agent": {"sessions": "2", "tasks": "1", "system_tokens": "1k", "tools_tokens": "1k",
                      "read_tokens": "1k", "sub_tokens": "1k"},
+    "chat-rate": {"users": "4", "turns": "3", "system_tokens": "1k", "length": "5s", "warm": "1s"},
 }
 FLAGS = {"cache-pressure": ["--kv-size", "65536"], "perf-sim": ["--max-context", "65536"],
          "mooncake": ["--trace", SLICE, "--limit", "200"]}
