@@ -176,7 +176,7 @@ def run_floor(streams: int, tokens: int, step: float,
             if len(arrived[k]) == len(sent[k])]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=64)
@@ -185,7 +185,7 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true",
                     help="the simulator (and the floor's sender) on the last CPU, this on the rest")
     add_json_argument(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     started = machine()
     client_cpus, server_cpus = split_cpus() if args.pin else (None, None)
     if client_cpus:
@@ -210,7 +210,8 @@ def main() -> None:
                        ("tpot_client_p50_ms", "TPOT p50", ".3f"),
                        ("tpot_server_p50_ms", "server TPOT p50", ".3f")]))
     write_json(args.json, "itl_truth", args, rows, started)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

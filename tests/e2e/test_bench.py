@@ -224,6 +224,20 @@ def test_arrivals_runs_small(tmp_path: Path) -> None:
     assert 5 < row["rate"] < 80
 
 
+def test_itl_truth_runs_small(tmp_path: Path) -> None:
+    """2 streams of 8 tokens at 5 ms: the client's gaps and the simulator's writes, and the raw
+    loopback floor, one per gap."""
+    from bench import itl_truth
+
+    out = tmp_path / "itl.json"
+    assert itl_truth.main(["--streams", "2", "--rounds", "1", "--tokens", "8",
+                           "--decode-us", "5000", "--json", str(out)]) == 0
+    runner, floor = figures(out)
+    assert (runner["streams"], runner["gaps"]) == (2, 14) and floor["gaps"] == 14
+    for row in (runner, floor):
+        assert 4 < row["server_p50_ms"] < 6 and 0 <= row["error_p50_ms"] <= row["error_p99_ms"]
+
+
 def test_fuzz_runs_small() -> None:
     out = subprocess.run([sys.executable, "-m", "bench.fuzz", "8"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
