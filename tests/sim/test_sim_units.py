@@ -270,7 +270,7 @@ def test_args_roundtrip_with_prefix():
 
 def test_presets_are_named_and_frozen():
     assert set(PRESETS) == {"default", "cache-pressure", "needle-test", "agent-sim", "abort-sim",
-                            "perf-sim"}
+                            "perf-sim", "chat-rate"}
     with pytest.raises(Exception):
         PRESETS["default"].block_size = 8  # type: ignore[misc]
     needle = PRESETS["needle-test"]
@@ -371,3 +371,18 @@ def test_the_first_token_cost_is_in_the_ttft_not_in_the_reported_prefill_time():
     plain, fixed = timings(0.0), timings(30_000.0)
     assert 15 < plain["prompt_ms"] < 25 and 15 < fixed["prompt_ms"] < 25
     assert fixed["ttft_ms"] - fixed["prompt_ms"] >= 29 > plain["ttft_ms"] - plain["prompt_ms"]
+
+
+def test_the_emission_log_keeps_a_time_per_token_of_the_last_requests():
+    from workloadlang.sim.emissions import EmissionLog
+
+    log = EmissionLog(2)
+    log.wrote("a", 1, 1.0)
+    log.wrote("a", 3, 1.5)  # three tokens in one write: one time each
+    log.wrote("b", 2, 2.0)
+    assert log.snapshot() == {"a": [1.0, 1.5, 1.5, 1.5], "b": [2.0, 2.0]}
+    log.wrote("c", 1, 3.0)  # a third request: the oldest goes
+    assert list(log.snapshot()) == ["b", "c"]
+    off = EmissionLog(0)
+    off.wrote("a", 5, 1.0)
+    assert off.snapshot() == {}
