@@ -102,7 +102,7 @@ def window_of(t_start: float | None, warmup_s: float | None, cooldown_s: float |
 
 def measured(records: Iterable[Record]) -> list[Record]:
     """Output: the records sent outside the warm-up and cool-down windows."""
-    return [r for r in records if not r.skipped and r.window is None and r.t_start_s is not None]
+    return [r for r in records if not r.skipped and r.window is None]
 
 
 def end_of(r: Record) -> float:
@@ -112,9 +112,10 @@ def end_of(r: Record) -> float:
 def window(records: Sequence[Record]) -> tuple[float, float] | None:
     """Input: measured records. Output: (first send, last answer's end) in seconds from the
     run's start, None when none was sent or no time passed."""
-    if not records:
+    timed = [r for r in records if r.t_start_s is not None]
+    if not timed:
         return None
-    lo, hi = min(r.t_start_s or 0.0 for r in records), max(end_of(r) for r in records)
+    lo, hi = min(r.t_start_s or 0.0 for r in timed), max(end_of(r) for r in timed)
     return (lo, hi) if hi > lo else None
 
 

@@ -35,8 +35,9 @@ def one_param(decl: str) -> ir.Param:
 
 
 def test_all_bundled_workloads_are_found():
-    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "coding-agent", "idle-resume",
-                       "mooncake", "needle-test", "perf-sim", "shared-prompt", "tenant-flood"]
+    assert BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "chat-rate", "coding-agent",
+                       "idle-resume", "mooncake", "needle-test", "perf-sim", "shared-prompt",
+                       "tenant-flood"]
 
 
 @pytest.mark.parametrize("name", BUNDLED)

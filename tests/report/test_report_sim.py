@@ -23,6 +23,7 @@ RUNS: dict[str, list[str]] = {
 }
 CHARTS = {"abort-sim": ["abort"], "agent-sim": ["sessions", "speed"],
           "cache-pressure": ["retention"], "needle-test": ["needles"], "perf-sim": ["speed"]}
+CHARTS = {name: [*kinds, "latency"] for name, kinds in CHARTS.items()}  # every run has one
 
 
 def sim_run(name: str, out: Path, extra: list[str] = ()) -> Path:
