@@ -116,6 +116,7 @@ workload g {
     n: count(ok{turn})
     goodput: rate(slo_met{turn})
     itl_p50: p50(itl{turn}) as seconds
+    per_session: rate(ok{turn}) by session
   }
 }
 """
@@ -157,6 +158,9 @@ def test_gates_read_every_gap_rates_and_slos_over_the_measured_requests() -> Non
     report = evaluate_report(plan, recs, {})
     assert report["n"] == 5 and report["goodput"] == pytest.approx(4 / 4.5)
     assert report["itl_p50"] == pytest.approx(0.04)
+    # per session, per second of the run's window (not of the session's own stretch)
+    assert report["per_session"] == pytest.approx({"s#0": 1 / 4.5, "s#1": 2 / 4.5,
+                                                   "s#2": 2 / 4.5})
 
 
 def test_a_gate_on_the_goodput_passes_when_every_gap_is_short() -> None:
