@@ -38,6 +38,7 @@ workload streams {
 """
 
 
+@pytest.mark.alone
 def test_client_itl_and_tpot_match_the_simulators_emission_times() -> None:
     cfg = SimConfig(prefill_us_per_token=0, decode_us_per_token=5000, slots=16, emission_log=64)
 
@@ -87,6 +88,7 @@ workload split {
 """
 
 
+@pytest.mark.alone
 def test_goodput_where_the_costs_put_a_known_set_over_the_bound(tmp_path: Path) -> None:
     # prefill 1 ms a token: a quick prompt (~25 tokens) ~25 ms, a slow one (~305) ~305 ms
     code, res = wl_run_text(tmp_path, SPLIT, "--sim", "--sim-prefill-us-per-token", "1000",
@@ -113,6 +115,7 @@ workload capacity {
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_the_rate_search_finds_the_queueing_arithmetics_capacity(tmp_path: Path) -> None:
     """The simulator serves S = 2 requests at once, each a prefill of P prompt tokens at
     c = 1 ms a token (flat) then T = 10 tokens, the first right after the prefill and each next
@@ -222,6 +225,7 @@ def test_the_bundled_workloads_report_the_new_metrics(tmp_path: Path, name: str)
     assert (p["itl"] is not None) == bool(longer) and (p["tpot"] is not None) == bool(longer)
 
 
+@pytest.mark.alone
 def test_chat_rate_meets_its_slos_at_its_default_rate(tmp_path: Path) -> None:
     code, res = wl_run(tmp_path, "chat-rate", "--sim", "--salt", "c", "--users", "16",
                        "--length", "6s", "--warm", "1s")
