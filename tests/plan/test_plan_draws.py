@@ -66,6 +66,7 @@ def test_the_dry_run_shows_each_wait():
     ("uniform(3s, 1s)", "low <= high"),
     ("exponential(-1s)", "at least 0"),
     ("gamma(1s, -1)", "coefficient of variation"),
+    ("lognormal(1s, 1001)", "at most 1000"),
 ])
 def test_bad_arguments_are_plan_errors(call: str, says: str):
     errs = plan_errors(f'workload w {{ params {{ x: int = 1 }} session s {{ user "a"; '
@@ -96,3 +97,44 @@ def test_zero_spread_is_the_mean():
     assert draws.draw("s", "n", "gamma", [2.0, 0]) == 2.0
     assert draws.draw("s", "n", "lognormal", [2.0, 0]) == 2.0
     assert draws.draw("s", "n", "exponential", [0]) == 0.0
+
+
+def tiny(exponent: int) -> str:
+    """1e-EXPONENT written as a product of divisions (a literal's magnitude is bounded; what
+    it computes to is not, below 1)."""
+    return "1" + " / 1000000000000000" * (exponent // 15)
+
+
+@pytest.mark.parametrize("exponent", [165, 155, 30])
+def test_a_gamma_of_a_tiny_coefficient_of_variation_is_its_mean(exponent: int):
+    """cv 1e-165: `1 / cv^2` divided by zero; 1e-155: the rejection loop never ended."""
+    plan = plan_of(f"""workload w {{ params {{ cv: float = {tiny(exponent)} }}
+      session s {{ user "a"; reply 4; wait gamma(2s, $cv); user "b"; reply 4 }} }}""")
+    assert plan.requests[1].wait_before == pytest.approx(2.0, rel=1e-6)
+
+
+class Counted:
+    """Uniforms (those of `draws.Uniforms`) that refuse to give more than `most`."""
+
+    def __init__(self, most: int):
+        self.u, self.left = draws.Uniforms("salt", "n"), most
+
+    def __call__(self) -> float:
+        self.left -= 1
+        if self.left < 0:
+            raise AssertionError("the sampler wants uniforms without end")
+        return self.u()
+
+
+@pytest.mark.parametrize("cv", [1e-155, 1e-12, 1e-5, 0.3, 1.0, 30.0, 1000.0])
+def test_a_draw_takes_a_bounded_number_of_uniforms(cv: float):
+    for func in ("gamma", "lognormal"):
+        value = draws.sample(func, [2.0, cv], Counted(4 * draws.MAX_TRIES + 8))
+        assert math.isfinite(value) and value >= 0
+
+
+def test_the_rejection_loop_gives_up_with_the_mode():
+    """Uniforms 1e-10 and 0.5 over and over make the normal -6.8 at every try: v <= 0 below a
+    shape of about 5, every try rejected."""
+    cycle = iter([1e-10, 0.5] * (draws.MAX_TRIES + 1))
+    assert draws.gamma_unit(4.0, lambda: next(cycle)) == pytest.approx(4.0 - 1 / 3)

@@ -10,6 +10,12 @@ here: the exponential by its inverse, the normal by Box-Muller, the lognormal fr
 the gamma by Marsaglia and Tsang's method. Every distribution is given by its mean (`uniform`
 by its ends) and, where its shape is free, the coefficient of variation (standard deviation
 over mean): `gamma(m, 1)` is `exponential(m)`, `cv` 0 is the mean itself.
+
+Every draw takes a bounded number of uniforms, whatever its arguments: the coefficient of
+variation is at most `MAX_CV`; a gamma of a coefficient under `NORMAL_CV` (a shape over 10^8,
+where the rejection test loses its precision and `1 / cv^2` may overflow) is drawn as the
+normal it tends to; the rejection loop gives up after `MAX_TRIES` tries (each is accepted with
+probability over 0.95) and returns the mode.
 """
 
 from __future__ import annotations
@@ -21,6 +27,13 @@ from typing import Callable, Sequence
 DISTRIBUTIONS: dict[str, int] = {"exponential": 1, "uniform": 2, "lognormal": 2, "gamma": 2}
 """Distribution -> its number of arguments."""
 _CHUNK = 32  # uniforms made at once (gamma's rejection loop may want more: made on demand)
+MAX_CV = 1000.0
+"""The largest coefficient of variation (a gamma's shape of 10^-6: nearly every draw 0)."""
+NORMAL_CV = 1e-4
+"""Below this coefficient of variation a gamma is drawn as a normal (its skew, 2 cv, is lost
+in the rounding to 1e-9 of the value's deviation from the mean)."""
+MAX_TRIES = 1000
+"""Tries of gamma's rejection loop before it returns the mode (never reached in practice)."""
 
 
 class Uniforms:
@@ -51,6 +64,9 @@ def check_args(func: str, args: Sequence[float]) -> str | None:
         return f"the mean of `{func}` must be at least 0, got {args[0]:g}"
     if len(args) > 1 and args[1] < 0:
         return f"the coefficient of variation of `{func}` must be at least 0, got {args[1]:g}"
+    if len(args) > 1 and args[1] > MAX_CV:
+        return f"the coefficient of variation of `{func}` must be at most {MAX_CV:g}, got " \
+            f"{args[1]:g}"
     return None
 
 
@@ -67,6 +83,8 @@ def sample(func: str, args: Sequence[float], u: Callable[[], float]) -> float:
     if func == "lognormal":
         s2 = math.log1p(cv * cv)
         return math.exp(math.log(mean) - s2 / 2 + math.sqrt(s2) * normal(u))
+    if cv < NORMAL_CV:
+        return mean * (1 + cv * normal(u))
     shape = 1 / (cv * cv)
     return mean / shape * gamma_unit(shape, u)
 
@@ -77,19 +95,20 @@ def normal(u: Callable[[], float]) -> float:
 
 
 def gamma_unit(shape: float, u: Callable[[], float]) -> float:
-    """A gamma variate of `shape` and scale 1 (Marsaglia and Tsang; below shape 1 boosted by
-    `U^(1/shape)`)."""
+    """A gamma variate of `shape` (1e-6 to 1e8) and scale 1 (Marsaglia and Tsang; below shape 1
+    boosted by `U^(1/shape)`); after `MAX_TRIES` rejected tries, its mode."""
     if shape < 1:
         return gamma_unit(shape + 1, u) * u() ** (1 / shape)
     d = shape - 1 / 3
     c = 1 / math.sqrt(9 * d)
-    while True:
+    for _ in range(MAX_TRIES):
         x = normal(u)
         v = (1 + c * x) ** 3
         if v <= 0:
             continue
         if math.log(u()) < 0.5 * x * x + d - d * v + d * math.log(v):
             return d * v
+    return d
 
 
 def draw(salt: str, name: str, func: str, args: Sequence[float]) -> float:
