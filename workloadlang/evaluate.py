@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Union
 
 from workloadlang import ir
-from workloadlang.limits import MAX_NUMBER, number_too_large
+from workloadlang.limits import MAX_LENGTH, MAX_NUMBER, number_too_large
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
 
 Value = Union[int, float, str, bool, None, list, dict]
@@ -133,6 +133,11 @@ def _compare(e: ir.BinOp, left: Value, right: Value) -> bool:
 
 def _arith(e: ir.BinOp, left: Value, right: Value) -> Value:
     if e.op == "+" and type(left) is type(right) and isinstance(left, (str, list)):
+        if len(left) + len(right) > MAX_LENGTH:  # before it is made: a chain of doublings
+            what = "string" if isinstance(left, str) else "list"
+            unit = "characters" if isinstance(left, str) else "items"
+            raise EvalError(f"the {what} would be {len(left) + len(right):,} {unit}, more than "
+                            f"{MAX_LENGTH:,}", e.span)
         return left + right
     if not (_is_num(left) and _is_num(right)):
         raise EvalError(f"cannot apply `{e.op}` to {_type_name(left)} {_show(left)} and "

@@ -3,7 +3,7 @@
 Input: a file's bytes (`decode`), a source text (`check_text`), the parser's tokens
 (`too_many_tokens`) and its tree (`too_deep`). Output: the text to parse, or a `Diagnostic` with a
 location (docs/diagnostics.md: WL108 nesting, WL109 not UTF-8, WL110 too large, WL111 a number
-too large).
+too large); the largest number and the longest string or list a computation makes.
 
 Every limit is far above any real workload and low enough that `wl check` and `wl plan` stay
 within a few hundred MB whatever the file holds: the parser's tree and the typed IR cost a few
@@ -32,6 +32,8 @@ MAX_DEPTH = 200
 bracket or an object inside another each add one or two."""
 MAX_NUMBER = 1e15
 """The largest magnitude of a number, written or computed (exact as a float up to 9e15)."""
+MAX_LENGTH = MAX_FILE_BYTES
+"""The longest string (characters) or list (items) a computation may make (`+` of two)."""
 
 _LONG_LINE = re.compile(r"(?m)^[^\n]{%d}" % (MAX_LINE_CHARS + 1))  # from line starts only: linear
 

@@ -71,7 +71,8 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
         report=wl.report, totals=totals(requests, sessions, settings["concurrency"], cache),
         assumptions=assumptions(requests, settings["concurrency"], cache, b.picks, bool(infos),
                                 b.messages),
-        cache_model=cache, traces=tuple(infos), picks=tuple(b.picks), **settings)
+        cache_model=cache, traces=tuple(infos), picks=tuple(b.picks), texts=tuple(b.text_table),
+        **settings)
     return plan.model_copy(update={"plan_hash": plan_hash(plan)})
 
 

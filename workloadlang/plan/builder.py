@@ -117,6 +117,9 @@ class Builder:
         self.strings: dict[str, Seg] = {}  # a computed string part -> its segment
         self.declared = {t.name: t for t in wl.texts}  # `text NAME = ...`
         self.named: dict[str, tuple[Seg, ...]] = {}  # a named text -> its segments, made once
+        self.text_parts: dict[str, int] = {}  # a named text -> its segments' count (`texts`)
+        self.text_table: list[str] = []  # the long literal texts, each once (`Plan.texts`)
+        self.text_refs: dict[str, int] = {}  # a long literal text -> its place in the table
         self.drawn: dict[int, bool] = {}  # id of an expression -> whether it draws
         self.diags: list[Diagnostic] = []
         self.budget = Budget(limits or Limits())

@@ -8,8 +8,11 @@ Limits: the requests of the plan; the tokens of one request (prompt + generation
 filler, reply or conversation); the prompt tokens of all requests together. A loop (`repeat`,
 `for`, `grow`, `spawn`, `session ... repeat`) of more iterations than the request limit is
 refused at once, and so are all loops together past ten iterations per allowed request, and a
-plan of more than eight messages per allowed request (what keeps `wl plan` under about
-500 MB). A loop is also refused as soon as its first iteration shows that its count of such
+plan of more than eight messages per allowed request, and messages made of more than sixteen
+parts (literal texts, fillers, tool calls) per allowed request in all, a part of a named text
+counting once for each message that sends it (what keeps `wl plan` under about 500 MB). The
+parts of a message or a named text are counted from the workload before they are made: texts
+made of texts (`text t2 = $t1, $t1`) that double at each step are refused at once. A loop is also refused as soon as its first iteration shows that its count of such
 iterations would pass a limit (a conversation that grows by a step per iteration grows
 quadratically in total tokens), so that `repeat 1000000000000` or `grow until 150k by 1` is
 refused in milliseconds, before anything of that size is made.
@@ -27,6 +30,7 @@ DEFAULT_REQUEST_TOKENS = 10_000_000
 DEFAULT_TOTAL_TOKENS = 10_000_000_000
 STEPS_PER_REQUEST = 10
 MESSAGES_PER_REQUEST = 8
+PARTS_PER_REQUEST = 16
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class Snapshot:
     steps: int
     messages: int
     conversation: int
+    parts: int
 
 
 class Budget:
@@ -77,6 +82,7 @@ class Budget:
         self.total = 0  # prompt tokens of the requests so far
         self.steps = 0  # loop iterations so far
         self.messages = 0
+        self.parts = 0  # parts of the messages written as statements
 
     def size(self, tokens: int, what: str, span: ir.Span) -> None:
         """One size (a filler, a generation budget) larger than a request may be."""
@@ -112,6 +118,21 @@ class Budget:
                       beyond=f"{most:,} ({MESSAGES_PER_REQUEST} per request of the request "
                       "limit)")
 
+    def text_parts(self, n: int, what: str, span: ir.Span) -> None:
+        """A message of `n` parts (its named texts' counted in), before it is made: refused when
+        the plan's messages would have too many parts with it."""
+        if self.parts + n > self.limits.requests * PARTS_PER_REQUEST:
+            before = f", after {self.parts:,} in the messages before it" if self.parts else ""
+            raise self._too_many_parts(f"{what} is made of {n:,} parts (texts, fillers, tool "
+                                       f"calls){before}", span)
+        self.parts += n
+
+    def _too_many_parts(self, what: str, span: ir.Span) -> TooBig:
+        most = self.limits.requests * PARTS_PER_REQUEST
+        return refuse(what, "requests", self.limits.requests, span,
+                      beyond=f"{most:,} in all ({PARTS_PER_REQUEST} per request of the request "
+                      "limit)")
+
     def request(self, rid: str, prompt: int, generation: int, span: ir.Span) -> None:
         """One more planned request."""
         lim = self.limits
@@ -128,7 +149,8 @@ class Budget:
                          f"(at {rid})", "total_tokens", lim.total_tokens, span)
 
     def snapshot(self, conversation: int) -> Snapshot:
-        return Snapshot(self.requests, self.total, self.steps, self.messages, conversation)
+        return Snapshot(self.requests, self.total, self.steps, self.messages, conversation,
+                        self.parts)
 
     def project(self, before: Snapshot, conversation: int, largest: int, n: int,
                 what: str, span: ir.Span) -> None:
@@ -146,6 +168,10 @@ class Budget:
         if self.messages + messages > lim.requests * MESSAGES_PER_REQUEST:
             raise self._too_many_messages(f"{what} would make about {messages:,} more "
                                           "messages", span)
+        parts = (self.parts - before.parts) * left
+        if self.parts + parts > lim.requests * PARTS_PER_REQUEST:
+            raise self._too_many_parts(f"{what} would make messages of about {parts:,} more "
+                                       "parts", span)
         if self.steps + steps > lim.requests * STEPS_PER_REQUEST:
             raise self._too_many_steps(f"{what} would make about {steps:,} more loop "
                                        "iterations", span)

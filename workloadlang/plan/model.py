@@ -35,7 +35,8 @@ def unless(default: Any) -> Any:
 class Seg(Frozen):
     """A planned piece of message content.
 
-    `text`: literal text. `filler`: salted synthetic text of `tokens` tokens named by `key`
+    `text`: literal text (`text`, or a long text held once in the plan's table: `Plan.texts[ref]`,
+    `Plan.text_of`). `filler`: salted synthetic text of `tokens` tokens named by `key`
     (with a needle sentence at `needle_at` when set). `reply` / `partial`: the reply (or the
     partial, aborted turn) of request `key`, known only at run time; `tokens` is the planned size;
     `content_only`: its content without its reasoning (`replay content`). `call`: a tool call
@@ -51,6 +52,7 @@ class Seg(Frozen):
     synthetic: bool = False
     content_only: bool = unless(False)
     args: tuple[tuple[str, "Seg"], ...] = unless(())
+    ref: int | None = unless(None)
 
 
 class PMessage(Frozen):
@@ -244,6 +246,7 @@ class Plan(Frozen):
     duration_s: float | None = unless(None)
     warmup_s: float | None = unless(None)
     cooldown_s: float | None = unless(None)
+    texts: tuple[str, ...] = unless(())  # the long literal texts, each once (`Seg.ref`)
     _chains: dict[int, tuple[int, ...]] = PrivateAttr(default_factory=dict)
 
     def message_ids(self, req: PRequest) -> tuple[int, ...]:
@@ -271,6 +274,10 @@ class Plan(Frozen):
             del made[next(iter(made))]
         made[last] = out
         return out
+
+    def text_of(self, seg: Seg) -> str:
+        """The literal text of a `text` segment, from the table when it is held there."""
+        return seg.text if seg.ref is None else self.texts[seg.ref]
 
     def prompt_messages(self, req: PRequest) -> list[PMessage]:
         """The messages of a request's prompt, in order."""

@@ -20,7 +20,7 @@ import math
 
 from workloadlang import ir
 from workloadlang.evaluate import refs_in
-from workloadlang.plan import synth
+from workloadlang.plan import synth, texts
 from workloadlang.plan.builder import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S,  # noqa: F401
                                        Builder, Conv, Ctx, Draft, count, in_bounds, iterations,
                                        options_value, seconds, tokens, value)
@@ -37,6 +37,7 @@ def walk(b: Builder, body: tuple[ir.Stmt, ...], ctx: Ctx, conv: Conv) -> None:
 
 
 def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
+    b.budget.text_parts(texts.parts(b, s.parts), "this message", s.span)
     segs = parts_segs(b, s.parts, ctx, f"{ctx.session}:{ctx.path}")
     call_id = ""
     if s.role == "tool":
@@ -72,7 +73,7 @@ def part_seg(b: Builder, p: ir.TextPart | ir.FillerPart | ir.CallPart, ctx: Ctx,
     if isinstance(p, ir.TextPart):
         seg = b.texts.get(id(p))  # one segment per literal, however often it is sent
         if seg is None:
-            seg = b.texts[id(p)] = Seg(kind="text", text=p.value, tokens=text_tokens(p.value))
+            seg = b.texts[id(p)] = texts.literal(b, p.value)
         return seg
     needle = None if p.needle_at is None else value(b, p.needle_at, ctx)
     if needle is not None and not 0 <= float(needle) <= 1:
@@ -93,16 +94,19 @@ def expr_segs(b: Builder, p: ir.ExprPart, ctx: Ctx) -> tuple[Seg, ...]:
         return ()
     seg = b.strings.get(v)
     if seg is None:
-        seg = b.strings[v] = Seg(kind="text", text=v, tokens=text_tokens(v))
+        seg = b.strings[v] = texts.literal(b, v)
     return (seg,)
 
 
 def named_text(b: Builder, name: str, ctx: Ctx) -> tuple[Seg, ...]:
     """The segments of `text NAME = ...`, evaluated once with the params (its parts cannot
-    read loop variables or `$copy`: `check`)."""
+    read loop variables or `$copy`: `check`); the texts it reads are made first (the message
+    that sends it counted their parts before: `texts.parts`)."""
     segs = b.named.get(name)
     if segs is None:
-        segs = b.named[name] = parts_segs(b, b.declared[name].parts, ctx, f"text:{name}")
+        for t in texts.needed(b, name, b.named):
+            b.named[t] = parts_segs(b, b.declared[t].parts, ctx, f"text:{t}")
+        segs = b.named[name]
     return segs
 
 
@@ -118,11 +122,6 @@ def call_seg(b: Builder, p: ir.CallPart, ctx: Ctx, key: str) -> Seg:
 def call_id(key: str) -> str:
     """A tool call's id: 9 letters and digits (what the strictest templates accept)."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:9]
-
-
-def text_tokens(text: str) -> int:
-    """Planned size of literal text: about 4 characters per token."""
-    return max(1, math.ceil(len(text) / 4))
 
 
 def stmt_reply(b: Builder, s: ir.Reply, ctx: Ctx, conv: Conv) -> None:

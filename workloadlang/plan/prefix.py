@@ -36,8 +36,8 @@ SOURCE_SLACK = 8  # atoms a named source may stop short of the shared prefix (`P
 
 
 def seg_identity(s: Seg) -> Hashable:
-    if s.kind == "text":
-        return ("t", s.text)
+    if s.kind == "text":  # a long text is held once: its place in the table is its identity
+        return ("t", s.text) if s.ref is None else ("T", s.ref)
     if s.kind == "filler":
         return ("f", s.key, s.tokens, s.needle_at)
     if s.kind == "call":

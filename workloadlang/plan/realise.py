@@ -306,7 +306,7 @@ class Realiser:
 
     def _seg_text(self, s: Seg) -> str:
         if s.kind == "text":
-            return s.text
+            return self.plan.text_of(s)
         if s.kind == "filler":
             return self._renderer(s)(self.sizer.words_for(s.key, s.tokens))
         return NO_OUTPUT  # a reply that never arrived (its request failed)
