@@ -347,3 +347,50 @@ def test_a_forks_first_request_counts_what_the_parent_added_as_new():
     assert [r.new_tokens for r in by_label(plan, "f")] == [same.new_tokens + 10] * 2
     assert [r.new_tokens for r in by_label(plan, "g")] == [same.new_tokens]
     assert [r.new_tokens for r in by_label(plan, "c")] == [10]
+
+
+def convolved(profiles, cap=None):
+    """The max-plus convolution of `profiles` by brute force over every split."""
+    from itertools import product
+
+    most = sum(len(p) for p in profiles) if cap is None else min(cap, sum(map(len, profiles)))
+    return [max(sum(([0] + p)[k] for p, k in zip(profiles, ks))
+                for ks in product(*(range(len(p) + 1) for p in profiles)) if sum(ks) == n)
+            for n in range(1, most + 1)]
+
+
+increasing = st.lists(st.integers(0, 50), min_size=1, max_size=4).map(
+    lambda xs: list(__import__("itertools").accumulate(xs)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(profiles=st.lists(increasing, min_size=1, max_size=5),
+       cap=st.one_of(st.none(), st.integers(1, 10)))
+def test_branches_side_by_side_split_exactly_and_their_bound_is_never_below(profiles, cap):
+    """Concave branches are merged by their steps, the others split exactly; past the work
+    budget every branch is bounded by its concave envelope, never below the exact split."""
+    from workloadlang.plan import lanes
+
+    exact = convolved(profiles, cap)
+    assert lanes.side_by_side(profiles, cap) == exact
+    budget = lanes.DP_BUDGET
+    try:
+        lanes.DP_BUDGET = 0
+        bound = lanes.side_by_side(profiles, cap)
+    finally:
+        lanes.DP_BUDGET = budget
+    assert len(bound) == len(exact) and all(b >= e for b, e in zip(bound, exact))
+    if all(lanes.is_concave(p) for p in profiles):
+        assert bound == exact
+
+
+def test_a_fork_of_fifty_thousand_branches_is_merged_by_its_steps():
+    """Was a quadratic split (13 s at 5,000 branches, over 60 s at 50,000): one-request
+    branches are concave, merged largest step first."""
+    from workloadlang.plan import lanes
+
+    assert lanes.steps(list(range(3, 300_003, 3))) == [3.0] * 100_000  # in linear time
+    assert lanes.envelope_bound([[5, 6, 20]], 2) == 14  # the envelope of 5, 6, 20: 6.67 a step
+    sizes = [(k * 7919) % 1000 + 1 for k in range(50_000)]
+    got = lanes.side_by_side([[x] for x in sizes], cap=None)
+    assert got[:3] == [1000, 2000, 3000] and got[-1] == sum(sizes) and len(got) == 50_000

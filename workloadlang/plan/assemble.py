@@ -13,9 +13,11 @@ settings, the context-limit check, gates, totals and the hash.
 
 from __future__ import annotations
 
+import gc
 import hashlib
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from pydantic import TypeAdapter
 
@@ -39,6 +41,29 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
                traces: Mapping[str, Any] | None = None,
                cache: CacheModel | None = None) -> Plan:
     """Plan a checked workload. Raises `WorkloadError` with every plan-time diagnostic."""
+    with collector_paused():
+        return _build(wl, params, salt, source, env, limits, traces, cache)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while the planner builds: what it makes lives until
+    the plan is made, and the full collections that rescan those hundreds of thousands of
+    objects were half of a 50,000-request plan's time. The trie of the cache pass (its nodes
+    name their parents) is collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str,
+           env: Mapping[str, Any] | None, limits: Limits | None,
+           traces: Mapping[str, Any] | None, cache: CacheModel | None) -> Plan:
+    """`build_plan`'s work (see it)."""
     env = dict(env or {})
     genv = {**env, **params}
     b = Builder(wl, salt, {}, limits)
