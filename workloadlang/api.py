@@ -28,7 +28,7 @@ from workloadlang.evaluate import resolve_params
 from workloadlang.parse import parse
 from workloadlang.plan.model import Plan
 from workloadlang.plan.assemble import build_plan
-from workloadlang.plan.limits import Limits
+from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import CacheModel
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
@@ -95,10 +95,12 @@ def fresh_salt() -> str:
 
 def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
               salt: str | None = None, env: Mapping[str, Any] | None = None, *,
-              limits: Limits | None = None, cache: CacheModel | None = None) -> Plan:
+              limits: Limits | None = None, cache: CacheModel | None = None,
+              budget: Budget | None = None) -> Plan:
     """Resolve the params, load the traces the workload's sessions replay, plan.
     `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
-    figures the plan carries (`--cache-tokens`)."""
+    figures the plan carries (`--cache-tokens`); `budget`: what the plan counts against, when
+    not a budget of its own (a sweep's points share one: `plan.sweep.plan_points`)."""
     env = {"max_context": None, **(env or {})}
     params, diags = resolve_params(wl, overrides, env)
     errors = [d for d in diags if d.severity == "error"]
@@ -107,7 +109,7 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
     limits = limits or Limits()
     return build_plan(wl, params, salt or fresh_salt(), source=source.name, env=env,
                       limits=limits, traces=load_traces(wl, {**env, **params}, limits),
-                      cache=cache)
+                      cache=cache, budget=budget)
 
 
 def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict[str, Any]:

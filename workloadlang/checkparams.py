@@ -15,6 +15,7 @@ from workloadlang import ir
 from workloadlang.diagnostics import did_you_mean
 from workloadlang.evaluate import COPY, NON_NEGATIVE, constant, param_order
 from workloadlang.kinds import BUILTIN_REFS, CALIBRATION_REFS, NUMERIC, TYPE_KINDS, list_of
+from workloadlang.limits import MAX_SWEEP_POINTS
 
 
 class ParamChecks:
@@ -65,6 +66,11 @@ class ParamChecks:
             self.err("WL233", f"the sweep of `{p.name}` must be a list of values written out, "
                      "like `sweep [1, 2, 4]`" + (" (a list param is not swept)" if p.is_list
                                                  else ""), p.sweep.span)
+            return
+        if len(p.sweep.items) > MAX_SWEEP_POINTS:
+            self.err("WL233", f"the sweep of `{p.name}` has {len(p.sweep.items):,} points, more "
+                     f"than {MAX_SWEEP_POINTS}", p.sweep.span,
+                     "each point is a run: sweep fewer values, or split the sweep in runs")
             return
         wanted = TYPE_KINDS[p.type]
         for item in p.sweep.items:

@@ -33,6 +33,9 @@ bracket or an object inside another each add one or two."""
 MAX_NUMBER = 1e15
 """The largest magnitude of a number, written or computed (exact as a float up to 9e15)."""
 MAX_LENGTH = MAX_FILE_BYTES
+MAX_SWEEP_POINTS = 100
+"""The most points (runs) a sweep may have (its points together are also within the planner's
+limits: `plan.sweep`)."""
 """The longest string (characters) or list (items) a computation may make (`+` of two)."""
 
 _LONG_LINE = re.compile(r"(?m)^[^\n]{%d}" % (MAX_LINE_CHARS + 1))  # from line starts only: linear

@@ -111,3 +111,72 @@ def test_a_sweep_runs_every_point_into_one_file_and_exits_by_the_worst(tmp_path,
     single.write_text(json.dumps(data["points"][0]))
     assert main(["compare", str(out), str(single)]) == 2
     assert "one file is a sweep's results" in capsys.readouterr().err
+
+
+REPEATED = """
+workload repeated {
+  params { n: int = 1 in 1..8 sweep [1, 1, 1] }
+  session s repeat $n { user filler 1000; reply 4 }
+}
+"""
+
+
+def test_a_value_written_twice_is_an_independent_point(tmp_path, capsys):
+    """`sweep [1, 1, 1]` shared one salt: points 2 and 3 found point 1's prompt cached (2,000
+    cached where 0 was expected). Each point has its own salt, so its own text."""
+    wl, out = tmp_path / "r.wl", tmp_path / "r.json"
+    wl.write_text(REPEATED)
+    code = main(["run", str(wl), "--sim", "--no-viz", "--salt", "s", "--output", str(out)])
+    assert code == 0, capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert [p["salt"] for p in data["points"]] == ["s/n=1", "s/n=1#1", "s/n=1#2"]
+    cached = [r["cached_tokens"] for p in data["points"] for r in p["records"]]
+    assert len(cached) == 3 and all(c is not None and c < 100 for c in cached), cached
+    assert data["salt"] == "s"  # the sweep's salt back from the first point's
+
+
+def test_a_sweep_of_more_than_a_hundred_points_is_refused_before_planning(tmp_path, capsys):
+    """A 1,000-point sweep planned every point and kept every plan (64 s and 2.7 GB for
+    `session s repeat $n`, n = 1..1000)."""
+    from workloadlang.limits import MAX_SWEEP_POINTS
+
+    values = ", ".join(str(v) for v in range(1, 1001))
+    wl = tmp_path / "big.wl"
+    wl.write_text(f"workload w {{ params {{ n: int = 1 in 1..100000 sweep [{values}] }}\n"
+                  "session s repeat $n { user \"hi\"; reply 1 } }")
+    assert main(["plan", str(wl)]) == 2
+    assert f"error[WL233]: the sweep of `n` has 1,000 points, more than {MAX_SWEEP_POINTS}" \
+        in capsys.readouterr().err
+    flag = ",".join(str(v) for v in range(1, 102))
+    wl.write_text('workload w { params { n: int = 1 }\nsession s repeat $n { user "hi"; reply 1 } }')
+    assert main(["plan", str(wl), "--sweep", f"n={flag}"]) == 2
+    assert "101 values, more than 100 points" in capsys.readouterr().err
+
+
+def test_the_points_of_a_sweep_count_together_against_the_limits(tmp_path, capsys):
+    wl = tmp_path / "p.wl"
+    wl.write_text('workload w { params { n: int = 4 }\nsession s repeat $n { user "x"; reply 1 } }')
+    assert main(["plan", str(wl), "--sweep", "n=4,4", "--max-requests", "10"]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(wl), "--sweep", "n=4,4,4", "--max-requests", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "error[WL408]" in err and "(the points of a sweep count together: 8 requests " \
+        "before n=4)" in err, err
+
+
+def test_the_dry_run_of_a_sweep_keeps_the_rows_of_the_points_after_the_first(tmp_path):
+    from types import SimpleNamespace
+
+    from workloadlang.cli.common import load_and_plan_sweep
+
+    wl = tmp_path / "p.wl"
+    wl.write_text(PRESSURE)
+    args = SimpleNamespace(workload=str(wl), param=[], sweep=None, salt="s", format="text",
+                           max_requests=50_000, max_request_tokens=10**7,
+                           max_total_tokens=10**10, cache_tokens=None, cache_block=None)
+    _, _, swept, rows = load_and_plan_sweep(args, [], {"max_context": None}, keep_all=False)
+    _, _, _, plans = load_and_plan_sweep(args, [], {"max_context": None})
+    assert swept == ("sessions", ["1", "2", "4"]) and len(rows[0].requests) == 2
+    assert [len(p.requests) for p in rows[1:]] == [0, 0]
+    assert [p.totals for p in rows] == [p.totals for p in plans]
+    assert [p.plan_hash for p in rows] == [p.plan_hash for p in plans]

@@ -266,11 +266,11 @@ def test_the_plans_lru_cache_is_the_simulators_cache(tokens: int, block: int, se
     plan_kw = {"trace": str(SLICE), "limit": "150", "offset": offset, "max_tokens": "600"}
     # the planner's own pass, then the simulator's cache over the same block identities
     from workloadlang.evaluate import resolve_params
-    from workloadlang.plan.limits import Limits
+    from workloadlang.plan.limits import Budget, Limits
     from workloadlang.plan.planner import Builder, Ctx, options_value
     from workloadlang.plan.assemble import plan_sessions
     params, _ = resolve_params(wl, plan_kw, {"max_context": None})
-    b = Builder(wl, "s", {}, Limits())
+    b = Builder(wl, "s", {}, Budget(Limits()))
     root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",
                env=params)
     b.options = options_value(b, wl.options, root)

@@ -57,24 +57,28 @@ def cmd_plan(args, extra) -> int:
     from workloadlang.plan.dryrun import render_plan
 
     env = {"max_context": args.max_context}
-    _, _, swept, plans = load_and_plan_sweep(args, extra, env)
+    _, _, swept, plans = load_and_plan_sweep(args, extra, env, keep_all=args.json)
     if swept is not None:
         return print_sweep_plans(swept, plans, args)
     plan = plans[0]
     if args.json:  # bytes straight out where it can: a 50,000-request plan's JSON is 100 MB
         from workloadlang.plan.assemble import PLAN_JSON
 
-        data = PLAN_JSON.dump_json(plan, indent=2)
-        out = getattr(sys.stdout, "buffer", None)
-        if out is None:
-            print(data.decode())
-        else:
-            sys.stdout.flush()
-            out.write(data + b"\n")
-            out.flush()
+        write_bytes(PLAN_JSON.dump_json(plan, indent=2) + b"\n")
     else:
         print(render_plan(plan, full=args.full), end="")
     return ExitCode.OK
+
+
+def write_bytes(data: bytes) -> None:
+    """`data` to stdout, as bytes where it can (a 50,000-request plan's JSON is 100 MB)."""
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:
+        print(data.decode(), end="")
+        return
+    sys.stdout.flush()
+    out.write(data)
+    out.flush()
 
 
 def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
@@ -89,9 +93,9 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     if args.json:
         from workloadlang.plan.assemble import PLAN_JSON
 
-        print(json.dumps({"param": name, "values": values,
-                          "plans": [json.loads(PLAN_JSON.dump_json(p)) for p in plans]},
-                         indent=2))
+        head = json.dumps({"param": name, "values": values}, indent=2)[:-2]
+        write_bytes(head.encode() + b',\n  "plans": [\n' + b",\n".join(
+            PLAN_JSON.dump_json(p, indent=2) for p in plans) + b"\n  ]\n}\n")
         return ExitCode.OK
     rows = [[v, f"{p.totals.requests:,}", f"{p.totals.prompt_tokens:,}",
              f"{p.totals.expected_cached_tokens:,}", f"{p.totals.working_set_tokens:,}",

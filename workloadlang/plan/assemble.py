@@ -25,7 +25,7 @@ from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.evaluate import COPY
 from workloadlang.plan import arrivals, lanes, load, lru
-from workloadlang.plan.limits import Limits, TooBig
+from workloadlang.plan.limits import Budget, Limits, TooBig
 from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PMessage, PRequest,
                                      SessionInfo, Totals, TraceInfo)
 from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Builder, Conv,
@@ -39,10 +39,13 @@ from workloadlang.selector import gate_metric_refs, select_static, test_refs
 def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str = "",
                env: Mapping[str, Any] | None = None, *, limits: Limits | None = None,
                traces: Mapping[str, Any] | None = None,
-               cache: CacheModel | None = None) -> Plan:
-    """Plan a checked workload. Raises `WorkloadError` with every plan-time diagnostic."""
+               cache: CacheModel | None = None, budget: Budget | None = None) -> Plan:
+    """Plan a checked workload. Raises `WorkloadError` with every plan-time diagnostic.
+    `budget`: what the plan counts against (a sweep's points share one); default: its own,
+    of `limits`."""
     with collector_paused():
-        return _build(wl, params, salt, source, env, limits, traces, cache)
+        return _build(wl, params, salt, source, env, budget or Budget(limits or Limits()),
+                      traces, cache)
 
 
 @contextmanager
@@ -61,19 +64,19 @@ def collector_paused() -> Iterator[None]:
 
 
 def _build(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str,
-           env: Mapping[str, Any] | None, limits: Limits | None,
+           env: Mapping[str, Any] | None, budget: Budget,
            traces: Mapping[str, Any] | None, cache: CacheModel | None) -> Plan:
     """`build_plan`'s work (see it)."""
     env = dict(env or {})
     genv = {**env, **params}
-    b = Builder(wl, salt, {}, limits)
+    b = Builder(wl, salt, {}, budget)
     root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",
                env=genv)
     b.options = options_value(b, wl.options, root)
     try:
         sessions, infos = plan_sessions(b, wl, root, traces or {})
     except TooBig as e:
-        raise WorkloadError([*b.diags, e.diagnostic]) from None
+        raise WorkloadError([*b.diags, budget.explain(e.diagnostic)]) from None
     windows = load.windows(b, wl, root)
     sessions = load.cut(b, sessions, windows["duration_s"])
     if not b.drafts and not b.diags:

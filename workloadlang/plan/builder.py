@@ -94,7 +94,7 @@ class Builder:
     """Accumulates messages, requests, names and diagnostics during one walk."""
 
     def __init__(self, wl: ir.Workload, salt: str, options: dict[str, Any],
-                 limits: Limits | None = None):
+                 budget: Budget | None = None):
         self.wl, self.salt, self.options = wl, salt, options
         self.messages: list[PMessage] = []
         self.upto: list[int] = []  # tokens of each message's conversation up to it
@@ -122,7 +122,7 @@ class Builder:
         self.text_refs: dict[str, int] = {}  # a long literal text -> its place in the table
         self.drawn: dict[int, bool] = {}  # id of an expression -> whether it draws
         self.diags: list[Diagnostic] = []
-        self.budget = Budget(limits or Limits())
+        self.budget = budget or Budget(Limits())
         # request id -> the params its generation budget (`max_tokens`) was written with
         self.budget_params: dict[str, tuple[str, ...]] = {}
         self.param_names = frozenset(p.name for p in wl.params)

@@ -83,6 +83,21 @@ class Budget:
         self.steps = 0  # loop iterations so far
         self.messages = 0
         self.parts = 0  # parts of the messages written as statements
+        self.point: str | None = None  # the sweep's point being planned (`next_point`)
+        self.before_point = 0  # the requests of the sweep's points before it
+
+    def next_point(self, point: str) -> None:
+        """The next point of a sweep (`point`: `n=7`) is planned into this budget: a sweep's
+        points together are within the limits."""
+        self.point, self.before_point = point, self.requests
+
+    def explain(self, d: Diagnostic) -> Diagnostic:
+        """A refusal (`TooBig`'s diagnostic), saying what the sweep's earlier points took."""
+        if not (self.point and self.before_point):
+            return d
+        return d.model_copy(update={"message": f"{d.message} (the points of a sweep count "
+                                    f"together: {self.before_point:,} requests before "
+                                    f"{self.point})"})
 
     def size(self, tokens: int, what: str, span: ir.Span) -> None:
         """One size (a filler, a generation budget) larger than a request may be."""
