@@ -136,6 +136,23 @@ def test_a_spent_time_budget_stops_the_run_and_exits_4(tmp_path: Path, server: F
     assert len(server.chat_requests()) == len(done)
 
 
+def test_a_time_budget_ends_a_run_that_waits_past_it(tmp_path: Path) -> None:
+    """`wait 100s` with `--time-budget 1` was still running at 60 s: a wait ends with the
+    budget, the run exits 4 and the request after the wait is recorded as not sent. (The
+    timeout is the process's: the run itself takes a second or two.)"""
+    from faultserver import run_wl
+
+    wl = wl_file(tmp_path, 'workload w { session s { user "a"; reply 1; wait 100s; '
+                           'user "b"; reply 1 } }')
+    out = tmp_path / "out.json"
+    proc = run_wl("run", wl, "--sim", "--no-viz", "--time-budget", "1", "--output", str(out),
+                  timeout=60)
+    assert proc.returncode == 4, proc.stderr
+    results = json.loads(out.read_text())
+    assert results["incomplete"] == "time budget exhausted"
+    assert [r["skipped"] for r in results["records"]] == [None, "time budget exhausted"]
+
+
 def test_some_errors_with_a_failing_gate_exit_1(tmp_path: Path, server: FaultServer) -> None:
     server.fault_for = lambda rid, body: "http429" if rid.startswith("s#1/") else None
     proc, results, lines = run(tmp_path, server.base_url, GATED)

@@ -2,10 +2,10 @@
 
 Input: a `Plan`, a `Realiser` (text sized for this engine), a `Pacing` (how bytes leave:
 `pacing.InTurn`, or the latency machinery of `ahead.WriteAhead`), the `Endpoint`, a `Sink` that
-gets every record the moment it is kept, and injected clocks. `sessions` runs a shard of the
-plan (a session never splits); `start_at` (on `clock`) is the instant the run starts. `shared`:
-what a shard of a run sharded over processes shares with the others (`Shared`: the start and
-the isolation; `workloadlang.scale`). `on_phase(k)` is awaited as barrier k opens (k >= 1: the
+gets every record the moment it is kept, and injected clocks (and `sleep`, which waits on
+`clock`). `sessions` runs a shard of the plan (a session never splits); `start_at` (on
+`clock`) is the instant the run starts. `shared`: what a shard of a run sharded over processes
+shares with the others (`Shared`: the start and the isolation; `workloadlang.scale`). `on_phase(k)` is awaited as barrier k opens (k >= 1: the
 end of phase k - 1).
 Output: a `RunResult` (records in plan order, why the run is incomplete, the client's health).
 
@@ -20,8 +20,8 @@ The plan's semantics, all here:
 - the workload's concurrency limit is a semaphore around the send (`contention.Slots`, which
   keeps who was in flight when); `isolated` requests are timed alone (`isolation.Isolation`);
 - `until` loops, fail-fast, resends of failed requests, errors in a row and the time budget
-  stop what would follow (`stops.Stops`); by default every session runs to its end so every
-  verdict can be judged.
+  stop what would follow (`stops.Stops`; no wait outlasts the budget: `Stops.sleep_until`); by
+  default every session runs to its end so every verdict can be judged.
 Every request's fillers are sized before the clock starts (`RequestMaker.size_all`). Records
 whose content nothing waits for are kept when the pacing says (`Pacing.later`); one whose record
 may decide what is sent next (or an error) is kept at once.
@@ -82,7 +82,8 @@ class Executor:
                  on_phase: Callable[[int], Awaitable[Any]] | None = None,
                  on_alone: Callable[[bool], Any] = lambda on: None,
                  sessions: Collection[str] | None = None, start_at: float | None = None,
-                 shared: Shared | None = None):
+                 shared: Shared | None = None,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
         self.plan, self.pacing, self.endpoint, self.sink, self.clock = \
             plan, pacing, endpoint, sink, clock
         self.requests = [r for r in plan.requests if sessions is None or r.session in sessions]
@@ -95,9 +96,9 @@ class Executor:
         self.maker = RequestMaker(realiser, endpoint, clock, timeout_s=plan.timeout_s,
                                   time_budget_s=time_budget_s)
         self.stops = Stops(plan, clock, time_budget_s=time_budget_s,
-                           max_errors=max_consecutive_errors)
+                           max_errors=max_consecutive_errors, sleep=sleep)
         self.phases = Phases(self.requests, plan.phases, clock, self._phase_opened)
-        self.copies = Copies(plan.sessions, self.requests, clock)  # arrivals, caps
+        self.copies = Copies(plan.sessions, self.requests, clock, self.stops.sleep_until)
         self.recorder = Recorder(plan, self.slots, self.isolation, ref or TtftReference(),
                                  prefill_own, realiser.source_of)
         self.health = ClientHealth(clock, cpu_clock)
@@ -111,16 +112,7 @@ class Executor:
         self.tasks: list[asyncio.Future] = []
         self.ready_at: dict[str, float] = {}  # when a request's dependencies were done
         self.waiting = {r.id: sum(d in self.by_id for d in r.deps) for r in self.requests}
-        self.dependents: dict[str, list[PRequest]] = {r.id: [] for r in self.requests}
-        self.successor: dict[str, PRequest] = {}  # the session's next request, in plan order
-        last: dict[str, PRequest] = {}
-        for r in self.requests:
-            for d in r.deps:
-                if d in self.by_id:
-                    self.dependents[d].append(r)
-            if r.session in last:
-                self.successor[last[r.session].id] = r
-            last[r.session] = r
+        self.dependents, self.successor = links(self.requests)
         pacing.bind(self)
 
     # ------------------------------------------------------------ the run
@@ -204,14 +196,15 @@ class Executor:
             due = max(due, self.t0 + req.send_at)
         reason = None if req.id in self.holding else self.stops.reason(req, self.records, due)
         if reason:
-            self._emit(skipped_record(req, reason))
-            self.isolation.leave(req.session, _same_phase(self.phases, req, after))
-            return max(ready, self.clock())
+            return max(ready, self._skip(req, reason, after))
         if after is not None:  # at a quiet moment while this one is in flight
             self.pacing.ahead(after)
         if due > self.clock():  # the planned wait or send time: made meanwhile
             self.pacing.prepare(req)
-            await asyncio.sleep(due - self.clock())
+            await self.stops.sleep_until(due)
+            reason = self.stops.reason(req, self.records)  # the budget may have run out
+            if reason:
+                return self._skip(req, reason, after)
         outcome, waited = await self._send(req, after)
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
         self.health.sent(due, outcome.t_send, waited, req.send_at)
@@ -222,6 +215,12 @@ class Executor:
         else:
             self.pacing.later(partial(self._keep, req, outcome))
         return outcome.t_send + outcome.e2e_s
+
+    def _skip(self, req: PRequest, reason: str, after: PRequest | None) -> float:
+        """Record `req` as not sent, for `reason`. Output: now (its dependents may go)."""
+        self._emit(skipped_record(req, reason))
+        self.isolation.leave(req.session, _same_phase(self.phases, req, after))
+        return self.clock()
 
     async def _send(self, req: PRequest, after: PRequest | None) -> tuple[Outcome, float]:
         """Output: the outcome and how long the request waited for its turn (the run's
@@ -314,6 +313,22 @@ class Executor:
                 skipped_record(r, self.stops.stop_all or "not run (interrupted)")
             self.records[r.id] = rec
             self._to_sink(rec)
+
+def links(requests: list[PRequest]) -> tuple[dict[str, list[PRequest]], dict[str, PRequest]]:
+    """Output: each request's dependents (of `requests`), and its session's next request in
+    plan order (its successor)."""
+    dependents: dict[str, list[PRequest]] = {r.id: [] for r in requests}
+    successor: dict[str, PRequest] = {}
+    last: dict[str, PRequest] = {}
+    for r in requests:
+        for d in r.deps:
+            if d in dependents:
+                dependents[d].append(r)
+        if r.session in last:
+            successor[last[r.session].id] = r
+        last[r.session] = r
+    return dependents, successor
+
 
 async def started(start_at: float | None, shared: Shared | None,
                   clock: Callable[[], float]) -> float:

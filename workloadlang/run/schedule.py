@@ -9,8 +9,9 @@ Output:
 - the copies of a session (`Copies`): which first requests are made before the clock (those due
   at the start, and every arrival's first: all of them wait from the start, and made then they
   would delay the first arrivals; a trace request is made while it waits for its time); with
-  a `concurrency` cap, a copy waits at its arrival for a place among its session's copies
-  running at once and gives it back after its last request. The wait for a place is part of
+  a `concurrency` cap, a copy waits for its arrival (`sleep_until`: the executor's, never past
+  the run's time budget), then for a place among its session's copies running at once, and
+  gives it back after its last request. The wait for a place is part of
   the first request's schedule lag (`Record.schedule_lag_s`: sent minus planned), not the
   client's delay.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from workloadlang.plan.model import PRequest, SessionInfo
 
@@ -48,8 +49,10 @@ class Copies:
     """The copies of the plan's sessions in one run (see the module). `clock`: the executor's."""
 
     def __init__(self, sessions: Iterable[SessionInfo], requests: Sequence[PRequest],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 sleep_until: Callable[[float], Awaitable[None]] | None = None) -> None:
         self.clock = clock
+        self.sleep_until = sleep_until or self._sleep_until
         caps: dict[str, asyncio.Semaphore] = {}
         self.cap: dict[str, asyncio.Semaphore] = {}  # a capped copy -> its session's places
         self.start: dict[str, float] = {}  # an arriving copy -> its planned start
@@ -84,10 +87,13 @@ class Copies:
             return ready
         start = self.start.get(req.session)
         if start:
-            await asyncio.sleep(max(0.0, t0 + start - self.clock()))
+            await self.sleep_until(t0 + start)
         await places.acquire()
         self.placed.add(req.session)
         return max(ready, self.clock())
+
+    async def _sleep_until(self, at: float) -> None:
+        await asyncio.sleep(max(0.0, at - self.clock()))
 
     def done(self, req: PRequest) -> None:
         """`req` is done (answered or skipped): after its copy's last request, the copy gives

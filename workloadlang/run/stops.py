@@ -1,6 +1,7 @@
 """What stops requests from being sent: the plan's stops and the run's.
 
-Input: the plan, each record as it is kept (`update`), the clock and the run's start (`t0`).
+Input: the plan, each record as it is kept (`update`), the clock and the run's start (`t0`),
+and `sleep` (which waits on the clock).
 Output: for a request about to go, why it is not sent (`reason`, None: send it); whether a
 request's record may decide what is sent next (`decides`: then it is made at once, not at a
 quiet moment); why the run is incomplete (`incomplete`).
@@ -8,14 +9,16 @@ quiet moment); why the run is incomplete (`incomplete`).
 - `until` loops skip their remaining iterations once the condition is seen;
 - fail-fast (a workload option) stops every session at the first miss;
 - a resend of a request that failed is not sent (it would measure nothing about retention);
-- `max_errors` errors in a row stop the run, and so does its time budget;
+- `max_errors` errors in a row stop the run, and so does its time budget (no wait outlasts it:
+  `sleep_until`; what it kept from being sent is recorded as not sent);
 - nothing is sent once the run's `duration` is over (nor a request due after it): the
   requests left are skipped, and the run is complete all the same.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+import asyncio
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.results import Record
@@ -25,8 +28,9 @@ class Stops:
     """The stops of one run (see the module)."""
 
     def __init__(self, plan: Plan, clock: Callable[[], float], *,
-                 time_budget_s: float | None = None, max_errors: int = 10) -> None:
-        self.plan, self.clock = plan, clock
+                 time_budget_s: float | None = None, max_errors: int = 10,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+        self.plan, self.clock, self.sleep = plan, clock, sleep
         self.time_budget_s, self.max_errors = time_budget_s, max_errors
         self.duration_s = plan.duration_s
         self.t0 = 0.0
@@ -50,10 +54,18 @@ class Stops:
         if req.kind == "resend" and src is not None and (src.error or src.skipped):
             # Re-sending a prompt that never reached the engine measures nothing about retention.
             return f"the request it re-sends ({src.id}) failed"
-        if self.time_budget_s and self.clock() - self.t0 > self.time_budget_s:
+        if self.time_budget_s and self.clock() - self.t0 >= self.time_budget_s:
             self.stop_all = "time budget exhausted"
             return self.stop_all
         return None
+
+    async def sleep_until(self, at: float) -> None:
+        """Sleep (`sleep`) until `at` on the clock, or until the time budget ends if that is
+        sooner: no wait for a request's time (`wait`, an arrival, a trace record's time)
+        outlasts the run's budget."""
+        until = min(at, self.t0 + self.time_budget_s) if self.time_budget_s else at
+        while (left := until - self.clock()) > 0:
+            await self.sleep(left)
 
     def decides(self, req: PRequest) -> bool:
         """Output: True when `req`'s record, whatever it says, may decide what is sent next:
