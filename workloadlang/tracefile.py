@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, Mapping
@@ -86,12 +88,28 @@ class Trace:
 def load(path: str | Path, selection: Selection = Selection(), *, max_records: int,
          max_tokens: int) -> Trace:
     """Read and check a trace file. Raises `TraceError`."""
+    with _open_regular(path) as f:
+        return _read(f, str(path), selection, max_records, max_tokens)
+
+
+def _open_regular(path: str | Path) -> IO[bytes]:
+    """The trace file, opened for reading, when it is a regular file. Raises `TraceError` for
+    one that cannot be read or is not a regular file: a named pipe would block the open until
+    something writes to it, a device may never end (it is opened without blocking and checked
+    before a byte is read)."""
     try:
-        f = open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise TraceError(f"cannot read the trace file: {e.strerror or e}") from None
-    with f:
-        return _read(f, str(path), selection, max_records, max_tokens)
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(kind) else "a named pipe" if stat.S_ISFIFO(kind) \
+            else "a device" if stat.S_ISCHR(kind) or stat.S_ISBLK(kind) else "a socket" \
+            if stat.S_ISSOCK(kind) else "not a regular file"
+        raise TraceError(f"the trace file is {what}: give a regular file (copy a stream to a "
+                         "file first)")
+    return os.fdopen(fd, "rb")
 
 
 def _lines(f: IO[bytes], digest: Any):

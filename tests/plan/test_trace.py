@@ -123,6 +123,24 @@ def test_a_missing_trace_file_exits_2(capsys, tmp_path: Path):
     assert "cannot read the trace file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_trace_that_is_no_regular_file_is_refused_without_waiting(tmp_path: Path, kind: str):
+    """`--trace trace.fifo` blocked `wl plan` forever (the open waits for a writer); a device
+    may never end. (A child process, so that a blocked open fails the test by its timeout.)"""
+    import os
+
+    from faultserver import run_wl
+
+    path = {"fifo": tmp_path / "trace.fifo", "device": Path("/dev/zero"),
+            "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    proc = run_wl("plan", "mooncake", "--trace", str(path), timeout=60)
+    what = {"fifo": "a named pipe", "device": "a device", "directory": "a directory"}[kind]
+    assert proc.returncode == 2 and "error[WL409]" in proc.stderr, proc.stderr
+    assert f"the trace file is {what}" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path: Path):
     p = tmp_path / "big.jsonl"
     with open(p, "w") as f:
