@@ -92,3 +92,28 @@ def test_a_good_request_still_streams(base: str):
         text = "".join(r.iter_text())
     assert r.status_code == 200 and text.rstrip().endswith("data: [DONE]")
     assert json.loads(text.split("\n\n")[1][len("data: "):])["choices"][0]["delta"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+def test_a_client_gone_before_its_body_ends_leaves_no_traceback(path: str, caplog):
+    """`Content-Length: 1000`, 2 bytes, then the connection closed: the server logged a
+    `ClientDisconnect` traceback ("Exception in ASGI application"). It is a refused request
+    whose answer goes nowhere; the server goes on answering."""
+    import logging
+    from urllib.parse import urlsplit
+
+    from workloadlang.sim import start_in_thread
+
+    caplog.set_level(logging.DEBUG)
+    with start_in_thread(SimConfig(prefill_us_per_token=0, decode_us_per_token=0)) as sim:
+        with socket.create_connection(("127.0.0.1", urlsplit(sim.root_url).port), timeout=5) as s:
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 1000\r\n\r\n{\"".encode())
+            time.sleep(0.2)  # the server has read the 2 bytes and waits for the rest
+        time.sleep(0.5)  # it sees the close
+        assert httpx.get(sim.root_url + "/health", timeout=5).status_code == 200
+        if path == "/v1/chat/completions":
+            state = httpx.get(sim.root_url + "/sim/state", timeout=5).json()
+            assert state["counters"]["rejected"] == 1
+    logged = "\n".join(f"{r.name}: {r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert "ClientDisconnect" not in logged and "Exception in ASGI" not in logged, logged

@@ -19,7 +19,7 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -49,7 +49,8 @@ def body_limit(config: SimConfig) -> int:
 
 async def read_json(request: Request, limit: int, idle_s: float) -> Any:
     """The request's body as JSON. Raises ApiError: 413 past `limit` bytes, 408 when no bytes
-    come for `idle_s` seconds (a Content-Length larger than the body sent), 400 for a body that
+    come for `idle_s` seconds (a Content-Length larger than the body sent), 400 when the client
+    closes the connection before the body's end (the answer goes nowhere) or for a body that
     is not JSON, holds NaN or Infinity or a number too large for a float, or nests deeper than
     `MAX_JSON_DEPTH`."""
     declared = request.headers.get("content-length", "")
@@ -58,13 +59,17 @@ async def read_json(request: Request, limit: int, idle_s: float) -> Any:
                        f"{limit:,}", "BadRequestError")
     parts, size = [], 0
     with _Deadline(idle_s) as deadline:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"request body over the limit of {limit:,} bytes",
-                               "BadRequestError")
-            parts.append(chunk)
-            deadline.restart()
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, f"request body over the limit of {limit:,} bytes",
+                                   "BadRequestError")
+                parts.append(chunk)
+                deadline.restart()
+        except ClientDisconnect:  # an answer nobody reads, not a traceback in the server's log
+            raise ApiError(400, f"the client closed the connection after {size:,} bytes of its "
+                           "body", "BadRequestError") from None
     return _decode(b"".join(parts))
 
 
