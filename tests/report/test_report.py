@@ -217,6 +217,23 @@ def test_model_output_is_text_not_markup():
     assert "&amp;amp;" in html  # an entity in the reply is shown, not decoded
 
 
+def test_a_sweeps_page_forbids_scripts_and_loads_nothing_too():
+    """The sweep report lacked the Content-Security-Policy single-run reports carry."""
+    from workloadlang.report.sweep import render_sweep_html
+    from workloadlang.sweep import SweepResults
+
+    points = [sample.agent(), sample.agent()]
+    sweep = SweepResults(workload=points[0].workload, param="sessions", values=["1", "2"],
+                         exit_code=0, points=points)
+    html = render_sweep_html([sweep], ["<i>a</i>"])
+    assert ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            "style-src 'unsafe-inline'; img-src data:\">") in html
+    assert html.index("Content-Security-Policy") < html.index("<title>")
+    refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', html)
+    assert all(r.startswith(("#", "data:")) for r in refs), refs
+    assert "<script" not in html.lower() and "<i>a</i>" not in html
+
+
 def test_params_and_labels_are_escaped_too():
     res = sample.abort()
     res = res.model_copy(update={"params": {**res.params, "reprompt_mode": EVIL},

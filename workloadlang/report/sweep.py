@@ -3,7 +3,8 @@
 Input: `SweepResults` of one workload and param (several overlay: one line each, e.g. two
 engines), with their labels. Output: one self-contained HTML page: a table of the points (the
 exit code and the gates each failed), then a chart per number that varies: the report items,
-hits and misses, mean reuse, TTFT, the engine's hit ratio (`sweep.curves`).
+hits and misses, mean reuse, TTFT, the engine's hit ratio (`sweep.curves`). The page carries
+the single-run report's Content-Security-Policy (`render.CSP`: no script, nothing loaded).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
+from workloadlang.report.render import CSP
 from workloadlang.report.svg import RUN_COLOURS, RUN_MARKERS, new_figure, styled, to_svg
 
 PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em;color:#222}} table{{border-collapse:collapse}}
 td,th{{padding:2px 10px;border-bottom:1px solid #ddd;text-align:right}} th{{background:#f4f5f7}}
 .charts{{display:flex;flex-wrap:wrap;gap:16px}} .chart{{width:420px}}
@@ -45,7 +48,7 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
                   for s, label in zip(sweeps, labels)]
         if any(len({repr(v) for v in ys}) > 1 for _, _, ys in series):  # only what varies
             charts.append(f'<div class="chart">{chart(name, first.param, series, i)}</div>')
-    return PAGE.format(title=html.escape(f"{first.workload}: sweep of {first.param}"),
+    return PAGE.format(csp=CSP, title=html.escape(f"{first.workload}: sweep of {first.param}"),
                        what=html.escape(", ".join(f"{label}: {len(s.points)} runs"
                                                   for s, label in zip(sweeps, labels))),
                        tables=tables, param=html.escape(first.param),
