@@ -16,8 +16,8 @@ Hostile engines (`X-Fault`), each answer impossible or unbounded: cached_over (c
 cached one less), completion_negative, flood (ignores `max_tokens`: `X-Tokens` token events as
 fast as it can), fat_tokens (each token event carries `X-Bytes` bytes), huge_json (a
 non-streamed JSON answer of `X-Bytes` bytes), no_newline (an SSE body of `X-Bytes` bytes without
-a line break), echo_key (the Authorization header it got, repeated in the reply's text, its
-reasoning and its finish_reason), stall_body (a chunked body that promises more and sends
+a line break), echo_key (the Authorization header it got, repeated in the reply's text (whole,
+cut, and its last 10 characters), its reasoning and its finish_reason), stall_body (a chunked body that promises more and sends
 nothing after its first token, as `stall` but without any keep-alive).
 `/v1/models` answers `models_status` / `models_body` (settable); `models_echo_key` makes it list
 the Authorization header it got as the model id; `models_bytes` pads its answer to that many
@@ -331,7 +331,8 @@ def _echo_key(request: Request, opts: dict[str, str]) -> Response:
 
     async def gen() -> AsyncIterator[bytes]:
         yield sse(chunk(reasoning=f"the key is {key}"))
-        for word in ("you", "sent", key, "as", "your", "key:", key[:-3]):
+        for word in ("you", "sent", key, "as", "your", "key:", key[:-3], "ending",
+                     f"...{key[-10:]}"):
             yield sse(chunk(content=f"{word} "))
         yield sse(chunk(finish=key))
         yield sse(usage_chunk(100, 8, 60))

@@ -87,9 +87,11 @@ def run(tmp_path: Path, server: FaultServer, *extra: str) -> tuple[hostile.Measu
 
 
 def no_key_anywhere(proc: hostile.Measured, files: list[Path]) -> None:
+    """Neither the key nor any run of 8 of its characters (its tail: the engine echoed the
+    last 10) in the terminal's output, the JSON, the JSONL or the HTML."""
     texts = [proc.stdout, proc.stderr] + [f.read_text() for f in files if f.exists()]
     for text in texts:
-        assert KEY not in text and KEY[:12] not in text
+        assert not any(KEY[i:i + 8] in text for i in range(len(KEY) - 7))
 
 
 @pytest.mark.parametrize("fault", list(ENGINES))

@@ -9,7 +9,7 @@ import pytest
 
 from workloadlang import api
 from workloadlang.run.client import Outcome
-from workloadlang.redact import REDACTED, redact
+from workloadlang.redact import REDACTED, mentions, redact
 from workloadlang.run.record import TtftReference, build_record
 
 TEXT = """
@@ -76,3 +76,29 @@ def test_an_impossible_source_is_no_expectation(reqs):
 ])
 def test_redact_takes_the_key_and_every_long_enough_beginning_of_it(text, shown):
     assert redact(text, "sk-abcdef123456") == shown
+
+
+KEY21 = "sk-proj-AbCdEfGhIjKlM"  # 21 characters
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    # its trailing 10 characters, as an engine echoed them: was kept whole
+    (f"bad key ...{KEY21[-10:]} given", f"bad key ...{REDACTED} given"),
+    (f"mid {KEY21[5:13]} end", f"mid {REDACTED} end"),  # 8 from the middle
+    (f"short {KEY21[5:12]} end", f"short {KEY21[5:12]} end"),  # 7: not a run that counts
+    (f"two {KEY21[-9:]} and {KEY21[3:12]}.", f"two {REDACTED} and {REDACTED}."),
+    (f"{KEY21[-8:]}", REDACTED),
+    ("nothing of it", "nothing of it"),
+])
+def test_redact_takes_any_run_of_eight_characters_of_the_key(text, shown):
+    assert redact(text, KEY21) == shown
+    assert mentions(text, KEY21) == (text != shown)
+    assert mentions(text.encode(), KEY21) == (text != shown)
+
+
+def test_every_run_of_eight_of_a_repetitive_key_is_found():
+    key = "sk-" + "".join(f"{i:03d}x" for i in range(100))
+    for start in range(len(key) - 8):
+        for size in (8, 9, 13):
+            run = key[start:start + size]
+            assert run not in redact(f"<{run}>", key), (start, size)
