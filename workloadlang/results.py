@@ -31,7 +31,7 @@ class ExitCode(enum.IntEnum):
 
 
 ErrorKind = Literal["http", "connect", "timeout", "stream_cut", "malformed", "engine", "early_stop",
-                    "overrun", "idle", "interrupted"]
+                    "overrun", "idle", "interrupted", "lost"]
 """Why a request did not complete normally:
 
 * `http`: the server answered with a status >= 400;
@@ -44,7 +44,9 @@ ErrorKind = Literal["http", "connect", "timeout", "stream_cut", "malformed", "en
 * `overrun`: the answer went past its bounds (many more token events than `max_tokens`, more
   bytes than such an answer can hold, an SSE line without end): the rest was not read;
 * `idle`: the answer sent nothing for the idle timeout after its first token;
-* `interrupted`: the run was stopped (Ctrl-C, SIGTERM) while the request was in flight.
+* `interrupted`: the run was stopped (Ctrl-C, SIGTERM) while the request was in flight;
+* `lost`: the worker of a distributed run that sent it died (or failed) before its answer was
+  recorded: it was sent, its outcome is unknown.
 """
 
 

@@ -218,3 +218,27 @@ def test_a_failed_coordinator_stops_the_run_and_keeps_what_was_measured():
     assert len(results.records) == 28
     assert all(r.t_start_s is None for r in results.records if r.phase == "measure")
     assert all(r.skipped is None for r in results.records if r.phase != "measure")
+
+
+def test_a_worker_says_what_it_sends_before_its_records(monkeypatch):
+    """The driver learns of every request a worker writes before the request's record (a
+    worker lost between the two leaves it sent with its outcome unknown: test_scale_merge)."""
+    from workloadlang.scale import driver
+
+    seen: list[tuple[int, str, str]] = []
+    item = driver.Merge.item
+
+    def spy(self, worker: int, it: tuple) -> None:
+        if it[0] == "sent":
+            seen.extend((worker, "sent", rid) for rid, _ in it[1])
+        elif it[0] == "records":
+            seen.extend((worker, "record", r["id"]) for r in it[1])
+        item(self, worker, it)
+
+    monkeypatch.setattr(driver.Merge, "item", spy)
+    results, _ = asyncio.run(one_run(SMALL, 2))
+    sent = [rid for _, kind, rid in seen if kind == "sent"]
+    assert sorted(sent) == sorted(r.id for r in results.records if r.skipped is None)
+    for rid in sent:
+        assert seen.index(next(s for s in seen if s[2] == rid and s[1] == "sent")) < \
+            seen.index(next(s for s in seen if s[2] == rid and s[1] == "record"))

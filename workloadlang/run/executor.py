@@ -61,6 +61,10 @@ class Shared(Protocol):
     async def start(self) -> float:
         """Wait until every shard is ready. Output: the run's start instant on `clock`."""
 
+    def sent(self, rid: str) -> None:
+        """Request `rid` is written to the engine now: a shard lost before its record is
+        known leaves it sent, with its outcome unknown (not "not run")."""
+
 
 @dataclass
 class RunResult:
@@ -103,6 +107,8 @@ class Executor:
                                  prefill_own, realiser.source_of)
         self.health = ClientHealth(clock, cpu_clock)
         self.on_phase, self.start_at, self.shared = on_phase, start_at, shared
+        # a shard tells its driver what it writes, before any record of it (`Shared.sent`)
+        self.sending: Callable[[str], None] = shared.sent if shared else lambda rid: None
         self.outcomes: dict[str, Outcome] = {}
         self.records: dict[str, Record] = {}
         self.cut: dict[str, Outcome] = {}  # in flight when the run was stopped (`fill_unrun`)
@@ -239,6 +245,7 @@ class Executor:
                 self.queued -= 1
                 self.isolation.poke()
             waited = self.clock() - t
+            self.sending(req.id)
         chain = self._chainable(req, after)
         try:
             outcome = await self.pacing.send(req, chain, partial(self.cut.__setitem__, req.id))
@@ -267,10 +274,12 @@ class Executor:
 
     def took_over(self, req: PRequest) -> None:
         self.holding.add(req.id)
+        self.sending(req.id)
 
     def _written_at_start(self, req: PRequest) -> None:
         self.slots.take_reserved()
         self.holding.add(req.id)
+        self.sending(req.id)
 
     async def _phase_opened(self, k: int) -> None:
         self.pacing.flush()  # the phase's records before its end

@@ -72,6 +72,14 @@ def skipped_record(req: PRequest, reason: str) -> Record:
     return Record(**base_record(req), skipped=reason)
 
 
+def lost_record(req: PRequest, sent_unix: float | None, why: str) -> Record:
+    """The record of a request that was sent but whose outcome never came back (its worker was
+    lost, `why`): an error of kind `lost`, not a request that was not run."""
+    return Record(**base_record(req), t_send_unix=sent_unix, error=ErrorDetail(
+        kind="lost", message=f"sent, then {why} before its answer was recorded: its outcome "
+        "is unknown"))
+
+
 def generated(o: Any) -> int:
     return o.completion_tokens if o.completion_tokens is not None else o.streamed_tokens
 

@@ -10,8 +10,9 @@ the TTFT reference: every worker uses them, so the workers send the same request
 the same reference), reads the engine's counters at the start, after each phase (when every
 worker has reached the phase's barrier, before it opens) and at the end, and gives each record
 to the sink the moment it arrives from a worker: what completed is on disk whatever happens
-next. A worker that dies (or fails) is reported with the sessions it held; its requests without
-a record are recorded as not run, with the reason, and the run is incomplete (exit 4).
+next. A worker that dies (or fails) is reported with the sessions it held; of its requests
+without a record, those it had said it sent are recorded as sent with their outcome unknown (an
+error of kind `lost`), the others as not run, with the reason; the run is incomplete (exit 4).
 
 Records are merged as records: every number the gates, the report and `wl compare` read is
 computed from the merged raw records, never from figures the workers summarised. The client's
@@ -72,6 +73,7 @@ class Merge:
     def __init__(self, plan: Plan, part: Partition, sink: Sink):
         self.plan, self.part, self.sink = plan, part, sink
         self.records: dict[str, Record] = {}
+        self.sent: dict[str, float] = {}  # written by a worker -> when (driver's wall clock)
         self.done: dict[int, dict[str, Any]] = {}
         self.died: dict[int, str] = {}
         self.where: dict[int, dict[str, Any]] = {}
@@ -83,15 +85,20 @@ class Merge:
             for data in item[1]:
                 rec = Record.model_validate(data)
                 self.records[rec.id] = rec
+                self.sent.pop(rec.id, None)
                 self.sink.record(rec)
+        elif item[0] == "sent":
+            self.sent.update((rid, at) for rid, at in item[1] if rid not in self.records)
         elif item[0] == "event":
             self.sink.event(item[1], {**item[2], "worker": worker})
         elif item[0] == "done":
             self.done[worker] = item[1]
 
     def lost(self, worker: int, reason: str) -> None:
-        """`worker` died or failed: its requests without a record are recorded as not run."""
-        from workloadlang.run.record import skipped_record
+        """`worker` died or failed: its requests without a record are recorded as sent with
+        their outcome unknown (an error of kind `lost`) when it had said it sent them, else as
+        not run."""
+        from workloadlang.run.record import lost_record, skipped_record
 
         self.died[worker] = reason
         mine = set(self.part.shards[worker].sessions)
@@ -99,7 +106,9 @@ class Merge:
                                         "sessions": sorted(mine)})
         for req in self.plan.requests:
             if req.session in mine and req.id not in self.records:
-                rec = skipped_record(req, f"not run: worker {worker} {reason}")
+                rec = lost_record(req, self.sent[req.id], f"worker {worker} {reason}") \
+                    if req.id in self.sent else \
+                    skipped_record(req, f"not run: worker {worker} {reason}")
                 self.records[rec.id] = rec
                 self.sink.record(rec)
 

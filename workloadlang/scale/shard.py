@@ -3,9 +3,11 @@ clock, records streamed back as they complete.
 
 Input: a `ShardJob` (the whole plan, the shard's sessions and concurrency, the engine and the
 driver's calibration), a `Link` to the run's `Coordinator`, and `emit`, which takes each item
-for the driver. Output: items, in order: `("records", [record JSON, ...])` batches,
-`("event", kind, data)`, and last `("done", summary)` with the worker's client health, clock
-offset and how late it started.
+for the driver. Output: items, in order: `("sent", [(request id, wall clock on the driver's),
+...])` as requests are written (before their records: a driver that loses the worker knows
+what it had sent), `("records", [record JSON, ...])` batches, `("event", kind, data)`, and
+last `("done", summary)` with the worker's client health, clock offset and how late it
+started.
 
 The worker measures its clock offset to the driver first (`clocks`), opens its own link to the
 engine (`api.open_engine`) and measures its shard (`api.measure_workload` with the shard's
@@ -51,8 +53,10 @@ class ShardShared:
     driver's instant on this worker's clock), barriers and isolation, through the coordinator."""
 
     def __init__(self, link: Link, worker: int, offset: clocks.Offset,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter,
+                 emit: Callable[[tuple], Any] = lambda item: None):
         self.link, self.worker, self.offset, self.clock = link, worker, offset, clock
+        self.emit = emit
         self.isolation = SharedIsolation(link, worker)
         self.late = 0.0  # how long after the common start instant this worker learnt it
 
@@ -66,6 +70,10 @@ class ShardShared:
 
     async def barrier(self, k: int) -> None:
         await self.link.arrive(self.worker, k)
+
+    def sent(self, rid: str) -> None:
+        """Tell the driver: `rid` is written now, with the wall clock on the driver's."""
+        self.emit(("sent", [(rid, time.time() + self.offset.offset_s)]))
 
     def stop(self) -> None:
         self.isolation.stop()
@@ -94,7 +102,7 @@ async def run_shard(job: ShardJob, link: Link, emit: Callable[[tuple], Any]) -> 
 
     offset = await clocks.measure(link.now)
     async with api.open_engine(job.base_url, job.api_key, **job.engine) as engine:
-        shared = ShardShared(link, job.index, offset)
+        shared = ShardShared(link, job.index, offset, emit=emit)
         sink = ShardSink(emit, offset)
         plan = job.plan.model_copy(update={"concurrency": job.concurrency})  # its share
         options = api.RunOptions(time_budget_s=job.time_budget_s,
@@ -127,11 +135,11 @@ async def batches(task: asyncio.Future, queue: asyncio.Queue) -> AsyncIterator[l
 
 
 def joined(items: list[tuple]) -> list[tuple]:
-    """Output: `items` with each run of consecutive `records` items made one."""
+    """Output: `items` with each run of consecutive `records` (or `sent`) items made one."""
     out: list[tuple] = []
     for item in items:
-        if item[0] == "records" and out and out[-1][0] == "records":
-            out[-1] = ("records", out[-1][1] + item[1])
+        if item[0] in ("records", "sent") and out and out[-1][0] == item[0]:
+            out[-1] = (item[0], out[-1][1] + item[1])
         else:
             out.append(item)
     return out
