@@ -7,7 +7,9 @@ examples, and the hostile sources of tests/language/test_hostile_source.py at fu
 
 Input: none (the bundled workloads, the grammar's keywords, tests/hostile.py). Output: the
 number of examples run and the wall time; with `--hostile`, one line per class and command:
-exit code, first diagnostic, peak memory and wall time. Exit status 1 if any example broke the
+exit code, first diagnostic, peak memory and wall time (the classes of tests/hostile.py: bad
+encodings, nesting, numbers and sizes, and the constructs: draws, texts, forks, sweeps, tool
+calls, traces). Exit status 1 if any example broke the
 property (Hypothesis prints the smallest failing text) or a hostile source was answered with a
 traceback, another exit code or diagnostic than expected, or more than 500 MB. With
 `--engine`, one line per engine of tests/e2e/test_hostile_engine.py sending BYTES (a token

@@ -1,7 +1,11 @@
 """Hostile `.wl` sources, one per class of bad input, at a chosen size; and a measured `wl` run.
 
 `sources(size)` gives a `Case` per class: the bytes, and the WL code `wl check` and `wl plan`
-must refuse it with (its first diagnostic), or None for a file that is valid however odd.
+must refuse it with (its first diagnostic), or None for a file that is valid however odd. The
+classes: encodings, nesting, numbers, sizes, and what the language's constructs can be made to
+ask for: random draws (a gamma of a vanishing spread), texts (that double at each step, a long
+chain of them, a long text sent 1,000 times), forks (50,000 branches, forks of forks), sweeps
+(1,000 points, points together past the limits), tool calls and traces (a device, a directory).
 `size` is the byte size of the cases that scale (a long string, word, comment or token stream):
 the tests use about 1 MB, `bench/fuzz.py --hostile` 10 MB. `measured(args)` runs `wl ARGS` in a child process
 and returns its exit code, output and peak resident memory (the child's own `ru_maxrss`).
@@ -51,6 +55,12 @@ def sources(size: int) -> Iterator[Case]:
     yield from _nesting()
     yield from _numbers()
     yield from _sizes(size)
+    yield from _draws()
+    yield from _texts(size)
+    yield from _forks()
+    yield from _sweeps()
+    yield from _tools(size)
+    yield from _traces()
 
 
 def _encodings(size: int) -> Iterator[Case]:
@@ -121,6 +131,82 @@ def _sizes(size: int) -> Iterator[Case]:
     params = "".join(f"  w{i}: int = {i}\n" for i in range(min(size // 400,
                                                                  limits.MAX_TOKENS // 6 - 10)))
     yield Case("many params, under the limits", _workload("params {\n" + params + "}"), None)
+
+
+def _tiny(exponent: int) -> str:
+    """1e-EXPONENT as a product of divisions (no literal is that small)."""
+    return "1" + " / 1000000000000000" * (exponent // 15)
+
+
+def _draws() -> Iterator[Case]:
+    for exponent in (165, 155):  # 1 / cv^2 divided by zero; the gamma sampler never ended
+        yield Case(f"gamma of cv 1e-{exponent}", _workload(
+            f"params {{ cv: float = {_tiny(exponent)} }} session s {{ user \"a\"; reply 4; "
+            "wait gamma(2s, $cv); user filler lognormal(100, $cv); reply 4 } }", ""), None)
+    yield Case("lognormal of cv 1e15", _workload(
+        "params { cv: float = 1000000000000000 } session s { user filler lognormal(100, $cv); "
+        "reply 4 } }", ""), None, "WL404")
+
+
+def _texts(size: int) -> Iterator[Case]:
+    doubling = "".join(f"text t{i} = $t{i - 1}, $t{i - 1}\n" for i in range(1, 30))
+    yield Case("texts doubling 29 times", _workload(
+        f'text t0 = "abcdefghij"\n{doubling}session s {{ user $t29; reply 4 }} }}', ""),
+        None, "WL408")
+    chain = "".join(f"text t{i} = $t{i - 1}\n" for i in range(1, 8000))
+    yield Case("a chain of 8,000 texts", _workload(
+        f'text t0 = "end"\n{chain}session s {{ user $t7999; reply 4 }} }}', ""), None)
+    strings = "".join(f"p{i}: string = $p{i - 1} + $p{i - 1}\n" for i in range(1, 41))
+    yield Case("a string doubling 40 times", _workload(
+        f'params {{ p0: string = "ab"\n{strings}}} session s {{ user $p40; reply 4 }} }}', ""),
+        None, "WL404")
+    big = "x" * min(size, limits.MAX_LINE_CHARS - 100)
+    yield Case("a long literal sent 1,000 times", _workload(
+        f'text big = "{big}"\nsession s repeat 1000 {{ user $big; reply 1 }} }}', ""), None)
+
+
+def _forks() -> Iterator[Case]:
+    yield Case("a fork of 50,000 branches", _workload(
+        "params { n: int = 50000 } session s { user \"go\"; "
+        "spawn $n fork parallel { reply 1 } } }", ""), None)
+    yield Case("a fork of 60,000 branches", _workload(
+        "session s { user \"go\"; spawn 60000 fork parallel { reply 1 } } }", ""), None,
+        "WL408")
+    yield Case("forks of forks", _workload(
+        "session s { user \"go\"; spawn 300 fork parallel { user \"b\"; "
+        "spawn 300 fork parallel keep longest { reply 1 } } } }", ""), None, "WL408")
+
+
+def _sweeps() -> Iterator[Case]:
+    values = ", ".join(str(v) for v in range(1, 1001))
+    yield Case("a sweep of 1,000 points", _workload(
+        f"params {{ n: int = 1 in 1..100000 sweep [{values}] }} "
+        "session s repeat $n { user \"hi\"; reply 1 } }", ""), "WL233")
+    yield Case("sweep points together past the limit", _workload(
+        "params { n: int = 1 sweep [30000, 30000] } "
+        "session s repeat $n { user \"hi\"; reply 1 } }", ""), None, "WL408")
+    yield Case("a sweep of one value thrice", _workload(
+        "params { n: int = 1 sweep [1, 1, 1] } session s repeat $n { user \"hi\"; reply 1 } }",
+        ""), None)
+
+
+def _tools(size: int) -> Iterator[Case]:
+    yield Case("a tool result without a call", _workload(
+        'session s { user "a"; reply 4; tool "result"; reply 4 } }', ""), None, "WL430")
+    arg = "p" * min(size, limits.MAX_LINE_CHARS - 100)
+    yield Case("a long tool argument sent 1,000 times", _workload(
+        f'session s repeat 1000 {{ user "a"; reply 4 call read {{ path = "{arg}" }}\n'
+        'tool "done"; reply 4 } }', ""), None)
+    calls = " ".join(f"call c{i} {{ a = \"x\" }}" for i in range(2000))
+    yield Case("2,000 tool calls in one reply", _workload(
+        f'session s {{ user "a"; reply 4 {calls}\n' + 'tool "r"\n' * 2000 + "reply 4 } }",
+        ""), None)
+
+
+def _traces() -> Iterator[Case]:
+    for name, path in (("a device", "/dev/zero"), ("a directory", "/")):
+        yield Case(f"a trace that is {name}", _workload(
+            f'session t trace "{path}" }}', ""), None, "WL409")
 
 
 @dataclass

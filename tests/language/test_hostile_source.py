@@ -52,6 +52,10 @@ def test_check_and_plan_answer_every_hostile_source(tmp_path: Path, case: hostil
 def test_every_class_is_covered():
     codes = {c.check for c in CASES} | {c.plan_code for c in CASES}
     assert {"WL101", "WL103", "WL104", "WL108", "WL109", "WL110", "WL111", "WL404", None} <= codes
+    # the constructs: draws, texts, forks, sweeps, tool calls, traces
+    assert {"WL233", "WL408", "WL409", "WL430"} <= codes
+    names = " ".join(c.name for c in CASES)
+    assert all(w in names for w in ("gamma", "texts", "fork", "sweep", "tool", "trace"))
 
 
 def test_a_huge_word_is_not_echoed(tmp_path: Path, wl):
