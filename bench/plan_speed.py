@@ -18,8 +18,15 @@ whole Mooncake conversation trace (12,031 requests; `--traces DIR`) with `--json
 and with `--cache-tokens 10M`, and agent-sim's one session of 4,000 turns
 (`--main-tokens 40k --step-tokens 10`).
 
+`--limits` times the plans of the constructs at the planner's limits (issue 40's bar: planned
+in under 5 s and 500 MB, or refused in under a second): a 50,000-branch parallel fork, a
+100-point sweep of `session s repeat $n` (n = 1..100), a 1,000-point one (refused: more than
+100 points), sweep points that together pass the request limit (refused at the second), a
+900 KB text sent 1,000 times, 29 texts each doubling the last (refused before they are made).
+
 Usage: python -m bench.plan_speed [--repeat 7] [--check] [--profile agent-sim] [--json PATH]
        python -m bench.plan_speed --large [--repeat 3] [--traces DIR] [--json PATH]
+       python -m bench.plan_speed --limits [--repeat 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -66,6 +73,61 @@ def large(traces: str) -> list[tuple[str, list[str], float, float]]:
             ("agent-sim 4,000 turns", agent, 5, 500)]
 
 
+def at_limits(tmp: str) -> list[tuple[str, list[str], int, float, float]]:
+    """(label, wl plan arguments, exit code, wall bar in s, memory bar in MB) of the plans at
+    the limits, their workloads written into `tmp`."""
+    def wl(name: str, text: str) -> str:
+        path = os.path.join(tmp, f"{name}.wl")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    repeat = "session s repeat $n { user \"hi\"; reply 1 } }"
+    doubling = "".join(f"text t{i} = $t{i - 1}, $t{i - 1}\n" for i in range(1, 30))
+    big = "x" * 900_000
+    files = {
+        "fork": wl("fork", "workload f { params { n: int = 50000 }\n"
+                           "session s { user \"go\"; spawn $n fork parallel { reply 1 } } }"),
+        "sweep100": wl("sweep100", "workload s { params { n: int = 1 in 1..100000 sweep ["
+                       + ", ".join(map(str, range(1, 101))) + "] }\n" + repeat),
+        "sweep1000": wl("sweep1000", "workload s { params { n: int = 1 in 1..100000 sweep ["
+                        + ", ".join(map(str, range(1, 1001))) + "] }\n" + repeat),
+        "together": wl("together", "workload s { params { n: int = 1 sweep [30000, 30000] }\n"
+                       + repeat),
+        "repeated": wl("repeated", f'workload r {{ text big = "{big}"\n'
+                       "session s repeat 1000 { user $big; reply 1 } }"),
+        "doubling": wl("doubling", f'workload d {{ text t0 = "abcdefghij"\n{doubling}'
+                       "session s { user $t29; reply 4 } }"),
+    }
+    return [("fork of 50,000 branches (`spawn $n fork parallel`)", [files["fork"]], 0, 5, 500),
+            ("sweep of 100 points (5,050 requests in all)", [files["sweep100"]], 0, 5, 500),
+            ("sweep of 1,000 points: refused (WL233)", [files["sweep1000"]], 2, 1, 500),
+            ("sweep points past the limit together (WL408)", [files["together"]], 2, 5, 500),
+            ("900 KB text sent 1,000 times", [files["repeated"]], 0, 5, 500),
+            ("29 texts doubling: refused (WL408)", [files["doubling"]], 2, 1, 500)]
+
+
+def limit_plans(args: argparse.Namespace) -> int:
+    """Time the plans at the limits; exit 1 with --check when one misses its bar."""
+    started = machine()
+    repeat = args.repeat if args.repeat != 7 else 3
+    print(f"{describe_machine(started)} · {repeat} runs each after a warm-up\n")
+    print(f"{'plan':<50} {'exit':>4} {'median':>8} {'max':>8} {'CPU':>8} {'peak RSS':>9}  bar")
+    missed, out = False, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, argv, code, wall_bar, mem_bar in at_limits(tmp):
+            m = measure([*wl_command(), "plan", *argv, "--salt", "bench"], repeat, code=code)
+            ok = m["median"] < wall_bar and m["rss"] < mem_bar
+            missed |= not ok
+            print(f"{label:<50} {code:>4} {m['median']:>7.2f}s {m['max']:>7.2f}s "
+                  f"{m['cpu']:>7.2f}s {m['rss']:>7.0f}MB  < {wall_bar} s, < {mem_bar} MB: "
+                  f"{'ok' if ok else 'MISSED'}")
+            out.append({"plan": label, "exit": code, "median_s": m["median"], "max_s": m["max"],
+                        "cpu_s": m["cpu"], "peak_rss_mb": m["rss"], "ok": ok})
+    write_json(args.json, "plan_speed --limits", args, out, started)
+    return 1 if args.check and missed else 0
+
+
 def wl_command() -> list[str]:
     """`wl`, as a process that reports its own peak RSS (`WL_WITH_PEAK`)."""
     return [sys.executable, "-c", WL_WITH_PEAK]
@@ -85,11 +147,11 @@ sys.exit(code)
 """
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str, float]:
+def timed(cmd: list[str], code_wanted: int = 0) -> tuple[float, float, str, float]:
     """(wall seconds, CPU seconds of the child, the first MB of its stdout, its peak RSS in
-    MB) of one run. Its stdout is read to the end through a pipe in chunks and not kept; the
-    CPU is the child's own rusage (`wait4`), the peak its VmHWM when it reports one (a `wl`
-    command, `WL_WITH_PEAK`), else its rusage's."""
+    MB) of one run that exits `code_wanted`. Its stdout is read to the end through a pipe in
+    chunks and not kept; the CPU is the child's own rusage (`wait4`), the peak its VmHWM when
+    it reports one (a `wl` command, `WL_WITH_PEAK`), else its rusage's."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
@@ -105,17 +167,19 @@ def timed(cmd: list[str]) -> tuple[float, float, str, float]:
                if line.startswith("VmHWM:")]
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
-    if code != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({code})")
+    if code != code_wanted:
+        raise SystemExit(f"{' '.join(cmd)} exited {code}, not {code_wanted}")
     peak = int(hwm[-1]) / 1024 if hwm else usage.ru_maxrss / 1024
     return wall, usage.ru_utime + usage.ru_stime, head.decode(errors="replace"), peak
 
 
-def measure(cmd: list[str], repeat: int, warm_up: bool = True) -> dict[str, float | str]:
-    """The figures of `repeat` timed runs of `cmd`, after an untimed warm-up run (byte-compile,
-    Lark's grammar cache) unless the caller has just run it (`warm_up=False`)."""
-    first = timed(cmd)[2] if warm_up else ""
-    runs = [timed(cmd) for _ in range(repeat)]
+def measure(cmd: list[str], repeat: int, warm_up: bool = True,
+            code: int = 0) -> dict[str, float | str]:
+    """The figures of `repeat` timed runs of `cmd` (each exiting `code`), after an untimed
+    warm-up run (byte-compile, Lark's grammar cache) unless the caller has just run it
+    (`warm_up=False`)."""
+    first = timed(cmd, code)[2] if warm_up else ""
+    runs = [timed(cmd, code) for _ in range(repeat)]
     first = first or runs[0][2]
     walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
     return {"median": statistics.median(walls), "max": max(walls),
@@ -172,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help=f"exit 1 if a median is >= {TARGET_S} s")
     ap.add_argument("--profile", metavar="NAME", help="cProfile one in-process plan instead")
     ap.add_argument("--large", action="store_true", help="time the large plans instead")
+    ap.add_argument("--limits", action="store_true",
+                    help="time the plans at the planner's limits instead")
     ap.add_argument("--traces", default=os.path.join(os.path.dirname(ROOT), "shared", "data",
                                                      "traces", "mooncake"),
                     help="the folder of conversation_trace.jsonl (default: %(default)s)")
@@ -182,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.large:
         return large_plans(args)
+    if args.limits:
+        return limit_plans(args)
     started = machine()
     wl = wl_command()
     print(f"{describe_machine(started)} · {args.repeat} runs each after a warm-up\n")

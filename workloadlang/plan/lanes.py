@@ -28,20 +28,20 @@ def lane_steps(reqs: Sequence[PRequest], depth: int) -> Iterator[Step]:
     """The steps of a lane `depth` branches deep: (request, the lane's next request or None,
     None) for a request of the lane; (the fork's first request, None, its branches' requests,
     branch by branch) for a parallel fork in it."""
+    lanes = [lane_of(r) for r in reqs]  # each request's lane split once
     i = 0
     while i < len(reqs):
-        parts = lane_of(reqs[i])
+        parts = lanes[i]
         if len(parts) == depth:
-            nxt = reqs[i + 1] if i + 1 < len(reqs) and len(lane_of(reqs[i + 1])) == depth \
-                else None
+            nxt = reqs[i + 1] if i + 1 < len(reqs) and len(lanes[i + 1]) == depth else None
             yield reqs[i], nxt, None
             i += 1
             continue
-        fork = parts[depth].split(".")[0]
+        fork = parts[depth].split(".")[0] + "."  # `FORK.`: a branch of it starts so
         branches: dict[str, list[PRequest]] = {}
         while i < len(reqs):
-            inner = lane_of(reqs[i])
-            if len(inner) <= depth or inner[depth].split(".")[0] != fork:
+            inner = lanes[i]
+            if len(inner) <= depth or not inner[depth].startswith(fork):
                 break
             branches.setdefault(inner[depth], []).append(reqs[i])
             i += 1
@@ -53,8 +53,8 @@ def width(reqs: Sequence[PRequest], depth: int = 0) -> int:
     widest of its forks (the sum of its branches' widths)."""
     best = 1 if reqs else 0
     for _, _, branches in lane_steps(reqs, depth):
-        if branches is not None:
-            best = max(best, sum(width(b, depth + 1) for b in branches))
+        if branches is not None:  # a branch of one request is 1 wide (most of a wide fork's)
+            best = max(best, sum(1 if len(b) == 1 else width(b, depth + 1) for b in branches))
     return best
 
 
@@ -86,7 +86,7 @@ def demand(reqs: Sequence[PRequest], size: Callable[[PRequest], int], depth: int
     best: Profile = []
     for req, _, branches in lane_steps(reqs, depth):
         step = [size(req)] if branches is None else side_by_side(
-            [demand(b, size, depth + 1) for b in branches])
+            [[size(b[0])] if len(b) == 1 else demand(b, size, depth + 1) for b in branches])
         best = upper(best, step)
     return best
 
