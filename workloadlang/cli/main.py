@@ -9,6 +9,7 @@ capability, 4 run incomplete, 5 a file written to a fallback path instead of the
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from typing import Sequence
@@ -58,6 +59,9 @@ def cmd_plan(args, extra) -> int:
 
     env = {"max_context": args.max_context}
     _, _, swept, plans = load_and_plan_sweep(args, extra, env, keep_all=args.json)
+    # the plans live until the command ends: out of the collector's scans, which would walk
+    # every object of a 50,000-request plan again and again while the dry-run is made
+    gc.freeze()
     if swept is not None:
         return print_sweep_plans(swept, plans, args)
     plan = plans[0]
