@@ -51,8 +51,8 @@ def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: st
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector paused while the planner builds: what it makes lives until
-    the plan is made, and the full collections that rescan those hundreds of thousands of
-    objects were half of a 50,000-request plan's time. The trie of the cache pass (its nodes
+    the plan is made, and the full collections that would rescan those hundreds of thousands of
+    objects are half of a 50,000-request plan's time. The trie of the cache pass (its nodes
     name their parents) is collected after."""
     was = gc.isenabled()
     gc.disable()
