@@ -200,6 +200,22 @@ def test_plan_speed_large_runs_small(tmp_path: Path) -> None:
     assert all(r["median_s"] > 0 and 30 < r["peak_rss_mb"] < 300 for r in rows), rows
 
 
+def test_plan_speed_limits_writes_what_it_times(tmp_path: Path, capsys) -> None:
+    """The workloads at the limits exit as the bench expects (the quick ones planned here, in
+    this process: the 50,000-branch fork and the 60,000 requests of a sweep take seconds)."""
+    from bench import plan_speed
+    from workloadlang import cli
+
+    cases = plan_speed.at_limits(str(tmp_path))
+    assert len(cases) == 6 and all(code in (0, 2) for _, _, code, _, _ in cases)
+    for label, argv, code, _, _ in cases:
+        if "50,000" in label or "together" in label:
+            continue
+        assert cli.main(["plan", *argv, "--salt", "b"]) == code, label
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and (code == 0 or "error[WL" in err), err
+
+
 def test_trace_cache_runs_small(tmp_path: Path) -> None:
     from bench import trace_cache
 

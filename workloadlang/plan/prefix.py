@@ -124,6 +124,16 @@ class Trie:
             node = found
         return node
 
+    def dismantle(self) -> None:
+        """Unlink every node from its parent and children: a trie no one uses is then freed at
+        once, not left to the cyclic collector (a node and its parent name each other)."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node.kids:
+                stack.extend(node.kids.values())
+            node.kids = node.parent = None
+
     def number(self) -> None:
         """Give every node its DFS interval (`tin`, `tout`): a is an ancestor of b (or b)
         when a.tin <= b.tin < a.tout."""
