@@ -7,15 +7,17 @@ add. Output: nothing, or `TooBig` carrying a WL408 `Diagnostic` that names the s
 Limits: the requests of the plan; the tokens of one request (prompt + generation, and so any one
 filler, reply or conversation); the prompt tokens of all requests together. A loop (`repeat`,
 `for`, `grow`, `spawn`, `session ... repeat`) of more iterations than the request limit is
-refused at once, and so are all loops together past ten iterations per allowed request, and a
-plan of more than eight messages per allowed request, and messages made of more than sixteen
-parts (literal texts, fillers, tool calls) per allowed request in all, a part of a named text
-counting once for each message that sends it (what keeps `wl plan` under about 500 MB). The
-parts of a message or a named text are counted from the workload before they are made: texts
-made of texts (`text t2 = $t1, $t1`) that double at each step are refused at once. A loop is also refused as soon as its first iteration shows that its count of such
-iterations would pass a limit (a conversation that grows by a step per iteration grows
-quadratically in total tokens), so that `repeat 1000000000000` or `grow until 150k by 1` is
-refused in milliseconds, before anything of that size is made.
+refused at once, and so are all loops together past ten iterations per allowed request, a plan
+of more than eight messages per allowed request, and messages made of more than sixteen parts
+(literal texts, fillers, tool calls) per allowed request in all, a part of a named text counting
+once for each message that sends it (what keeps `wl plan` under about 500 MB). A message's parts
+are counted from the workload before it is made: texts made of texts (`text t2 = $t1, $t1`)
+that double at each step are refused at once. A loop is also refused as soon as its first
+iteration shows that its count of such iterations would pass a limit (a conversation that grows
+by a step per iteration grows quadratically in total tokens), so that `repeat 1000000000000` or
+`grow until 150k by 1` is refused in milliseconds, before anything of that size is made. A
+sweep's points are planned into one `Budget` (`next_point`): together they are within the
+limits.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Input: a `Plan`, a `Realiser` (text sized for this engine), a `Pacing` (how byte
 gets every record the moment it is kept, and injected clocks (and `sleep`, which waits on
 `clock`). `sessions` runs a shard of the plan (a session never splits); `start_at` (on
 `clock`) is the instant the run starts. `shared`: what a shard of a run sharded over processes
-shares with the others (`Shared`: the start and the isolation; `workloadlang.scale`). `on_phase(k)` is awaited as barrier k opens (k >= 1: the
-end of phase k - 1).
+shares with the others (`Shared`: the start, the isolation, what it sends;
+`workloadlang.scale`). `on_phase(k)` is awaited as barrier k opens (k >= 1: the end of phase
+k - 1).
 Output: a `RunResult` (records in plan order, why the run is incomplete, the client's health).
 
 The plan's semantics, all here:
@@ -322,6 +323,7 @@ class Executor:
                 skipped_record(r, self.stops.stop_all or "not run (interrupted)")
             self.records[r.id] = rec
             self._to_sink(rec)
+
 
 def links(requests: list[PRequest]) -> tuple[dict[str, list[PRequest]], dict[str, PRequest]]:
     """Output: each request's dependents (of `requests`), and its session's next request in
