@@ -183,7 +183,7 @@ def _sweeps() -> Iterator[Case]:
         f"params {{ n: int = 1 in 1..100000 sweep [{values}] }} "
         "session s repeat $n { user \"hi\"; reply 1 } }", ""), "WL233")
     yield Case("sweep points together past the limit", _workload(
-        "params { n: int = 1 sweep [30000, 30000] } "
+        "params { n: int = 1 sweep [25000, 25001] } "
         "session s repeat $n { user \"hi\"; reply 1 } }", ""), None, "WL408")
     yield Case("a sweep of one value thrice", _workload(
         "params { n: int = 1 sweep [1, 1, 1] } session s repeat $n { user \"hi\"; reply 1 } }",
