@@ -182,7 +182,7 @@ def _sweeps() -> Iterator[Case]:
     yield Case("a sweep of 1,000 points", _workload(
         f"params {{ n: int = 1 in 1..100000 sweep [{values}] }} "
         "session s repeat $n { user \"hi\"; reply 1 } }", ""), "WL233")
-    yield Case("sweep points together past the limit", _workload(
+    yield Case("sweep points over the limit", _workload(
         "params { n: int = 1 sweep [25000, 25001] } "
         "session s repeat $n { user \"hi\"; reply 1 } }", ""), None, "WL408")
     yield Case("a sweep of one value thrice", _workload(
@@ -194,7 +194,7 @@ def _tools(size: int) -> Iterator[Case]:
     yield Case("a tool result without a call", _workload(
         'session s { user "a"; reply 4; tool "result"; reply 4 } }', ""), None, "WL430")
     arg = "p" * min(size, limits.MAX_LINE_CHARS - 100)
-    yield Case("a long tool argument sent 1,000 times", _workload(
+    yield Case("a long tool argument, 1,000 times", _workload(
         f'session s repeat 1000 {{ user "a"; reply 4 call read {{ path = "{arg}" }}\n'
         'tool "done"; reply 4 } }', ""), None)
     calls = " ".join(f"call c{i} {{ a = \"x\" }}" for i in range(2000))
