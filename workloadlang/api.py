@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Mapping
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Collection, Mapping
 
 from pydantic import SecretStr
 
@@ -81,9 +81,11 @@ def read_source(path: Path, name: str) -> str:
     return text
 
 
-def parse_checked(source: Source) -> ir.Workload:
+def parse_checked(source: Source, flags: Collection[str] = ()) -> ir.Workload:
+    """The checked workload, or `WorkloadError` with every error. `flags`: the options of the
+    command that runs it (`output` for `--output`), which no param may be named like."""
     wl = parse(source.text, source.name)
-    diags = [d for d in check(wl) if d.severity == "error"]
+    diags = [d for d in check(wl, flags) if d.severity == "error"]
     if diags:
         raise WorkloadError(diags)
     return wl
@@ -121,8 +123,8 @@ def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict
     return tracefile.load_for(wl, env, limits)
 
 
-def warnings(wl: ir.Workload) -> list[Diagnostic]:
-    return [d for d in check(wl) if d.severity != "error"]
+def warnings(wl: ir.Workload, flags: Collection[str] = ()) -> list[Diagnostic]:
+    return [d for d in check(wl, flags) if d.severity != "error"]
 
 
 # ---------------------------------------------------------------- running a plan

@@ -17,7 +17,7 @@ planner's (WL4xx).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from workloadlang import ir, limits
@@ -63,9 +63,10 @@ _BOUND_HINTS = {
 }
 
 
-def check(wl: ir.Workload) -> list[Diagnostic]:
-    """All semantic problems of `wl`, in source order."""
-    checker = _Checker(wl)
+def check(wl: ir.Workload, flags: Collection[str] = ()) -> list[Diagnostic]:
+    """All semantic problems of `wl`, in source order. `flags`: the options of the command
+    that runs it (`output` for `--output`), which no param may be named like (WL234)."""
+    checker = _Checker(wl, frozenset(flags))
     checker.run()
     return sort_diagnostics(checker.diags)
 
@@ -82,8 +83,8 @@ def _shown(e: Any) -> str:
 # ---------------------------------------------------------------- the checker
 
 class _Checker(ParamChecks, SessionChecks):
-    def __init__(self, wl: ir.Workload):
-        self.wl = wl
+    def __init__(self, wl: ir.Workload, flags: frozenset[str] = frozenset()):
+        self.wl, self.flags = wl, flags
         self.diags: list[Diagnostic] = []
         self.used: set[str] = set()
         self.params = {p.name: p for p in wl.params}

@@ -1,10 +1,11 @@
 """The checks of a workload's params, a part of the checker (`workloadlang.check`).
 
 Input: each `ir.Param` (its type, default, range, choices, `sweep [...]`), through the checker
-it is mixed into (`ParamChecks`: `err`, `expect`, `value`, `unique`, `top`, `wl`). Output: the
+it is mixed into (`ParamChecks`: `err`, `expect`, `value`, `unique`, `top`, `wl`, `flags`). Output: the
 checker's diagnostics: a default of the wrong kind or sign, a non-integer for an integer type,
 a range or choices a default falls outside of, a sweep that is not a list of written values in
-range (WL233, WL304, WL305, ...).
+range, a param named like an option of `wl plan` / `wl run` (WL233, WL234, WL304, WL305,
+...).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class ParamChecks:
             if p.name in BUILTIN_REFS or p.name in CALIBRATION_REFS or p.name == COPY:
                 self.err("WL212", f"`{p.name}` is a built-in name and cannot be a parameter",
                          p.span, f"rename it, e.g. `my_{p.name}`")
+            self.check_flag(p)
             self.check_default(p)
             self.check_range(p)
             self.check_choices(p)
@@ -41,6 +43,16 @@ class ParamChecks:
             path = " -> ".join(f"`${n}`" for n in cycle)
             self.err("WL210", f"`{first.name}` is computed from itself: {path}",
                      first.default.span, "give one of them a plain value")
+
+    def check_flag(self, p: ir.Param) -> None:
+        """WL234 when the param's flag (`--NAME`, `-` for `_`) is an option of `wl plan` or
+        `wl run` (`self.flags`): the option would take the value, and the param keep its
+        default."""
+        flag = p.name.replace("_", "-")
+        if flag in self.flags:
+            self.err("WL234", f"parameter `{p.name}` has the flag `--{flag}`, which is an option "
+                     "of `wl plan` / `wl run`: the option would take the value", p.span,
+                     f"rename it, e.g. `{p.name}_n` or `my_{p.name}`")
 
     def check_default(self, p: ir.Param) -> None:
         if p.default is None:

@@ -187,7 +187,7 @@ def test_list_shows_the_bundled_with_doc_and_params(capsys):
 def test_check_every_bundled_workload(capsys):
     code, out, err = main(capsys, "check", *BUNDLED)
     assert code == 0
-    assert err.splitlines() == [f"{n}.wl: ok" for n in BUNDLED]
+    assert out.splitlines() == [f"{n}.wl: ok" for n in BUNDLED]
 
 
 def test_unknown_workload_is_a_usage_error(capsys):

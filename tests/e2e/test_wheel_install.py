@@ -101,7 +101,7 @@ def test_installed_wl_plans_agent_sim_like_the_checkout(installed: Path, outside
 def test_installed_wl_checks_every_bundled_workload(installed: Path, outside: Path):
     r = run([str(installed / "wl"), "check", *BUNDLED], cwd=outside)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.splitlines() == [f"{name}.wl: ok" for name in BUNDLED]
+    assert r.stdout.splitlines() == [f"{name}.wl: ok" for name in BUNDLED]
     listed = run([str(installed / "wl"), "list"], cwd=outside)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()[2:]

@@ -90,7 +90,7 @@ def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any], *,
 
     source = load(args.workload, getattr(args, "format", "text"))
     try:
-        wl = api.parse_checked(source)
+        wl = api.parse_checked(source, command_flags())
         overrides = param_overrides(wl, extra, args.param or [])
         swept = sweep.points(wl, overrides, getattr(args, "sweep", None))
         salt = args.salt or api.fresh_salt()
@@ -121,6 +121,76 @@ def plan_points(wl, source: api.Source, overrides: dict[str, str],
                              limits=limits, cache=cache, budget=budget)
         plans.append(plan if keep_all or not i else sweep.row_only(plan))
     return plans
+
+
+def span_text(text: str, span: Any) -> str:
+    """The source text under `span` (one line: a longer one is cut at its first line's end)."""
+    lines = text.splitlines()
+    if not 1 <= span.line <= len(lines):
+        return ""
+    line = lines[span.line - 1]
+    end = span.end_col - 1 if span.end_line == span.line else len(line)
+    return line[span.col - 1:end].strip()
+
+
+def params_help(wl, source: api.Source) -> str:
+    """Input: a parsed workload and its source. Output: the help text of its params, one line
+    each: the flag, the type, the default as written (or `required`), the range, the choices,
+    the doc; for `wl plan FILE --help` and `wl run FILE --help`."""
+    if not wl.params:
+        return f"{source.name} has no params."
+    rows = []
+    for p in wl.params:
+        what = [p.type + (" list" if p.is_list else "")]
+        what.append("required" if p.default is None else
+                    f"default {span_text(source.text, p.default.span)}")
+        if p.range is not None:
+            what.append("in " + span_text(source.text, p.range.span))
+        if p.choices:
+            what.append("one of " + ", ".join(p.choices))
+        if p.sweep is not None:
+            what.append(f"sweep {span_text(source.text, p.sweep.span)}")
+        flag = f"--{p.name.replace('_', '-')} VALUE"
+        rows.append(f"  {flag:<28} {', '.join(what)}" + (f": {p.doc}" if p.doc else ""))
+    return (f"params of {source.name} (each a flag, or -p NAME=VALUE; values take units: 8k, "
+            "500ms, 95%):\n" + "\n".join(rows))
+
+
+def workload_help(argv: Sequence[str]) -> str | None:
+    """For `wl plan|run ... --help` naming a workload: its params' help (`params_help`), or a
+    line saying why the workload cannot be read; None for any other command line."""
+    if len(argv) < 2 or argv[0] not in ("plan", "run") or not ({"-h", "--help"} & set(argv)):
+        return None
+    for word in argv[1:]:
+        if word.startswith("-"):
+            continue
+        try:
+            source = api.load(word)
+        except (api.NotFound, WorkloadError):
+            continue
+        try:
+            from workloadlang.parse import parse
+
+            return params_help(parse(source.text, source.name), source)
+        except WorkloadError:
+            return f"{source.name} does not parse: `wl check {word}` says why."
+    return None
+
+
+def command_flags() -> frozenset[str]:
+    """The long options of `wl plan` and `wl run` without their dashes (`output`, `sim-slots`,
+    `help`): a param whose flag is one of them is an error (WL234), in every command alike."""
+    import argparse
+
+    from workloadlang.cli.main import build_parser
+
+    out: set[str] = set()
+    for action in build_parser()._subparsers._group_actions:  # type: ignore[union-attr]
+        if isinstance(action, argparse._SubParsersAction):
+            for name in ("plan", "run"):
+                out |= {flag[2:] for a in action.choices[name]._actions
+                        for flag in a.option_strings if flag.startswith("--")}
+    return frozenset(out)
 
 
 def config_error(exc: ValueError, prefix: str = "") -> str:

@@ -15,8 +15,8 @@ import sys
 from typing import Sequence
 
 from workloadlang import api
-from workloadlang.cli.common import (UsageError, config_error, eprint, load_and_plan_sweep,
-                                     show_diags)
+from workloadlang.cli.common import (UsageError, command_flags, config_error, eprint,
+                                     load_and_plan_sweep, show_diags, workload_help)
 from workloadlang.cli.options import add_plan_args, add_run_args, port_number
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
 from workloadlang.results import ExitCode
@@ -32,16 +32,22 @@ def cmd_check(args, extra) -> int:
     all_diags = []
     for target in args.workloads:
         source, diags = check_one(target)
-        if any(d.severity == "error" for d in diags):
-            status = ExitCode.USAGE
+        status = max(status, status_of(diags))
         all_diags += diags
         if args.format == "text" and diags:
             show_diags(diags, source, "text")
-        elif args.format == "text":
-            eprint(f"{source.name}: ok")
+        if args.format == "text" and status_of(diags) == ExitCode.OK:
+            warned = len(diags)
+            print(f"{source.name}: ok" + (f" ({warned} warning{'s' if warned > 1 else ''})"
+                                          if warned else ""))
     if args.format == "json":
         print(render_json(all_diags))
     return status
+
+
+def status_of(diags: list[Diagnostic]) -> ExitCode:
+    """`wl check`'s exit code for one file's diagnostics: 2 with an error, else 0."""
+    return ExitCode.USAGE if any(d.severity == "error" for d in diags) else ExitCode.OK
 
 
 def check_one(target: str) -> tuple[api.Source, list[Diagnostic]]:
@@ -49,7 +55,8 @@ def check_one(target: str) -> tuple[api.Source, list[Diagnostic]]:
     source = api.Source(name=target, text="")
     try:
         source = api.load(target)
-        return source, api.warnings(api.parse_checked(source))
+        flags = command_flags()
+        return source, api.warnings(api.parse_checked(source, flags), flags)
     except WorkloadError as e:
         return (source if e.text is None else api.Source(name=target, text=e.text)), e.diagnostics
 
@@ -218,6 +225,13 @@ COMMANDS = {"check": cmd_check, "plan": cmd_plan, "list": cmd_list, "run": cmd_r
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra_help = workload_help(argv)
+    if extra_help is not None:  # `wl run FILE --help`: the workload's params after the options
+        for action in ap._subparsers._group_actions:  # type: ignore[union-attr]
+            sub = action.choices[argv[0]]  # type: ignore[attr-defined]
+            sub.epilog = extra_help
+            sub.formatter_class = argparse.RawDescriptionHelpFormatter
     args, extra = ap.parse_known_args(argv)
     try:
         return COMMANDS[args.command](args, extra)
