@@ -530,6 +530,12 @@ class _Checker(ParamChecks, SessionChecks):
             self.value(item.count, scope, "number", f"`{item.key}`", item.key)
             return
         known = self.names.matching(item.key)
+        if item.key == "flag" and item.value in self.names.matching("name"):
+            self.diags.append(warning(
+                "WL235", f"`{item.value}` in a selector is the outcome flag, not the label or "
+                f"phase `{item.value}`", item.span,
+                f"write `label={item.value}` or `phase={item.value}` to select the "
+                f"{'label' if item.value in self.names.labels else 'phase'}"))
         if item.key != "flag" and item.value not in known:
             self.err("WL206", self.names.unknown_message(item), item.span,
                      self.names.selector_hint(item, known))

@@ -130,6 +130,9 @@ def _unexpected_token(exc: UnexpectedToken, text: str, filename: str) -> Diagnos
     suggestion = _keyword_like(tok.value, expected) if _WORD.fullmatch(tok.value) else None
     if suggestion:
         return error("WL101", message, span, f"did you mean `{suggestion}`?")
+    keyword = _selector_keyword(exc, text)
+    if keyword is not None:
+        return _keyword_in_selector(keyword, filename)
     misspelt = _misspelt_previous(exc, text)
     if misspelt:
         prev, keyword = misspelt
@@ -169,6 +172,45 @@ def _misspelt_previous(exc: UnexpectedToken, text: str) -> tuple[Token, str] | N
         if keyword:
             return tok, keyword
     return None
+
+
+SELECTOR_KEYWORDS = {"_FIRST": "`first N` (the first N of the selection)",
+                     "_LAST": "`last N` (the last N of the selection)",
+                     "_LABEL": "`label=NAME`", "_PHASE": "`phase=NAME`",
+                     "_SESSION": "`session=NAME`"}
+"""The words a selector reads as its own keywords, never as a bare label or phase name."""
+
+
+def _selector_keyword(exc: UnexpectedToken, text: str) -> Token | None:
+    """The selector keyword a selector item stopped at, when the error is a `,` or `}` right
+    after one (`ttft{first, warm}`: a label named `first`), else None."""
+    if exc.token.type not in ("_COMMA", "_RBRACE"):
+        return None
+    last = None
+    try:
+        for tok in parser().parse_interactive(text).iter_parse():
+            if tok.start_pos >= exc.token.start_pos:
+                break
+            last = tok
+    except UnexpectedInput:
+        pass
+    if last is None or last.type not in SELECTOR_KEYWORDS:
+        return None
+    expected = set(exc.accepts or exc.expected)
+    # `first`/`last` wait for their count, `label`/`phase`/`session` for `=` (elsewhere, as in
+    # `reply 4 label }`, a name is what is missing)
+    wanted = "NUMBER" in expected if last.type in ("_FIRST", "_LAST") else expected == {"_EQ"}
+    return last if wanted else None
+
+
+def _keyword_in_selector(tok: Token, filename: str) -> Diagnostic:
+    """WL101 for a selector keyword written as a bare name: it says the word is a keyword
+    and how to select a label or phase of that name."""
+    word = tok.value
+    return error("WL101", f"`{word}` is a selector keyword, {SELECTOR_KEYWORDS[tok.type]}, not "
+                 "a label or phase name here", token_span(tok, filename),
+                 f"a label or phase named `{word}` is selected with `label={word}` or "
+                 f"`phase={word}` (docs/language.md, Gates: the words a bare name cannot be)")
 
 
 def _call_hint(tok: Token, text: str, expected: set[str]) -> str | None:
