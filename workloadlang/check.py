@@ -23,6 +23,7 @@ from typing import Any
 from workloadlang import ir, limits
 from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
                                       sweep_text)  # sweep_text: handed on (`sweep.py`)
+from workloadlang.checkflow import FlowChecks
 from workloadlang.checksessions import SessionChecks, statements
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
@@ -82,7 +83,7 @@ def _shown(e: Any) -> str:
 
 # ---------------------------------------------------------------- the checker
 
-class _Checker(ParamChecks, SessionChecks):
+class _Checker(ParamChecks, SessionChecks, FlowChecks):
     def __init__(self, wl: ir.Workload, flags: frozenset[str] = frozenset()):
         self.wl, self.flags = wl, flags
         self.diags: list[Diagnostic] = []
@@ -103,6 +104,7 @@ class _Checker(ParamChecks, SessionChecks):
         self.check_calibrations()
         self.check_texts()
         self.check_sessions()
+        self.check_flow()
         self.check_gates()
         self.check_report()
         self.check_unused()

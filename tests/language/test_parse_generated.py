@@ -100,4 +100,5 @@ def workloads(draw: st.DrawFn) -> str:
 def test_generated_workloads_round_trip_and_check(text: str):
     wl = parse(text, "gen.wl")
     assert ir.Workload.model_validate_json(wl.model_dump_json()) == wl
-    assert [d for d in check(wl) if d.code != "WL202"] == []  # request names may repeat
+    # request names may repeat, and random statements may end with a `wait` (WL236, a warning)
+    assert [d for d in check(wl) if d.code not in ("WL202", "WL236")] == []

@@ -98,7 +98,8 @@ def test_a_sequential_fork_keeps_the_branch_it_names():
 
 def test_keep_of_a_branch_that_is_not_there_is_refused():
     with pytest.raises(WorkloadError) as exc:
-        plan_of("workload w { session s { user \"x\"; spawn 2 fork keep 2 { reply 4 } } }")
+        plan_of("workload w { params { k: int = 2 } "
+                "session s { user \"x\"; spawn 2 fork keep $k { reply 4 } } }")
     assert [d.code for d in exc.value.diagnostics] == ["WL431"]
 
 

@@ -127,9 +127,11 @@ def test_misplaced_calls_are_reported_by_check(text, code):
     'assistant call f; tool "a"; tool "b"; reply 4',  # one call, two results
     'assistant call f; user "y"; assistant "no call"; tool "late"; reply 4',
 ])
-def test_a_tool_message_that_answers_no_call_is_refused_by_the_planner(body):
+def test_a_tool_message_that_answers_no_call_is_refused_by_check_and_the_planner(body):
+    text = f"workload w {{ session s {{ {body} }} }}"
+    assert [d.code for d in check(parse(text, "t.wl"))] == ["WL430"]
     with pytest.raises(WorkloadError) as exc:
-        plan_of(f"workload w {{ session s {{ {body} }} }}")
+        api.make_plan(parse(text, "t.wl"), api.Source(name="t.wl", text=text), {}, salt="s")
     assert [d.code for d in exc.value.diagnostics] == ["WL430"]
 
 
