@@ -83,11 +83,11 @@ def _build(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str,
         b.error("WL410", "the plan has no request: with these params no session sends anything",
                 wl.sessions[0].span if wl.sessions else wl.span,
                 "a `repeat`, `spawn` or session count, or a loop range, is 0 here")
-    settings = {**plan_settings(b, wl, root, in_flight(b)), **windows,
+    settings = {**plan_settings(b, wl, root, in_flight(b, sessions)), **windows,
                 "slo": load.slo(b, wl, root)}
     if b.diags:
         raise WorkloadError(b.diags)
-    requests = finish_requests(b, settings["concurrency"], cache)
+    requests = finish_requests(b, settings["concurrency"], cache, sessions)
     check_context(b, requests, settings["max_context"])
     gates = plan_gates(b, requests, wl, genv, [s.id for s in sessions])
     if b.diags:
@@ -148,10 +148,11 @@ def walk_session(b: Builder, s: ir.Session, root: Ctx, k: int, start: float | No
                        peak_tokens=peak, start_s=start, cap=group_cap)
 
 
-def in_flight(b: Builder) -> int:
-    """How many requests can be in flight at once (the default concurrency)."""
+def in_flight(b: Builder, sessions: Sequence[SessionInfo]) -> int:
+    """How many requests can be in flight at once (the default concurrency): a session's
+    `concurrency` cap counts."""
     return lanes.in_flight([SimpleNamespace(session=d.fields["session"], lane=d.fields["lane"])
-                            for d in b.drafts])
+                            for d in b.drafts], lanes.caps_of(sessions))
 
 
 def plan_settings(b: Builder, wl: ir.Workload, root: Ctx, n_sessions: int) -> dict[str, Any]:
@@ -194,10 +195,12 @@ def levels(b: Builder) -> list[int]:
     return out
 
 
-def streams_of(b: Builder, trie: Trie) -> list[Stream]:
-    """The cache model's view of every draft: its prompt's and its kept reply's trie nodes."""
+def streams_of(b: Builder, trie: Trie, starts: Mapping[str, float] | None = None
+               ) -> list[Stream]:
+    """The cache model's view of every draft: its prompt's and its kept reply's trie nodes,
+    and when it can be sent (`starts`: each session copy's planned start, 0 when absent)."""
     nodes = MessageNodes(trie, b.messages)
-    by_id, out = b.by_id, []
+    by_id, out, starts = b.by_id, [], starts or {}
     for d, level in zip(b.drafts, levels(b)):
         f = d.fields
         last, kept = f["last_message"], f["reply_kept"]
@@ -207,7 +210,9 @@ def streams_of(b: Builder, trie: Trie) -> list[Stream]:
         out.append(Stream(prompt=nodes.prompt(last), reply=reply, group=d.group, level=level,
                           candidates=tuple(by_id[c] for c in d.candidates),
                           resend_of=None if d.resend_of is None else by_id[d.resend_of],
-                          lane=d.lane))
+                          lane=d.lane, send_at=f["send_at"],
+                          start=f["send_at"] if f["send_at"] is not None
+                          else starts.get(f["session"], 0.0)))
     return out
 
 
@@ -216,10 +221,12 @@ def streams_of(b: Builder, trie: Trie) -> list[Stream]:
 REQUEST_FIELDS = set(PRequest.model_fields)
 
 
-def finish_requests(b: Builder, concurrency: int, cache: CacheModel | None) -> list[PRequest]:
-    """The drafts as `PRequest`s, with what a perfect cache (and the LRU cache) serves."""
+def finish_requests(b: Builder, concurrency: int, cache: CacheModel | None,
+                    sessions: Sequence[SessionInfo] = ()) -> list[PRequest]:
+    """The drafts as `PRequest`s, with what a perfect cache (and the LRU cache) serves;
+    `sessions`: the session copies, whose planned starts bound what a request can share."""
     trie = Trie()
-    streams = streams_of(b, trie)
+    streams = streams_of(b, trie, {s.id: s.start_s for s in sessions if s.start_s is not None})
     expect = Prefix(trie, streams).run()
     lru_tokens: Sequence[int | None] = [None] * len(streams)
     if cache is not None:
@@ -323,12 +330,14 @@ def totals(reqs: list[PRequest], sessions: list[SessionInfo], concurrency: int,
 
 
 def demands(reqs: list[PRequest], sessions: list[SessionInfo]) -> list[list[int]]:
-    """Each session's demand profile (`lanes.demand`): its peak request, or with parallel
-    forks the most its requests in flight together hold."""
+    """The demand profile (`lanes.demand`) of each session copy that can run at once (of a
+    capped session, the cap largest): its peak request, or with parallel forks the most its
+    requests in flight together hold."""
     forked = {r.session for r in reqs if r.lane}
     mine = lanes.by_session([r for r in reqs if r.session in forked])
-    return [lanes.demand(mine[s.id], lambda r: r.prompt_tokens + r.max_tokens)
-            if s.id in forked else [s.peak_tokens] for s in sessions]
+    profiles = {s.id: lanes.demand(mine[s.id], lambda r: r.prompt_tokens + r.max_tokens)
+                if s.id in forked else [s.peak_tokens] for s in sessions}
+    return lanes.within_caps(profiles, lanes.caps_of(sessions), lambda p: p[-1] if p else 0)
 
 
 def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None,

@@ -147,13 +147,19 @@ def totals_block(plan: Plan) -> str:
         ["  expected from cache", f"{t.expected_cached_tokens:,} ({pct:.1f}%)"],
         *extra_totals(plan),
         ["peak concurrent demand", f"{t.peak_inflight_tokens:,} tokens "
-                                   f"({min(plan.concurrency, lanes.in_flight(plan.requests))} "
+                                   f"({in_flight(plan)} "
                                    "in flight)"],
         ["working set (perfect cache)", f"{t.working_set_tokens:,} tokens"],
     ]
     for c in plan.calibrations:
         rows.append([f"calibrate {c.what}", "at run time"])
     return tabulate(rows, tablefmt="plain")
+
+
+def in_flight(plan: Plan) -> int:
+    """How many requests of the plan can be in flight at once: its concurrency limit, or fewer
+    when its sessions (their forks, their caps) cannot fill it."""
+    return min(plan.concurrency, lanes.in_flight(plan.requests, lanes.caps_of(plan.sessions)))
 
 
 def share(n: int, of: int) -> str:

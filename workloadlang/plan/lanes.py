@@ -6,17 +6,19 @@ request, or a fork's branches, each a lane one level deeper) and how many of its
 be in flight at once (`width`), and the most tokens they can demand at once (`demand`, and
 over sessions under a concurrency limit, `peak_demand`). The runner walks the steps; the
 planner sizes the default concurrency by the width, and the dry-run's peak concurrent demand
-by the demand.
+by the demand. A session's `concurrency` cap lets at most that many of its copies run at once
+(`within_caps`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from workloadlang.plan.model import PRequest
 
 Step = tuple[PRequest, "PRequest | None", "list[list[PRequest]] | None"]
+T = TypeVar("T")
 
 
 def lane_of(req: PRequest) -> list[str]:
@@ -66,11 +68,37 @@ def by_session(reqs: Sequence[Any]) -> dict[str, list[Any]]:
     return out
 
 
-def in_flight(reqs: Sequence[Any]) -> int:
-    """How many requests can be in flight at once: one per session, or its widest parallel
-    fork's branches."""
-    return sum(width(rs) if any(r.lane for r in rs) else 1
-               for rs in by_session(reqs).values())
+Caps = Mapping[str, "tuple[str, int]"]
+"""The session copies of a session with a `concurrency` cap: copy id -> (session, cap)."""
+
+
+def in_flight(reqs: Sequence[Any], caps: Caps | None = None) -> int:
+    """How many requests can be in flight at once: one per session copy, or its widest
+    parallel fork's branches; of a capped session's copies, at most its cap (the widest)."""
+    widths = {s: width(rs) if any(r.lane for r in rs) else 1
+              for s, rs in by_session(reqs).items()}
+    return sum(within_caps(widths, caps or {}, lambda w: w))
+
+
+def caps_of(sessions: Sequence[Any]) -> Caps:
+    """The copies of capped sessions (`SessionInfo`s: `id`, `name`, `cap`): copy id ->
+    (session, cap)."""
+    return {s.id: (s.name, s.cap) for s in sessions if s.cap is not None}
+
+
+def within_caps(per_copy: Mapping[str, T], caps: Caps, size: Callable[[T], int]) -> list[T]:
+    """Input: a value per session copy, the caps, the size of a value. Output: the values of
+    the copies that can run at once: every uncapped copy's, and of each capped session the cap
+    largest of its copies'."""
+    out, groups = [], {}
+    for sid, v in per_copy.items():
+        if sid in caps:
+            groups.setdefault(caps[sid], []).append(v)
+        else:
+            out.append(v)
+    for (_, cap), vs in groups.items():
+        out.extend(sorted(vs, key=size, reverse=True)[:cap])
+    return out
 
 
 Profile = list[int]

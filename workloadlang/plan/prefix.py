@@ -32,6 +32,7 @@ CALL_ARG_TOKENS = 1  # an argument's key ("path":)
 END_ATOM = ("e",)
 GEN_ATOM = ("h", "assistant")  # the generation prompt is the next assistant turn's header
 NEVER = 1 << 62  # a level no request has
+LATER = float("inf")  # a time no request is sent at
 SOURCE_SLACK = 8  # atoms a named source may stop short of the shared prefix (`Prefix._source`)
 
 
@@ -80,7 +81,7 @@ class Node:
     in every prompt through the node. The other fields are the cache state (`Prefix.run`)."""
 
     __slots__ = ("parent", "start", "end", "kids", "serial", "tin", "tout", "epoch", "grp_src",
-                 "min_level", "low_src", "lvl", "g1", "multi")
+                 "min_level", "low_src", "lvl", "g1", "t1", "g2", "t2")
 
     def __init__(self, parent: "Node | None", start: int, end: int, serial: int):
         self.parent, self.start, self.end, self.serial = parent, start, end, serial
@@ -90,7 +91,35 @@ class Node:
         self.grp_src = -1  # a request of that block that reached it
         self.min_level = NEVER  # the lowest level of a request that reached it
         self.low_src = -1  # a request of that level that reached it
-        self.lvl, self.g1, self.multi = -1, -1, False  # groups at `lvl`: one (g1) or several
+        # the groups that reached it at `lvl`: the one whose request could be sent earliest
+        # (g1, at t1) and the earliest of the others (g2, at t2; LATER: none)
+        self.lvl, self.g1, self.t1, self.g2, self.t2 = -1, None, LATER, None, LATER
+
+    def other_than(self, group: Hashable) -> float:
+        """The earliest a request of a group other than `group` that reached this node at its
+        level `lvl` could be sent (LATER: none did)."""
+        return self.t1 if self.g1 != group else self.t2
+
+    def reached_by(self, group: Hashable, start: float) -> bool:
+        """Count a request of `group` that could be sent at `start` at the earliest. Output:
+        whether that changed what the node says."""
+        if group == self.g1:
+            if start >= self.t1:
+                return False
+            self.t1 = start
+        elif group == self.g2:
+            if start >= self.t2:
+                return False
+            self.t2 = start
+            if self.t2 < self.t1:
+                self.g1, self.t1, self.g2, self.t2 = self.g2, self.t2, self.g1, self.t1
+        elif start < self.t1:
+            self.g1, self.t1, self.g2, self.t2 = group, start, self.g1, self.t1
+        elif start < self.t2:
+            self.g2, self.t2 = group, start
+        else:
+            return False
+        return True
 
 
 class Trie:
@@ -208,8 +237,12 @@ class Stream:
     """One request for the cache model: its prompt's node, its reply's node (None when the
     reply is not kept), its group (a session, or every trace request), its barrier level, the
     requests to name first as the source (its conversation's last request, its lane's last),
-    for a resend the request it re-sends, and its lane (the parallel branches it is in: its
-    group's requests in other branches of one fork run side by side with it)."""
+    for a resend the request it re-sends, its lane (the parallel branches it is in: its
+    group's requests in other branches of one fork run side by side with it), the earliest it
+    can be sent (`start`: its session copy's start, s from the run's start) and its planned
+    send time (`send_at`: an arrival's first request, a trace's; None: when what it waits for
+    is done). A request of another group can have finished before it only when that one's
+    `start` is before its `send_at`."""
 
     prompt: Node
     reply: Node | None
@@ -218,6 +251,8 @@ class Stream:
     candidates: tuple[int, ...] = ()
     resend_of: int | None = None
     lane: Lane = ()
+    start: float = 0.0
+    send_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -320,23 +355,26 @@ class Prefix:
             if n.min_level > level:
                 n.min_level, n.low_src, changed = level, i, True
             if n.lvl != level:
-                n.lvl, n.g1, n.multi, changed = level, group, False, True
-            elif not n.multi and n.g1 != group:
-                n.multi = changed = True
+                n.lvl, n.g1, n.t1, n.g2, n.t2 = level, group, s.start, None, LATER
+                changed = True
+            elif n.reached_by(group, s.start):
+                changed = True
             if not changed:
                 return
             n = n.parent
 
     def _most(self, level_order: list[int], out: list[Expectation]) -> None:
         """Once a level is done: for each of its requests, the deepest node of its path that a
-        request of another group at the same level reached, when deeper than the expectation."""
+        request of another group at the same level reached, when deeper than the expectation:
+        one that could be sent before it (a request planned for a time cannot be served what
+        only requests that start at or after that time send)."""
         root = self.trie.root
         for i in level_order:
             s, e = self.streams[i], out[i]
-            n = s.prompt
+            n, before = s.prompt, LATER if s.send_at is None else s.send_at
             # every node of its path was reached at this level (by itself at least)
             while n is not root and n.end > e.tokens and not (
-                    n.min_level < s.level or n.multi or n.g1 != s.group):
+                    n.min_level < s.level or n.other_than(s.group) < before):
                 n = n.parent
             if n.end > e.tokens:
                 e.most = n.end
