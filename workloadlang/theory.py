@@ -3,12 +3,17 @@
 Input: the plan (its concurrency and LRU cache model) and the run's records. Output: the
 results' `cache_theory` (a dict, JSON-ready) and the line `wl run` prints from it.
 
-All three rates are token-weighted and over the same requests: those answered with a cached
-count (an errored, skipped or silent request says nothing about the cache). Measured: the cached
-tokens the engine reported over the prompt tokens it counted. Perfect cache (`unlimited`): the
-plan's `expected_cached` over its planned prompt tokens; `lru`: its `lru_cached` (with
-`--cache-tokens`). The theory takes requests one at a time in the plan's order; at a concurrency
-above 1 requests overlap and the difference from the measured rate is reported, not hidden.
+The rates are token-weighted and over the same requests: those answered with a cached count
+(an errored, skipped or silent request says nothing about the cache). Measured: the cached
+tokens the engine reported over the prompt tokens it counted. A perfect cache's range: what it
+certainly serves (`unlimited`: the plan's `expected_cached` over its planned prompt tokens, what
+requests certainly finished before each one leave) and what it could serve at most
+(`unlimited_max`: each request's `exp. max` where it has one, when requests of concurrent
+sessions or branches finish first); `range` says where the measured rate falls (`below`,
+`within`, `above`). `lru`: the plan's `lru_cached` (with `--cache-tokens`). The theory takes
+requests one at a time in the plan's order; with several requests in flight at once (`in_flight`:
+the concurrency limit, or fewer when the sessions, their forks and caps cannot fill it) they
+overlap, and the difference from the measured rate is reported, not hidden.
 
 No cache can serve a request more than its prompt shares with requests sent before it: the
 `upper_cached_tokens` are, per request, the most any order of the run's requests allows (the
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from workloadlang.plan import lanes
 from workloadlang.plan.model import Plan
 
 
@@ -57,11 +63,14 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
     model = plan.cache_model
     out: dict[str, Any] = {
         "requests": len(rs), "concurrency": plan.concurrency,
+        "in_flight": min(plan.concurrency, lanes.in_flight(plan.requests,
+                                                           lanes.caps_of(plan.sessions))),
         "cache_tokens": model.tokens if model else None,
         "cache_block": model.block if model else None,
         "prompt_tokens": prompt, "cached_tokens": sum(r.cached_tokens for r in rs),
         "planned_prompt_tokens": planned,
         "expected_cached_tokens": sum(r.planned_expected_cached for r in rs),
+        "expected_cached_max_tokens": sum(possible(r) for r in rs),
         "lru_cached_tokens": sum(r.planned_lru_cached or 0 for r in rs) if model else None,
     }
     planned_by_id = plan.by_id()
@@ -72,9 +81,33 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
         ABOVE_SLACK_TOKENS, ABOVE_SLACK_RATIO * prompt) else 0
     out["measured"] = out["cached_tokens"] / prompt if prompt else None
     out["unlimited"] = out["expected_cached_tokens"] / planned if planned else None
+    out["unlimited_max"] = out["expected_cached_max_tokens"] / planned if planned else None
+    out["range"] = where(out["measured"], out["unlimited"], out["unlimited_max"])
     out["lru"] = (out["lru_cached_tokens"] / planned
                   if model and planned else None)
     return out
+
+
+def possible(r: Any) -> int:
+    """Input: a record. Output: the most a perfect cache could serve it in the plan's tokens:
+    its `exp. max` when it has one, else its `exp. cached`."""
+    most = r.planned_expected_max
+    return r.planned_expected_cached if most is None else max(most, r.planned_expected_cached)
+
+
+RANGE_SLACK = 0.005
+"""How far (a share of the prompt tokens) the measured rate may pass an end of the perfect
+cache's range and still count as within it: the engine counts tokens its own way."""
+
+
+def where(rate: float | None, low: float | None, high: float | None) -> str | None:
+    """Input: the measured rate and the perfect cache's certain and possible rates. Output:
+    `below`, `within` or `above` the range (None when a rate is missing)."""
+    if rate is None or low is None or high is None:
+        return None
+    if rate < low - RANGE_SLACK:
+        return "below"
+    return "above" if rate > high + RANGE_SLACK else "within"
 
 
 def pct(x: float | None) -> str:
@@ -82,23 +115,39 @@ def pct(x: float | None) -> str:
 
 
 def theory_line(theory: dict[str, Any] | None) -> str | None:
-    """The line `wl run` prints: the measured rate, the perfect and LRU caches' rates, and
-    how far the measured one is from the LRU figure."""
+    """The line `wl run` prints: the measured rate next to the perfect cache's range (certain
+    to possible) and where it falls, the LRU cache's rate and how far the measured one is from
+    it, and when requests overlapped."""
     if not theory or not theory.get("requests"):
         return None
-    line = (f"cache hit rate over {theory['requests']:,} request(s): measured "
-            f"{pct(theory['measured'])} of prompt tokens; a perfect cache "
-            f"{pct(theory['unlimited'])}")
+    line = (f"cache hit rate over {theory['requests']:,} request(s), of prompt tokens: measured "
+            f"{pct(theory['measured'])}; {perfect_range(theory)}")
     if theory.get("lru") is not None:
         gap = 100 * (theory["measured"] - theory["lru"])
-        line += (f", an LRU cache of {theory['cache_tokens']:,} tokens (blocks of "
+        line += (f"; an LRU cache of {theory['cache_tokens']:,} tokens (blocks of "
                  f"{theory['cache_block']:,}) {pct(theory['lru'])} (measured {gap:+.1f} points)")
-    if theory.get("concurrency", 1) > 1:
-        line += (f"; at concurrency {theory['concurrency']} requests overlap, the theory takes "
-                 "them one at a time")
+    in_flight = theory.get("in_flight", theory.get("concurrency", 1))
+    if in_flight > 1:
+        line += (f"; up to {in_flight} requests in flight at once, the theory takes them one at "
+                 "a time")
     if theory.get("served_before_run_tokens"):
         line += (f"\nNOTE: the engine served {theory['served_before_run_tokens']:,} cached "
                  "tokens more than any order of this run's requests allows "
                  f"({theory['upper_cached_tokens']:,}): it held this run's text before the run started (an earlier run with the same "
                  "salt, or another client sending the same text)")
     return line
+
+
+def perfect_range(theory: dict[str, Any]) -> str:
+    """A perfect cache's share as its range, side by side, and where the measured rate falls:
+    `a perfect cache: certain 65.3%, possible 97.5% (measured within the range)`."""
+    low, high = theory.get("unlimited"), theory.get("unlimited_max")
+    text = f"a perfect cache: certain {pct(low)}, possible {pct(low if high is None else high)}"
+    verdict = theory.get("range")
+    if verdict == "below":
+        return text + " (measured below the certain share: the engine kept less)"
+    if verdict == "above":
+        return text + (" (measured above the possible share: see the NOTE)"
+                       if theory.get("served_before_run_tokens") else
+                       " (measured above the possible share by the engine's own counting)")
+    return text + (" (measured within the range)" if verdict == "within" else "")

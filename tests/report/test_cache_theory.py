@@ -39,3 +39,36 @@ def test_a_rerun_with_the_same_salt_on_a_warm_engine_is_flagged(tmp_path, capsys
     assert second["measured"] > 0.9 and second["unlimited"] < 0.6
     assert second["served_before_run_tokens"] >= 1500
     assert "NOTE: the engine served" in out1 and "the same salt" in out1
+
+
+def test_the_line_puts_measured_certain_and_possible_side_by_side():
+    from workloadlang.theory import theory_line, where
+
+    base = {"requests": 32, "measured": 0.943, "unlimited": 0.653, "unlimited_max": 0.975,
+            "in_flight": 32, "range": where(0.943, 0.653, 0.975)}
+    assert theory_line(base) == (
+        "cache hit rate over 32 request(s), of prompt tokens: measured 94.3%; a perfect cache: "
+        "certain 65.3%, possible 97.5% (measured within the range); up to 32 requests in "
+        "flight at once, the theory takes them one at a time")
+    below = {**base, "measured": 0.5, "range": where(0.5, 0.653, 0.975), "in_flight": 1}
+    assert "(measured below the certain share: the engine kept less)" in theory_line(below)
+    assert "in flight" not in theory_line(below)
+    alone = {**base, "unlimited_max": None, "range": where(0.653, 0.653, 0.653),
+             "measured": 0.653}
+    assert "a perfect cache: certain 65.3%, possible 65.3% (measured within" in theory_line(alone)
+    assert where(0.99, 0.653, 0.975) == "above" and where(0.978, 0.653, 0.975) == "within"
+
+
+def test_a_run_measures_within_the_perfect_caches_range(tmp_path, capsys):
+    shared = """workload shared {
+      text prompt = "You are a support agent.", filler 2k
+      session s repeat 6 arrive every 100ms { system $prompt; user filler 50; reply 4 }
+    }"""
+    code, res = wl_run_text(tmp_path, shared, "--sim", "--salt", "range")
+    out = capsys.readouterr().out
+    theory = res["cache_theory"]
+    assert code == 0 and theory["range"] == "within"
+    assert theory["unlimited"] == 0 < theory["measured"] <= theory["unlimited_max"] + 0.005
+    line = next(x for x in out.splitlines() if x.startswith("cache hit rate"))
+    assert f"measured {100 * theory['measured']:.1f}%; a perfect cache: certain 0.0%, " \
+           f"possible {100 * theory['unlimited_max']:.1f}% (measured within the range)" in line

@@ -515,6 +515,19 @@ def test_the_theory_chart_draws_measured_against_both_caches():
     assert "theory" in chart_keys(html) and "Cache hit rate against theory" in html
 
 
+def test_the_theory_chart_draws_the_perfect_caches_range():
+    from workloadlang.report import data
+
+    recs = [r.model_copy(update={"planned_expected_max": 900})
+            for r in theory_records([0, 800, 900, 850], lru=[None] * 4)]
+    d = data.theory(recs, {"concurrency": 4, "in_flight": 3})
+    assert d.unlimited == pytest.approx([0.6] * 4) and d.unlimited_max == pytest.approx([0.9] * 4)
+    assert d.lru is None and d.concurrency == 3
+    res = sample.results("shared", "shared.wl", recs, gates=[], params={})
+    html = render_html([res.model_copy(update={"cache_theory": {"in_flight": 3}})])
+    assert "theory" in chart_keys(html) and "perfect cache, possible: 90.0%" in html
+
+
 def test_no_theory_chart_without_a_cache_model_or_a_trace():
     from workloadlang.report import data
 

@@ -352,7 +352,7 @@ def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None
         out.append(
             f"{len(shared):,} request(s) share up to {more:,} more tokens with requests of "
             f"concurrent sessions{' or parallel branches' if lanes else ''} (first: "
-            f"{shared[0].id}); which is sent first is not planned, so `exp. cached` counts only "
+            f"{shared[0].id}); which finishes first is not planned, so `exp. cached` counts only "
             "requests certainly finished before each one (its own "
             + ("session or branch, or before a phase barrier or its fork)" if lanes else
                "session, or before a phase barrier)")

@@ -140,11 +140,13 @@ def schedule_table(plan: Plan, full: bool) -> str:
 def totals_block(plan: Plan) -> str:
     t = plan.totals
     pct = 100 * t.expected_cached_tokens / t.prompt_tokens if t.prompt_tokens else 0.0
+    # with an `exp. max`, what a perfect cache serves is a range: say which end each row is
+    certain = " (certain)" if t.expected_cached_max_tokens is not None else ""
     rows = [
         ["requests", f"{t.requests:,}"],
         ["prompt tokens", f"{t.prompt_tokens:,}"],
         ["  to prefill cold", f"{t.cold_tokens:,}"],
-        ["  expected from cache", f"{t.expected_cached_tokens:,} ({pct:.1f}%)"],
+        [f"  expected from cache{certain}", f"{t.expected_cached_tokens:,} ({pct:.1f}%)"],
         *extra_totals(plan),
         ["peak concurrent demand", f"{t.peak_inflight_tokens:,} tokens "
                                    f"({in_flight(plan)} "
@@ -171,8 +173,9 @@ def extra_totals(plan: Plan) -> list[list[str]]:
     what the LRU cache of `--cache-tokens` serves."""
     t, rows = plan.totals, []
     if t.expected_cached_max_tokens is not None:
-        rows.append(["  up to (other sessions, branches)"
-                     if any(r.lane for r in plan.requests) else "  up to (other sessions)",
+        rows.append(["  up to (possible: other sessions, branches first)"
+                     if any(r.lane for r in plan.requests) else
+                     "  up to (possible: other sessions first)",
                      share(t.expected_cached_max_tokens, t.prompt_tokens)])
     rows.extend(agent_totals(plan))
     if plan.cache_model is not None and t.lru_cached_tokens is not None:

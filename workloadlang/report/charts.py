@@ -399,14 +399,16 @@ def needles_chart(series: Sequence[tuple[str, Needles]]) -> Figure:
 
 # ---------------------------------------------------------------- cache theory
 
-THEORY_COLOURS = {"measured": "#1f4e9c", "unlimited": "#7a7a7a", "lru": "#d4860b"}
+THEORY_COLOURS = {"measured": "#1f4e9c", "unlimited": "#7a7a7a", "unlimited_max": "#b8b8b8",
+                  "lru": "#d4860b"}
 RUN_STYLES = ("-", "--", ":", "-.")
 
 
 @styled
 def theory_chart(series: Sequence[tuple[str, Theory]]) -> Figure:
-    """The measured hit rate against a perfect and an LRU cache's, cumulative over the
-    requests in send order; a line style per run. Input: (label, Theory) per run."""
+    """The measured hit rate against a perfect cache's (what is certain, and what is possible
+    when concurrent requests finish first) and an LRU cache's, cumulative over the requests in
+    send order; a line style per run. Input: (label, Theory) per run."""
     fig = new_figure(11, 3.6)
     ax = fig.subplots()
     handles = []
@@ -414,7 +416,10 @@ def theory_chart(series: Sequence[tuple[str, Theory]]) -> Figure:
         style = RUN_STYLES[i % len(RUN_STYLES)]
         xs = range(1, len(d.measured) + 1)
         lines = [("measured", d.measured, f"measured: {d.measured[-1]:.1%}"),
-                 ("unlimited", d.unlimited, f"perfect cache: {d.unlimited[-1]:.1%}")]
+                 ("unlimited", d.unlimited, f"perfect cache, certain: {d.unlimited[-1]:.1%}")]
+        if d.unlimited_max is not None:
+            lines.append(("unlimited_max", d.unlimited_max,
+                          f"perfect cache, possible: {d.unlimited_max[-1]:.1%}"))
         if d.lru is not None:
             lines.append(("lru", d.lru, f"{d.cache or 'LRU'}: {d.lru[-1]:.1%}"))
         for key, ys, text in lines:
@@ -424,8 +429,8 @@ def theory_chart(series: Sequence[tuple[str, Theory]]) -> Figure:
             handles.append(legend_line(THEORY_COLOURS[key], run + text, style))
         if d.concurrency > 1:
             handles.append(legend_line("white", f"{label if len(series) > 1 else 'run'}: "
-                                       f"concurrency {d.concurrency} (the theory takes one "
-                                       "request at a time)", width=0))
+                                       f"up to {d.concurrency} in flight (the theory takes "
+                                       "one request at a time)", width=0))
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -327,42 +327,50 @@ def needles(records: Sequence[Any], checked: set[str], depth: Any = None) -> Nee
 @dataclass
 class Theory:
     """Cumulative token-weighted hit rates after each answered request, in send order:
-    measured (cached / prompt tokens as the engine counted them), a perfect cache's and the LRU
-    cache's (the plan's, over its planned prompt tokens; None without `--cache-tokens`)."""
+    measured (cached / prompt tokens as the engine counted them), a perfect cache's range
+    (`unlimited`: certain, `unlimited_max`: possible when concurrent requests finish first;
+    None when the plan has no `exp. max`) and the LRU cache's (the plan's, over its planned
+    prompt tokens; None without `--cache-tokens`)."""
 
     measured: list[float]
     unlimited: list[float]
     lru: list[float] | None
     cache: str | None  # e.g. "LRU 2,000,000 tokens / 512"
     concurrency: int
+    unlimited_max: list[float] | None = None
 
 
 def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | None:
     """Input: one run's records and its `cache_theory`. Output: `Theory`, or None when the run
-    had no cache model and replayed no trace, or nothing was answered with a cached count."""
+    had no cache model, replayed no trace and planned no `exp. max` (nothing but what is
+    certain to compare with), or nothing was answered with a cached count."""
     from workloadlang.theory import measured as answered
+    from workloadlang.theory import possible
 
     if not any(r.planned_lru_cached is not None or r.planned_send_at is not None
-               for r in records):
+               or r.planned_expected_max is not None for r in records):
         return None
     rs = sorted((r for r in records if answered(r)), key=lambda r: (r.t_start_s or 0, r.seq))
     if not rs:
         return None
     has_lru = all(r.planned_lru_cached is not None for r in rs)
-    sums = [0, 0, 0, 0, 0]  # prompt, cached, planned prompt, expected, lru
-    out: tuple[list[float], list[float], list[float]] = ([], [], [])
+    has_max = any(r.planned_expected_max is not None for r in rs)
+    sums = [0, 0, 0, 0, 0, 0]  # prompt, cached, planned prompt, expected, lru, possible
+    out: tuple[list[float], ...] = ([], [], [], [])
     for r in rs:
         for i, v in enumerate((r.prompt_tokens, r.cached_tokens, r.planned_prompt_tokens,
-                               r.planned_expected_cached, r.planned_lru_cached or 0)):
+                               r.planned_expected_cached, r.planned_lru_cached or 0,
+                               possible(r))):
             sums[i] += v
         out[0].append(sums[1] / sums[0] if sums[0] else 0.0)
-        out[1].append(sums[3] / sums[2] if sums[2] else 0.0)
-        out[2].append(sums[4] / sums[2] if sums[2] else 0.0)
+        for k, i in ((1, 3), (2, 4), (3, 5)):
+            out[k].append(sums[i] / sums[2] if sums[2] else 0.0)
     summary = summary or {}
     cache = (f"LRU {summary['cache_tokens']:,} tokens / {summary['cache_block']:,}"
              if has_lru and summary.get("cache_tokens") else "LRU" if has_lru else None)
     return Theory(measured=out[0], unlimited=out[1], lru=out[2] if has_lru else None,
-                  cache=cache, concurrency=int(summary.get("concurrency") or 1))
+                  cache=cache, unlimited_max=out[3] if has_max else None,
+                  concurrency=int(summary.get("in_flight") or summary.get("concurrency") or 1))
 
 
 # ---------------------------------------------------------------- latency

@@ -103,9 +103,10 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("theory", "Cache hit rate against theory",
      "The share of prompt tokens served from the cache, cumulative over the requests answered "
      "with a cached count in the order they were sent: as the engine reported it, and as the "
-     "plan says a perfect cache and an LRU cache of the given size (wl run --cache-tokens) "
-     "would serve, taking one request at a time. Above a concurrency of 1 requests overlap: "
-     "the gap is what that cost.",
+     "plan says a perfect cache (what it certainly serves, and what it could serve when "
+     "requests of concurrent sessions finish first) and an LRU cache of the given size (wl run "
+     "--cache-tokens) would serve, taking one request at a time. With several requests in "
+     "flight they overlap: the gap is what that cost.",
      lambda r: data.theory(r.records, getattr(r, "cache_theory", None)), "theory_chart"),
     ("latency", "Latency and load",
      "Left: the share of the measured requests (for ITL: of every gap between two token "
