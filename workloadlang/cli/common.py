@@ -12,6 +12,7 @@ import sys
 from typing import Any, Sequence
 
 from workloadlang import api
+from workloadlang.cli.options import DEFAULT_CACHE_BLOCK, command_flags
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json, render_text
 from workloadlang.results import ExitCode
 
@@ -177,22 +178,6 @@ def workload_help(argv: Sequence[str]) -> str | None:
     return None
 
 
-def command_flags() -> frozenset[str]:
-    """The long options of `wl plan` and `wl run` without their dashes (`output`, `sim-slots`,
-    `help`): a param whose flag is one of them is an error (WL234), in every command alike."""
-    import argparse
-
-    from workloadlang.cli.main import build_parser
-
-    out: set[str] = set()
-    for action in build_parser()._subparsers._group_actions:  # type: ignore[union-attr]
-        if isinstance(action, argparse._SubParsersAction):
-            for name in ("plan", "run"):
-                out |= {flag[2:] for a in action.choices[name]._actions
-                        for flag in a.option_strings if flag.startswith("--")}
-    return frozenset(out)
-
-
 def config_error(exc: ValueError, prefix: str = "") -> str:
     """A simulator configuration error in one line, naming the flag (pydantic's errors name the
     field: `device_tokens` is `--device-tokens`)."""
@@ -224,5 +209,3 @@ def cache_model(args) -> Any:
         return None
     return CacheModel(tokens=args.cache_tokens, block=args.cache_block or DEFAULT_CACHE_BLOCK)
 
-
-DEFAULT_CACHE_BLOCK = 16

@@ -15,9 +15,10 @@ import sys
 from typing import Sequence
 
 from workloadlang import api
-from workloadlang.cli.common import (UsageError, command_flags, config_error, eprint,
-                                     load_and_plan_sweep, show_diags, workload_help)
-from workloadlang.cli.options import add_plan_args, add_run_args, port_number
+from workloadlang.cli.common import (UsageError, config_error, eprint, load_and_plan_sweep,
+                                     show_diags, workload_help)
+from workloadlang.cli.options import (add_plan_args, add_plan_view_args, add_run_args,
+                                      command_flags, port_number)
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
 from workloadlang.results import ExitCode
 
@@ -181,7 +182,11 @@ def cmd_sim(args, extra) -> int:
 # ---------------------------------------------------------------- parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(params_help: str | None = None) -> argparse.ArgumentParser:
+    """The `wl` command's parser; `params_help`: a workload's params, shown after the options
+    of `wl plan` and `wl run` (`wl run FILE --help`)."""
+    shown = {"epilog": params_help, "formatter_class": argparse.RawDescriptionHelpFormatter} \
+        if params_help else {}
     ap = argparse.ArgumentParser(prog="wl", description="workloadlang: measure what an "
                                  "inference engine's prefix cache really keeps")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -190,14 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--format", choices=["text", "json"], default="text")
     # No abbreviations on plan/run: a param flag such as `--max` must not be read as `--max-context`.
     p = sub.add_parser("plan", help="dry-run: print the token schedule, send nothing",
-                       allow_abbrev=False)
+                       allow_abbrev=False, **shown)
     add_plan_args(p)
-    p.add_argument("--json", action="store_true", help="the full plan as JSON")
-    p.add_argument("--full", action="store_true", help="list every request")
-    p.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
+    add_plan_view_args(p)
     sub.add_parser("list", help="the bundled workloads")
     r = sub.add_parser("run", help="run a workload against an endpoint (or --sim)",
-                       allow_abbrev=False)
+                       allow_abbrev=False, **shown)
     add_plan_args(r)
     add_run_args(r)
     cmp_ = sub.add_parser("compare", help="compare two results files of the same workload")
@@ -224,14 +227,9 @@ COMMANDS = {"check": cmd_check, "plan": cmd_plan, "list": cmd_list, "run": cmd_r
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    extra_help = workload_help(argv)
-    if extra_help is not None:  # `wl run FILE --help`: the workload's params after the options
-        for action in ap._subparsers._group_actions:  # type: ignore[union-attr]
-            sub = action.choices[argv[0]]  # type: ignore[attr-defined]
-            sub.epilog = extra_help
-            sub.formatter_class = argparse.RawDescriptionHelpFormatter
+    # `wl run FILE --help`: the workload's params after the options
+    ap = build_parser(workload_help(argv))
     args, extra = ap.parse_known_args(argv)
     try:
         return COMMANDS[args.command](args, extra)

@@ -12,7 +12,7 @@ import argparse
 import math
 import unicodedata
 
-from workloadlang.cli.common import DEFAULT_CACHE_BLOCK
+DEFAULT_CACHE_BLOCK = 16
 
 def salt_text(text: str) -> str:
     """An argparse type: a salt is 1 to 200 characters, none a control character or a byte that
@@ -82,6 +82,24 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-total-tokens", type=token_count, default=limits.DEFAULT_TOTAL_TOKENS,
                    metavar="N", help="refuse a plan whose prompts add up to more tokens "
                    "(default %(default)s)")
+
+
+def add_plan_view_args(p: argparse.ArgumentParser) -> None:
+    """`wl plan`'s own options: how the plan is shown."""
+    p.add_argument("--json", action="store_true", help="the full plan as JSON")
+    p.add_argument("--full", action="store_true", help="list every request")
+    p.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
+
+
+def command_flags() -> frozenset[str]:
+    """The long options of `wl plan` and `wl run` without their dashes (`output`, `sim-slots`,
+    `help`): a param whose flag is one of them is an error (WL234), in every command alike."""
+    p = argparse.ArgumentParser()
+    add_plan_args(p)
+    add_plan_view_args(p)
+    add_run_args(p)
+    return frozenset(flag[2:] for a in p._actions for flag in a.option_strings
+                     if flag.startswith("--"))
 
 
 def positive_seconds(text: str) -> float:
