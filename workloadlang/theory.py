@@ -62,7 +62,7 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
     planned = sum(r.planned_prompt_tokens for r in rs)
     model = plan.cache_model
     out: dict[str, Any] = {
-        "requests": len(rs), "concurrency": plan.concurrency,
+        "requests": len(rs), "concurrency": plan.concurrency, "traced": bool(plan.traces),
         "in_flight": min(plan.concurrency, lanes.in_flight(plan.requests,
                                                            lanes.caps_of(plan.sessions))),
         "cache_tokens": model.tokens if model else None,

@@ -218,7 +218,7 @@ def test_time_scale_block_tokens_and_max_tokens_shape_the_requests():
         assert r.max_tokens == min(8, x["output_length"])
         assert r.send_at == pytest.approx((x["timestamp"] - raw[0]["timestamp"]) / 2000)
     fast = plan_trace(SLICE, limit="20", time_scale="0")
-    assert {r.send_at for r in fast.requests} == {0.0}
+    assert {r.send_at for r in fast.requests} == {None}  # no time: each as soon as it can go
 
 
 def test_the_plan_hash_follows_the_traces_content_not_its_path(tmp_path: Path):
@@ -335,6 +335,9 @@ def test_a_replay_at_concurrency_1_measures_the_plans_lru_hit_rate(tmp_path: Pat
     assert abs(theory["measured"] - theory["lru"]) < 0.005, theory
     sent = sorted(res["records"], key=lambda r: r["t_start_s"])
     assert [r["index"] for r in sent] == list(range(350, 550))  # in the trace's order
+    # as fast as the concurrency allows is what the plan asked for: nothing is late
+    assert res["client"]["scheduled"] == 0 and not res["client"]["schedule_late"]
+    assert all(r["schedule_lag_s"] is None for r in res["records"])
 
 
 def test_at_higher_concurrency_the_difference_is_reported(tmp_path: Path, capsys):
@@ -360,3 +363,18 @@ def test_send_times_are_kept(tmp_path: Path):
     for r in res["records"]:
         assert r["t_start_s"] >= r["planned_send_at"] - 0.002, r
     assert max(r["t_start_s"] for r in res["records"]) >= 0.44
+
+
+def test_a_replay_as_fast_as_the_concurrency_allows_is_never_late(tmp_path: Path, capsys):
+    """At time scale 0 the plan promises no send time, only the trace's order at the
+    concurrency: requests queued behind it are on schedule, not late."""
+    code, res = wl_run(tmp_path, "mooncake", "--trace", str(SLICE), "--time-scale", "0",
+                       "--limit", "30", "--max-concurrency", "1", "--max-tokens", "4",
+                       "--block-tokens", "16", "--salt", "fast", *SIM)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert res["client"]["scheduled"] == 0 and res["client"]["schedule_late"] == 0
+    assert "after their planned time" not in out
+    sent = sorted(res["records"], key=lambda r: r["t_start_s"])
+    assert [r["index"] for r in sent] == list(range(30))  # in the trace's order
+    assert "cache hit rate over 30 request(s)" in out

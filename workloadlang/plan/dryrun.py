@@ -117,8 +117,9 @@ def schedule_table(plan: Plan, full: bool) -> str:
     if full or len(reqs) <= SUMMARY_ROWS:
         groups = [[r] for r in reqs]
     else:
-        keyf = lambda r: (r.session_name if r.send_at is not None else r.session,  # noqa: E731
-                          r.phase, r.label)
+        traced = {t.session for t in plan.traces}  # a trace's or arrivals' copies together
+        keyf = lambda r: (r.session_name if r.send_at is not None or r.session_name  # noqa: E731
+                          in traced else r.session, r.phase, r.label)
         groups = [list(g) for _, g in groupby(reqs, key=keyf)]
     rows = [group_row(g) for g in groups]
     headers, align = list(HEADERS), ["left"] * 3 + ["right"] * 6

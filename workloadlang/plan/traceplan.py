@@ -9,8 +9,8 @@ A record's prompt is one user message made of its blocks: filler text named by t
 the block's id, so equal ids give byte-identical text and equal leading ids an equal prefix; the
 last block is cut to the prompt's size (and named with its size: it shares only with the same
 cut). `max_tokens` is the record's output length (at most the `max_tokens` option), the send
-time its time times `time_scale` (0: all due at the start, sent in order as the concurrency
-allows). `block_tokens` scales every block (and so every prompt) to that many tokens, keeping
+time its time times `time_scale` (0: no send time, so no schedule lag: each is sent as soon as
+its session's turn before it and the concurrency allow, in the trace's order). `block_tokens` scales every block (and so every prompt) to that many tokens, keeping
 which prompts share what. Every trace request is in one group for the cache model: the trace's
 send order is assumed to be the order requests finish (`prefix.py`).
 """
@@ -105,7 +105,7 @@ def plan_trace(b: Builder, s: ir.Session, root: Ctx,
         b.budget.size(out, "an output length", s.trace.span)
         add_request(b, stmt, ctx, conv, kind="reply", max_tokens=out, abort=None, kept="drop",
                     options={}, expect=(), group=TRACE_GROUP,
-                    send_at=rec.t * opts["time_scale"])
+                    send_at=rec.t * opts["time_scale"] if opts["time_scale"] else None)
         count[rec.session] += 1
         peak[rec.session] = max(peak[rec.session], conv.tokens + GEN_PROMPT_TOKENS + out)
     sessions = [SessionInfo(id=f"{s.name}#{k}", name=s.name, copy_index=k, requests=count[k],

@@ -342,13 +342,14 @@ class Theory:
 
 def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | None:
     """Input: one run's records and its `cache_theory`. Output: `Theory`, or None when the run
-    had no cache model, replayed no trace and planned no `exp. max` (nothing but what is
-    certain to compare with), or nothing was answered with a cached count."""
+    had no cache model, replayed no trace, planned no send time and no `exp. max` (nothing but
+    what is certain to compare with), or nothing was answered with a cached count."""
     from workloadlang.theory import measured as answered
     from workloadlang.theory import possible
 
-    if not any(r.planned_lru_cached is not None or r.planned_send_at is not None
-               or r.planned_expected_max is not None for r in records):
+    if not (summary or {}).get("traced") and not any(
+            r.planned_lru_cached is not None or r.planned_send_at is not None
+            or r.planned_expected_max is not None for r in records):
         return None
     rs = sorted((r for r in records if answered(r)), key=lambda r: (r.t_start_s or 0, r.seq))
     if not rs:
