@@ -115,6 +115,8 @@ class Record(BaseModel):
     max_tokens: int
     abort_after: int | None = None
     prefix_source: str | None = None
+    # the branches of parallel forks it is in (`FORK.BRANCH/...`, as the dry-run's `lane`)
+    lane: str = ""
     # what the engine reported
     prompt_tokens: int | None = None
     cached_tokens: int | None = None

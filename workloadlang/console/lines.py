@@ -21,8 +21,10 @@ from workloadlang.theory import theory_line
 
 
 def record_line(r: Record) -> str:
-    """One line per completed request: where it sits, what the engine said, what it cost."""
-    where = f"{r.session} {r.phase + '/' if r.phase else ''}{r.label}[{r.index}]"
+    """One line per completed request: where it sits (a parallel fork's branch too: `lane
+    0.1`), what the engine said, what it cost."""
+    where = f"{r.session} {r.phase + '/' if r.phase else ''}{r.label}[{r.index}]" + (
+        f" lane {r.lane}" if r.lane else "")
     if r.skipped:
         return f"  {where:<34} skipped: {r.skipped}"
     hit = {True: "HIT ", False: "MISS", None: "    "}[r.hit]

@@ -82,8 +82,8 @@ class SessionState:
 
 @dataclass
 class RunState:
-    """The whole run as the view knows it. `stage`: starting, calibrating, running, judging,
-    done. `started_at`/`ended_at`/`now`: clock readings (elapsed = end-or-now - start).
+    """The whole run as the view knows it. `stage`: starting, calibrating, preparing text
+    (done/total, before the clock), running, judging, done. `started_at`/`ended_at`/`now`: clock readings (elapsed = end-or-now - start).
     `engine_*`: the engine's prefix-cache counters since the first `/metrics` snapshot."""
 
     workload: str
@@ -143,7 +143,7 @@ def apply_record(state: RunState, rec: Record) -> None:
     state.done += 1
     s.done += 1
     s.label_done[rec.label] = s.label_done.get(rec.label, 0) + 1
-    if state.stage in ("starting", "calibrating"):
+    if state.stage in ("starting", "calibrating") or state.stage.startswith("preparing"):
         state.stage = "running"
     if rec.skipped:
         s.skipped += 1
@@ -171,6 +171,9 @@ def apply_event(state: RunState, kind: str, data: dict[str, Any], now: float | N
         state.stage = "calibrating"
     elif kind == "calibration" and state.stage in ("starting", "calibrating"):
         state.stage = "running"
+    elif kind == "note" and data.get("preparing") and state.done == 0:
+        done, total = data["preparing"]
+        state.stage = "running" if done >= total else f"preparing text {done:,}/{total:,}"
     elif kind == "metrics":
         hits, queries = data.get("hits_tokens") or 0, data.get("queries_tokens") or 0
         if state.engine_base is None:  # counters over the run: since the first snapshot

@@ -79,13 +79,17 @@ class RequestMaker:
         (a filler they share is sized once). If the tokenizer stops working, say so once and
         size the rest by the calibrated ratio (the run goes on)."""
         limit = asyncio.Semaphore(_SIZING_PARALLEL)
+        sessions = list(sessions)
+        progress = Progress(sink, self.clock, sum(len(s) for s in sessions))
 
         async def session(reqs: list[PRequest]) -> None:
             for req in reqs:
                 async with limit:
                     await self._prepare(req, sink)
+                progress.step()
 
         await asyncio.gather(*(session(s) for s in sessions))
+        progress.end()
 
     async def _prepare(self, req: PRequest, sink: Sink) -> None:
         if self.sizing_failed:
@@ -98,6 +102,41 @@ class RequestMaker:
             self.sizing_failed = True
             sink.event("note", {"message": f"the engine's tokenizer failed ({e}); text not "
                                 "sized yet is sized by the calibrated tokens-per-word ratio"})
+
+
+class Progress:
+    """What the run is doing while it sizes the requests' text before the clock (a long trace
+    takes a while): a note on the sink once it has taken `FIRST_S`, again every `EVERY_S`, and
+    when it is done (when a note was given). Each note's data has `preparing`: (done, total)."""
+
+    FIRST_S = 1.0
+    EVERY_S = 5.0
+
+    def __init__(self, sink: Sink, clock: Callable[[], float], total: int) -> None:
+        self.sink, self.clock, self.total = sink, clock, total
+        self.start = self.last = clock()
+        self.done, self.said = 0, False
+
+    def step(self) -> None:
+        """One more request's text is sized."""
+        self.done += 1
+        now = self.clock()
+        if self.done < self.total and now - self.last >= (self.EVERY_S if self.said
+                                                          else self.FIRST_S):
+            first = (f"preparing the text of {self.total:,} requests before the clock starts "
+                     f"(sizing it with the engine's tokenizer): {self.done:,} done")
+            later = f"preparing the text: {self.done:,} of {self.total:,} requests done"
+            self.sink.event("note", {
+                "message": f"{later if self.said else first} in {now - self.start:.1f} s",
+                "preparing": [self.done, self.total]})
+            self.last, self.said = now, True
+
+    def end(self) -> None:
+        if self.said:
+            self.sink.event("note", {
+                "message": f"the text of {self.total:,} requests is ready (sized in "
+                           f"{self.clock() - self.start:.1f} s): the run starts",
+                "preparing": [self.total, self.total]})
 
 
 def headers(req: PRequest) -> dict[str, str]:

@@ -65,7 +65,7 @@ def base_record(req: PRequest) -> dict[str, Any]:
                 planned_expected_max=req.expected_cached_max,
                 new_tokens=req.new_tokens,
                 max_tokens=req.max_tokens, abort_after=req.abort_after,
-                prefix_source=req.prefix_source, isolated=req.isolated)
+                prefix_source=req.prefix_source, isolated=req.isolated, lane=req.lane)
 
 
 def skipped_record(req: PRequest, reason: str) -> Record:
