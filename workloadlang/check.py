@@ -30,8 +30,8 @@ from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
 from workloadlang.evaluate import COPY, DRAWS, FUNCTIONS, constant
 from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, CALIBRATION_KINDS, CALIBRATION_REFS,
                                 KIND_HINTS, LITERAL_KINDS, METRICS, NUMERIC, SETTING_KINDS,
-                                TYPE_KINDS, Scope, arith_kind, common_kind, comparable,
-                                describe, element, fits, is_zero, list_of)
+                                TYPE_KINDS, Scope, agg_result, arith_kind, common_kind,
+                                comparable, describe, element, fits, is_zero, list_of)
 from workloadlang.declared import Declared
 from workloadlang.ir import gate_metric_refs
 
@@ -525,7 +525,7 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
         if g.func in ("all", "any", "fraction") and kind not in ("bool", "any"):
             self.err("WL307", f"`{g.func}` needs a yes/no metric such as `ok` or `hit`, but "
                      f"`{g.arg.metric}` is {describe(kind)}", g.arg.span)
-        return _agg_result(g.func, kind)
+        return agg_result(g.func, kind)
 
     def check_sel_item(self, item: ir.SelItem, scope: Scope) -> None:
         if item.key in ("last", "first"):
@@ -552,17 +552,6 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
                 self.diags.append(warning("WL213", f"text `{t.name}` is never used", t.span,
                                           "use it as a message part, `$" + t.name + "`, or "
                                           "remove it"))
-
-
-def _agg_result(func: str, kind: str) -> str:
-    """The kind of `func(metric)` for a metric of `kind` (yes/no values count as 1 and 0)."""
-    fixed = {"count": "number", "fraction": "ratio", "all": "bool", "any": "bool",
-             "rate": "number"}
-    if func in fixed:
-        return fixed[func]
-    if kind == "bool":
-        return "ratio" if func == "mean" else "number"
-    return kind
 
 
 def _plain(g: Any) -> Any:

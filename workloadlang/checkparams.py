@@ -1,11 +1,11 @@
 """The checks of a workload's params, a part of the checker (`workloadlang.check`).
 
 Input: each `ir.Param` (its type, default, range, choices, `sweep [...]`), through the checker
-it is mixed into (`ParamChecks`: `err`, `expect`, `value`, `unique`, `top`, `wl`, `flags`). Output: the
-checker's diagnostics: a default of the wrong kind or sign, a non-integer for an integer type,
-a range or choices a default falls outside of, a sweep that is not a list of written values in
-range, a param named like an option of `wl plan` / `wl run` (WL233, WL234, WL304, WL305,
-...).
+it is mixed into (`ParamChecks`: `err`, `expect`, `value`, `unique`, `top`, `wl`, `flags`).
+Output: the checker's diagnostics: a default of the wrong kind or sign, a non-integer for an
+integer type, a range or choices a default falls outside of, a sweep that is not a list of
+written values in range, a param named like an option of `wl plan` / `wl run` (WL233, WL234,
+WL304, WL305, ...).
 """
 
 from __future__ import annotations

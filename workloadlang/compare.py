@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from tabulate import tabulate
 
+from workloadlang.console.format import fmt_kind, fmt_number
 from workloadlang.headline import Kind, fmt_value, headline, numeric  # noqa: F401
 from workloadlang.results import ExitCode, Results, ResultsFileError, read_results
 
@@ -82,9 +83,7 @@ def fmt_delta(kind: Kind, a: Any, b: Any) -> tuple[str, str]:
         return f"{100 * d:+.1f}pp", pct
     if kind == "seconds":
         return (f"{d:+.3f}s" if abs(d) < 100 else f"{d:+.1f}s"), pct
-    if isinstance(d, int) or (kind == "count" and float(d).is_integer()):
-        return f"{int(d):+,}", pct
-    return f"{d:+.4g}", pct
+    return ("-" if d < 0 else "+") + fmt_number(abs(round(d) if kind == "count" else d)), pct
 
 
 def metric_rows(a: Results, b: Results) -> list[list[str]]:
@@ -132,6 +131,7 @@ class GateChange:
     b: str | None
     a_value: Any = None
     b_value: Any = None
+    kind: str | None = None  # of the values (`GateResult.kind`): how they are shown
 
     @property
     def change(self) -> str:
@@ -165,7 +165,8 @@ def gate_changes(a: Results, b: Results) -> list[GateChange]:
         g = x if x is not None else y
         sa = {r.scope: r for r in x.results} if x is not None else {}
         sb = {r.scope: r for r in y.results} if y is not None else {}
-        head = dict(gate=name, severity=g.severity, a=gate_status(x), b=gate_status(y))
+        head = dict(gate=name, severity=g.severity, a=gate_status(x), b=gate_status(y),
+                    kind=g.kind)
         if g.scope != "each session":
             out.append(GateChange(scope=g.scope, a_value=value_of(sa.get("overall")),
                                   b_value=value_of(sb.get("overall")), **head))
@@ -175,7 +176,7 @@ def gate_changes(a: Results, b: Results) -> list[GateChange]:
             ra, rb = sa.get(scope), sb.get(scope)
             out.append(GateChange(gate=name, scope=scope, severity=g.severity,
                                   a=scope_status(ra), b=scope_status(rb),
-                                  a_value=value_of(ra), b_value=value_of(rb)))
+                                  a_value=value_of(ra), b_value=value_of(rb), kind=g.kind))
     return out
 
 
@@ -183,10 +184,11 @@ def value_of(r: Any) -> Any:
     return None if r is None else r.value
 
 
-def status_cell(status: str | None, value: Any) -> str:
+def status_cell(status: str | None, value: Any, kind: str | None = None) -> str:
+    """A gate's status on one side, with its value shown by the gate's kind: `pass (50ms)`."""
     if status is None:
         return "–"
-    return status if value is None else f"{status} ({fmt_value('number', value)})"
+    return status if value is None else f"{status} ({fmt_kind(value, kind or 'number')})"
 
 
 def gate_table_rows(changes: list[GateChange]) -> list[list[str]]:
@@ -194,7 +196,7 @@ def gate_table_rows(changes: list[GateChange]) -> list[list[str]]:
     for c in changes:
         sev = "" if c.severity == "fail" else " (warn)"
         rows.append([c.gate, c.scope,
-                     status_cell(c.a, c.a_value), status_cell(c.b, c.b_value),
+                     status_cell(c.a, c.a_value, c.kind), status_cell(c.b, c.b_value, c.kind),
                      c.change.upper() if c.fails_compare else c.change + sev])
     return rows
 

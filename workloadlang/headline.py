@@ -1,11 +1,11 @@
 """The headline numbers of one run's results, and how a number is shown.
 
 Input: a `results.Results`. Output: `headline`: ordered `name -> (kind, value)`: the report
-items (a per-group item as `name[group]`), then the run's own figures (requests, errors, warm
-hits and misses, mean reuse, median TTFTs, tokens, the engine's hit ratio, elapsed, then its
-latency percentiles, rates and goodput);
-`fmt_value`: a value as a table cell. `wl compare` sets two runs' side by side, a sweep's table
-and curves its points'.
+items (a per-group item as `name[group]`, of the kind their `as` format says), then the run's
+own figures (requests, errors, warm hits and misses, mean reuse, median TTFTs, tokens, the
+engine's hit ratio, elapsed, then its latency percentiles, rates and goodput); `fmt_value`: a
+value as a table cell. `wl compare` sets two runs' side by side, a sweep's table and curves its
+points'.
 """
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ import math
 import statistics
 from typing import Any, Literal
 
+from workloadlang.console.format import fmt_number
 from workloadlang.results import Results
 
 Kind = Literal["count", "ratio", "seconds", "number"]
+
+
+REPORT_KINDS: dict[str, Kind] = {"percent": "ratio", "tokens": "count", "seconds": "seconds",
+                                 "number": "number"}
+"""A report item's `as` format -> the kind its value is shown as."""
 
 
 def median(xs: list[float]) -> float | None:
@@ -28,11 +34,12 @@ def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
     item expanded as `name[group]`), then the run's own figures."""
     out: dict[str, tuple[Kind, Any]] = {}
     for name, v in r.report.items():
+        kind = REPORT_KINDS.get(r.report_format.get(name, "number"), "number")
         if isinstance(v, dict):
             for group, x in v.items():
-                out[f"{name}[{group}]"] = ("number", x)
+                out[f"{name}[{group}]"] = (kind, x)
         else:
-            out[name] = ("number", v)
+            out[name] = (kind, v)
     ran = [x for x in r.records if not x.skipped]
     ok = [x for x in ran if x.error is None]
     warm = [x for x in ok if x.warm]
@@ -94,6 +101,4 @@ def fmt_value(kind: Kind, v: Any) -> str:
         if abs(v) < 1e-3:  # an inter-token gap: in microseconds, or it would print as 0.000s
             return f"{v * 1e6:.0f}µs"
         return f"{v:.3f}s" if abs(v) < 100 else f"{v:.1f}s"
-    if isinstance(v, int) or (kind == "count" and float(v).is_integer()):
-        return f"{int(v):,}"
-    return f"{v:.4g}"
+    return fmt_number(round(v) if kind == "count" else v)

@@ -53,6 +53,42 @@ KIND_HINTS = {("duration", "number"): "write a duration with a unit, like `500ms
           ("number", "ratio"): "write a plain number, not a percentage",
           ("ratio", "duration"): "write a ratio like `95%` or `0.95`"}
 
+def agg_result(func: str, kind: str) -> str:
+    """The kind of `func(metric)` for a metric of `kind` (yes/no values count as 1 and 0)."""
+    fixed = {"count": "number", "fraction": "ratio", "all": "bool", "any": "bool",
+             "rate": "number"}
+    if func in fixed:
+        return fixed[func]
+    if kind == "bool":
+        return "ratio" if func == "mean" else "number"
+    return kind
+
+
+def gexpr_kind(g: Any) -> str:
+    """The kind of a gate expression of a checked workload (its metrics', its aggregations',
+    how they combine; a plan-time value's unit when it is a number written with one), `any`
+    where it cannot be told without the params."""
+    if isinstance(g, ir.MetricRef):
+        return METRICS.get(g.metric, "any")
+    if isinstance(g, ir.Agg):
+        return agg_result(g.func, METRICS.get(g.arg.metric, "any"))
+    if isinstance(g, ir.GBin):
+        return arith_kind(g.op, gexpr_kind(g.left), gexpr_kind(g.right)) or "any"
+    if isinstance(g, ir.GCall):
+        return common_kind([gexpr_kind(a) for a in g.args]) or "any"
+    return g.value.unit if isinstance(g.value, ir.Num) else "any"
+
+
+def gate_kind(gate: Any) -> str | None:
+    """The kind of what a gate compares (its left side's, else its right side's): how its
+    value and threshold are shown. None when neither can be told."""
+    for side in (gate.left, gate.right):
+        kind = "any" if side is None else gexpr_kind(side)
+        if kind != "any":
+            return kind
+    return None
+
+
 def list_of(kind: str) -> str:
     return "list:" + kind
 

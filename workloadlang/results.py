@@ -212,7 +212,9 @@ class ScopeResult(BaseModel):
 
 class GateResult(BaseModel):
     """A gate over all its scopes; `exact`, `ranges`, `unknown`: the values read, summed;
-    `not_applicable`: the scopes where its `when` condition was false."""
+    `not_applicable`: the scopes where its `when` condition was false; `kind`: the kind of
+    what it compares (`duration`, `ratio`, `number`, `bool`; None: not told), which says how
+    its value and threshold are shown."""
     name: str
     scope: str
     severity: str
@@ -220,6 +222,7 @@ class GateResult(BaseModel):
     line: int
     status: Status
     results: list[ScopeResult]
+    kind: str | None = None
     exact: int = 0
     ranges: int = 0
     unknown: int = 0

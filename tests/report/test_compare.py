@@ -92,7 +92,7 @@ def test_same_plan_gives_the_table_and_verdicts(tmp_path: Path) -> None:
     code, out, err = run(tmp_path, results(), b)
     assert code == 0 and err == ""
     assert row(out, "main_reused") == ["main_reused", "3", "4", "+1", "+33.3%"]
-    assert row(out, "pp[1]") == ["pp[1]", "1200", "1300", "+100", "+8.3%"]
+    assert row(out, "pp[1]") == ["pp[1]", "1,200", "1,300", "+100", "+8.3%"]
     assert row(out, "requests") == ["requests", "5", "5", "0", "0%"]
     assert row(out, "errors") == ["errors", "1", "1", "0", "0%"]
     assert row(out, "skipped")[1:3] == ["1", "1"]

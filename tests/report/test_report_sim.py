@@ -21,7 +21,7 @@ RUNS: dict[str, list[str]] = {
     "needle-test": ["-p", "lengths=2000,30000,300000"],
     "perf-sim": ["-p", "step_tokens=2000", "-p", "runs=2", "-p", "context_limit=16000"],
 }
-CHARTS = {"abort-sim": ["abort"], "agent-sim": ["sessions", "speed"],
+CHARTS = {"abort-sim": ["abort"], "agent-sim": ["sessions", "speed", "theory"],
           "cache-pressure": ["retention"], "needle-test": ["needles"], "perf-sim": ["speed"]}
 CHARTS = {name: [*kinds, "latency"] for name, kinds in CHARTS.items()}  # every run has one
 

@@ -46,7 +46,8 @@ def test_a_long_preparation_says_so_and_when_it_is_done():
     assert got[0]["message"] == ("preparing the text of 40 requests before the clock starts "
                                  "(sizing it with the engine's tokenizer): 2 done in 1.0 s")
     assert got[1]["message"] == "preparing the text: 12 of 40 requests done in 6.0 s"
-    assert got[-1]["message"] == "the text of 40 requests is ready (sized in 20.0 s): the run starts"
+    assert got[-1]["message"] == ("the text of 40 requests is ready (sized in 20.0 s): the run "
+                                  "starts")
     assert event_line("note", got[0]).startswith("note: preparing the text of 40 requests")
 
 

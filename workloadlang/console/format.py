@@ -6,6 +6,7 @@ Input: values of records and results. Output: short strings.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 
@@ -25,6 +26,51 @@ def fmt_pct(v: float | None) -> str:
 
 def fmt_tps(v: float | None) -> str:
     return "–" if v is None else f"{v / 1000:.1f}k" if v >= 1000 else f"{v:.0f}"
+
+
+def fmt_duration(v: float) -> str:
+    """Seconds to three significant digits: `1.26ms`, `50ms`, `2.35s`, `1,234.5s` (close
+    values stay apart: a 9.9 ms lag next to a 10 ms limit)."""
+    a = abs(v)
+    if a < 1:
+        return f"{v * 1000:.3g}ms"
+    return f"{v:.3g}s" if a < 100 else f"{v:,.1f}s"
+
+
+def fmt_ratio(v: float) -> str:
+    """A ratio as a percentage with up to two decimals: `90%`, `89.96%`, `66.67%`."""
+    text = f"{100 * v:.2f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def fmt_number(v: float) -> str:
+    """A plain number: whole ones with thousands separators (`12,070`), others to four
+    significant digits (`1.75`, `0.3333`), never in exponent form."""
+    if isinstance(v, int) or float(v).is_integer():
+        return f"{int(v):,}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    text = f"{v:.4g}"
+    return format(Decimal(text), "f") if "e" in text else text
+
+
+def fmt_kind(v: Any, kind: str | None) -> str:
+    """A value by its kind (`duration` or `seconds`, `ratio`, `number`, `count`, `bool`; None:
+    as `fmt_val` shows it): what a gate's value and threshold, `wl compare` and a sweep's table
+    show."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        return str(v)
+    if kind in ("duration", "seconds"):
+        return fmt_duration(v)
+    if kind == "ratio":
+        return fmt_ratio(v)
+    if kind in ("number", "count"):
+        return fmt_number(v)
+    return fmt_val(v)
 
 
 def fmt_val(v: Any) -> str:

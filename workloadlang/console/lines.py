@@ -13,7 +13,7 @@ from typing import IO, Any
 from tabulate import tabulate
 
 from workloadlang.console.format import (after_abort_misses, counters_line, fmt_gap, fmt_pct,
-                                         fmt_report, fmt_s, fmt_tok, fmt_tps, fmt_val)
+                                         fmt_kind, fmt_report, fmt_s, fmt_tok, fmt_tps)
 from workloadlang.console.perf import performance_text
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record
@@ -121,7 +121,8 @@ def gate_rows(results: Any) -> list[list[Any]]:
         status = g.status.upper() if g.severity == "fail" else f"{g.status.upper()} (warn)"
         counts = f"{g.exact}/{g.ranges}/{g.unknown}" + (
             f", {g.not_applicable} n/a" if g.not_applicable else "")
-        rows.append([g.name, g.scope, status, fmt_val(shown.value), fmt_val(shown.threshold),
+        rows.append([g.name, g.scope, status, fmt_kind(shown.value, g.kind),
+                     fmt_kind(shown.threshold, g.kind),
                      counts, f"line {g.line}", detail or "–"])
     return rows
 
@@ -171,7 +172,7 @@ def gate_cell(g: Any, sid: str) -> str:
         return "–"
     if r.not_applicable:
         return "n/a (does not apply)"
-    cell = f"{fmt_val(r.value)} / {fmt_val(r.threshold)}"
+    cell = f"{fmt_kind(r.value, g.kind)} / {fmt_kind(r.threshold, g.kind)}"
     return cell if r.status == "pass" else f"{cell} {r.status.upper()}"
 
 

@@ -83,8 +83,9 @@ class SessionState:
 @dataclass
 class RunState:
     """The whole run as the view knows it. `stage`: starting, calibrating, preparing text
-    (done/total, before the clock), running, judging, done. `started_at`/`ended_at`/`now`: clock readings (elapsed = end-or-now - start).
-    `engine_*`: the engine's prefix-cache counters since the first `/metrics` snapshot."""
+    (done/total, before the clock), running, judging, done. `started_at`/`ended_at`/`now`: clock
+    readings (elapsed = end-or-now - start). `engine_*`: the engine's prefix-cache counters
+    since the first `/metrics` snapshot."""
 
     workload: str
     hit_ratio: float

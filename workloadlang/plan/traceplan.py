@@ -10,9 +10,10 @@ the block's id, so equal ids give byte-identical text and equal leading ids an e
 last block is cut to the prompt's size (and named with its size: it shares only with the same
 cut). `max_tokens` is the record's output length (at most the `max_tokens` option), the send
 time its time times `time_scale` (0: no send time, so no schedule lag: each is sent as soon as
-its session's turn before it and the concurrency allow, in the trace's order). `block_tokens` scales every block (and so every prompt) to that many tokens, keeping
-which prompts share what. Every trace request is in one group for the cache model: the trace's
-send order is assumed to be the order requests finish (`prefix.py`).
+its session's turn before it and the concurrency allow, in the trace's order). `block_tokens`
+scales every block (and so every prompt) to that many tokens, keeping which prompts share what.
+Every trace request is in one group for the cache model: the trace's send order is assumed to be
+the order requests finish (`prefix.py`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from workloadlang.report.source import workload_lines
-from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap
+from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap, fmt_kind
 
 # ---------------------------------------------------------------- formatting
 
@@ -145,13 +145,14 @@ def gate_cell(g: Any) -> dict[str, Any]:
     na = [r for r in g.results if getattr(r, "not_applicable", 0)]
     shown = bad + na
     cell: dict[str, Any] = {"state": gate_state(g), "verdict": g.verdict or "",
-                            "scopes": [scope_text(r) for r in shown[:20]],
+                            "scopes": [scope_text(r, g.kind) for r in shown[:20]],
                             "more": max(0, len(shown) - 20)}
     if len(g.results) == 1:
         r = g.results[0]
-        cell.update(value=fmt_num(r.value) if r.status != "unknown" and not na else "",
-                    threshold="" if r.threshold is None else fmt_num(r.threshold), detail=r.detail,
-                    summary="")
+        kind = getattr(g, "kind", None)
+        cell.update(value=gate_value(r.value, kind) if r.status != "unknown" and not na else "",
+                    threshold="" if r.threshold is None else gate_value(r.threshold, kind),
+                    detail=r.detail, summary="")
         cell["scopes"] = []
     else:
         summary = (f"{len(bad)} of {len(g.results)} scopes did not pass" if bad
@@ -161,21 +162,27 @@ def gate_cell(g: Any) -> dict[str, Any]:
     return cell
 
 
-def scope_text(r: Any) -> str:
-    """`main#2: unknown (no data)`, `main#2: 0.41 vs 0.66 fail`, or `main#2: does not apply
-    (...)` where the gate's `when` condition was false."""
+def scope_text(r: Any, kind: str | None = None) -> str:
+    """`main#2: unknown (no data)`, `main#2: 41% vs 66% fail`, or `main#2: does not apply
+    (...)` where the gate's `when` condition was false; values shown by the gate's `kind`."""
     if getattr(r, "not_applicable", 0):
         return f"{r.scope}: {r.detail}"
-    return _scope_text(r)
+    return _scope_text(r, kind)
 
 
-def _scope_text(r: Any) -> str:
-    """`main#2: unknown (no data)` or `main#2: 0.41 vs 0.66 fail`."""
+def _scope_text(r: Any, kind: str | None = None) -> str:
+    """`main#2: unknown (no data)` or `main#2: 41% vs 66% fail`."""
     if r.status == "unknown":
         return f"{r.scope}: unknown ({r.detail})" if r.detail else f"{r.scope}: unknown"
     extra = f" — {r.detail}" if r.detail else ""
-    versus = "" if r.threshold is None else f" vs {fmt_num(r.threshold)}"  # a yes/no gate
-    return f"{r.scope}: {fmt_num(r.value)}{versus} {r.status}{extra}"
+    versus = "" if r.threshold is None else f" vs {gate_value(r.threshold, kind)}"  # yes/no: none
+    return f"{r.scope}: {gate_value(r.value, kind)}{versus} {r.status}{extra}"
+
+
+def gate_value(v: Any, kind: str | None) -> str:
+    """A gate's value or threshold by the gate's kind (`50ms`, `90%`, `12,070`); yes/no, and a
+    results file that does not say the kind, as `fmt_num`."""
+    return fmt_num(v) if kind is None or isinstance(v, bool) else fmt_kind(v, kind)
 
 
 def gate_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
