@@ -9,8 +9,8 @@ tokens the engine reported over the prompt tokens it counted. A perfect cache's 
 certainly serves (`unlimited`: the plan's `expected_cached` over its planned prompt tokens, what
 requests certainly finished before each one leave) and what it could serve at most
 (`unlimited_max`: each request's `exp. max` where it has one, when requests of concurrent
-sessions or branches finish first); `range` says where the measured rate falls (`below`,
-`within`, `above`). `lru`: the plan's `lru_cached` (with `--cache-tokens`). The theory takes
+sessions or branches finish first); `range` says where the measured rate falls (`below` what
+is certain by more than the engine's blocks, `within`, `above` what any order allows). `lru`: the plan's `lru_cached` (with `--cache-tokens`). The theory takes
 requests one at a time in the plan's order; with several requests in flight at once (`in_flight`:
 the concurrency limit, or fewer when the sessions, their forks and caps cannot fill it) they
 overlap, and the difference from the measured rate is reported, not hidden.
@@ -82,7 +82,8 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
     out["measured"] = out["cached_tokens"] / prompt if prompt else None
     out["unlimited"] = out["expected_cached_tokens"] / planned if planned else None
     out["unlimited_max"] = out["expected_cached_max_tokens"] / planned if planned else None
-    out["range"] = where(out["measured"], out["unlimited"], out["unlimited_max"])
+    out["range"] = where(out["cached_tokens"], sum(certain(r) for r in rs), len(rs), prompt,
+                         bool(out["served_before_run_tokens"]))
     out["lru"] = (out["lru_cached_tokens"] / planned
                   if model and planned else None)
     return out
@@ -95,19 +96,30 @@ def possible(r: Any) -> int:
     return r.planned_expected_cached if most is None else max(most, r.planned_expected_cached)
 
 
-RANGE_SLACK = 0.005
-"""How far (a share of the prompt tokens) the measured rate may pass an end of the perfect
-cache's range and still count as within it: the engine counts tokens its own way."""
+BLOCK_SLACK_TOKENS = 32
+"""Cached tokens a request may fall short of what is certain by, an engine caching whole
+blocks (16 tokens in vLLM and the simulator) and counting with its own template."""
 
 
-def where(rate: float | None, low: float | None, high: float | None) -> str | None:
-    """Input: the measured rate and the perfect cache's certain and possible rates. Output:
-    `below`, `within` or `above` the range (None when a rate is missing)."""
-    if rate is None or low is None or high is None:
+def certain(r: Any) -> int:
+    """Input: a measured record. Output: what a perfect cache certainly serves it (`exp.
+    cached`), scaled to the engine's prompt."""
+    return round(r.planned_expected_cached * r.prompt_tokens / max(1, r.planned_prompt_tokens))
+
+
+def where(cached: int, certain_tokens: int, requests: int, prompt: int,
+          above: bool) -> str | None:
+    """Input: the cached tokens measured, what a perfect cache certainly serves the same
+    requests (in the engine's tokens), how many requests, their prompt tokens, whether the
+    engine served more than any order allows (`served_before_run_tokens`). Output: where the
+    measured share falls in the perfect cache's range: `above` it, `below` what is certain by
+    more than a block a request and half a percent, else `within` (None: no request)."""
+    if not requests:
         return None
-    if rate < low - RANGE_SLACK:
-        return "below"
-    return "above" if rate > high + RANGE_SLACK else "within"
+    if above:
+        return "above"
+    slack = BLOCK_SLACK_TOKENS * requests + 0.005 * prompt
+    return "below" if cached < certain_tokens - slack else "within"
 
 
 def pct(x: float | None) -> str:
@@ -147,7 +159,5 @@ def perfect_range(theory: dict[str, Any]) -> str:
     if verdict == "below":
         return text + " (measured below the certain share: the engine kept less)"
     if verdict == "above":
-        return text + (" (measured above the possible share: see the NOTE)"
-                       if theory.get("served_before_run_tokens") else
-                       " (measured above the possible share by the engine's own counting)")
+        return text + " (measured above the possible share: see the NOTE)"
     return text + (" (measured within the range)" if verdict == "within" else "")

@@ -42,21 +42,29 @@ def test_a_rerun_with_the_same_salt_on_a_warm_engine_is_flagged(tmp_path, capsys
 
 
 def test_the_line_puts_measured_certain_and_possible_side_by_side():
-    from workloadlang.theory import theory_line, where
+    from workloadlang.theory import theory_line
 
     base = {"requests": 32, "measured": 0.943, "unlimited": 0.653, "unlimited_max": 0.975,
-            "in_flight": 32, "range": where(0.943, 0.653, 0.975)}
+            "in_flight": 32, "range": "within"}
     assert theory_line(base) == (
         "cache hit rate over 32 request(s), of prompt tokens: measured 94.3%; a perfect cache: "
         "certain 65.3%, possible 97.5% (measured within the range); up to 32 requests in "
         "flight at once, the theory takes them one at a time")
-    below = {**base, "measured": 0.5, "range": where(0.5, 0.653, 0.975), "in_flight": 1}
+    below = {**base, "measured": 0.5, "range": "below", "in_flight": 1}
     assert "(measured below the certain share: the engine kept less)" in theory_line(below)
     assert "in flight" not in theory_line(below)
-    alone = {**base, "unlimited_max": None, "range": where(0.653, 0.653, 0.653),
-             "measured": 0.653}
+    alone = {**base, "unlimited_max": None, "measured": 0.653}
     assert "a perfect cache: certain 65.3%, possible 65.3% (measured within" in theory_line(alone)
-    assert where(0.99, 0.653, 0.975) == "above" and where(0.978, 0.653, 0.975) == "within"
+
+
+def test_where_the_measured_share_falls_allows_for_the_engines_blocks():
+    from workloadlang.theory import where
+
+    # 10 requests of 1,000 prompt tokens, 6,000 certain: 32 tokens a request and 0.5% slack
+    assert where(5700, 6000, 10, 10_000, False) == "within"
+    assert where(5600, 6000, 10, 10_000, False) == "below"
+    assert where(9900, 6000, 10, 10_000, True) == "above"
+    assert where(0, 0, 0, 0, False) is None
 
 
 def test_a_run_measures_within_the_perfect_caches_range(tmp_path, capsys):
