@@ -106,7 +106,8 @@ class Record(BaseModel):
     # the planned send time of a trace request or an arrival's first, s from the start
     planned_send_at: float | None = None
     # of a request with a planned send time: how much later it was sent (waits for a place
-    # among its session's copies, for a concurrency slot, and the client's own delay)
+    # among its session's copies, for a concurrency slot, and the client's own delay), counted
+    # from its phase's barrier when that opened after its send time
     schedule_lag_s: float | None = None
     # what a perfect cache could serve if requests of concurrent sessions finished first (the
     # plan's `exp. max`; None when no more than `planned_expected_cached`)

@@ -5,15 +5,17 @@ results' `cache_theory` (a dict, JSON-ready) and the line `wl run` prints from i
 
 The rates are token-weighted and over the same requests: those answered with a cached count
 (an errored, skipped or silent request says nothing about the cache). Measured: the cached
-tokens the engine reported over the prompt tokens it counted. A perfect cache's range: what it
-certainly serves (`unlimited`: the plan's `expected_cached` over its planned prompt tokens, what
-requests certainly finished before each one leave) and what it could serve at most
-(`unlimited_max`: each request's `exp. max` where it has one, when requests of concurrent
-sessions or branches finish first); `range` says where the measured rate falls (`below` what
-is certain by more than the engine's blocks, `within`, `above` what any order allows). `lru`: the plan's `lru_cached` (with `--cache-tokens`). The theory takes
-requests one at a time in the plan's order; with several requests in flight at once (`in_flight`:
-the concurrency limit, or fewer when the sessions, their forks and caps cannot fill it) they
-overlap, and the difference from the measured rate is reported, not hidden.
+tokens the engine reported over the prompt tokens it counted. A perfect cache's range, over the
+same prompt tokens: what it certainly serves (`certain`: per request what requests certainly
+finished before it leave, the runner's expectation from the engine's counts) and what it could
+serve at most (`possible`: `upper_cached_tokens`, below); `range` says where the measured rate
+falls (`below` what is certain by more than the engine's blocks, `within`, `above` what any
+order allows). The plan's own figures, over its planned prompt tokens: `unlimited` (its `exp.
+cached`), `unlimited_max` (with each request's `exp. max`), `lru` (its `lru_cached`, with
+`--cache-tokens`). The theory takes requests one at a time in the plan's order; with several
+requests in flight at once (`in_flight`: the concurrency limit, or fewer when the sessions,
+their forks and caps cannot fill it) they overlap, and the difference from the measured rate is
+reported, not hidden.
 
 No cache can serve a request more than its prompt shares with requests sent before it: the
 `upper_cached_tokens` are, per request, the most any order of the run's requests allows (the
@@ -82,7 +84,10 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
     out["measured"] = out["cached_tokens"] / prompt if prompt else None
     out["unlimited"] = out["expected_cached_tokens"] / planned if planned else None
     out["unlimited_max"] = out["expected_cached_max_tokens"] / planned if planned else None
-    out["range"] = where(out["cached_tokens"], sum(certain(r) for r in rs), len(rs), prompt,
+    out["certain_cached_tokens"] = sum(certain(r) for r in rs)
+    out["certain"] = out["certain_cached_tokens"] / prompt if prompt else None
+    out["possible"] = upper / prompt if prompt else None
+    out["range"] = where(out["cached_tokens"], out["certain_cached_tokens"], len(rs), prompt,
                          bool(out["served_before_run_tokens"]))
     out["lru"] = (out["lru_cached_tokens"] / planned
                   if model and planned else None)
@@ -102,8 +107,11 @@ blocks (16 tokens in vLLM and the simulator) and counting with its own template.
 
 
 def certain(r: Any) -> int:
-    """Input: a measured record. Output: what a perfect cache certainly serves it (`exp.
-    cached`), scaled to the engine's prompt."""
+    """Input: a measured record. Output: what a perfect cache certainly serves it in the
+    engine's tokens: the runner's expectation from the engine's counts of its prefix source,
+    else the plan's `exp. cached` scaled to the engine's prompt."""
+    if r.expected_cached is not None:
+        return r.expected_cached
     return round(r.planned_expected_cached * r.prompt_tokens / max(1, r.planned_prompt_tokens))
 
 
@@ -153,7 +161,7 @@ def theory_line(theory: dict[str, Any] | None) -> str | None:
 def perfect_range(theory: dict[str, Any]) -> str:
     """A perfect cache's share as its range, side by side, and where the measured rate falls:
     `a perfect cache: certain 65.3%, possible 97.5% (measured within the range)`."""
-    low, high = theory.get("unlimited"), theory.get("unlimited_max")
+    low, high = theory.get("certain"), theory.get("possible")
     text = f"a perfect cache: certain {pct(low)}, possible {pct(low if high is None else high)}"
     verdict = theory.get("range")
     if verdict == "below":

@@ -44,7 +44,7 @@ def test_a_rerun_with_the_same_salt_on_a_warm_engine_is_flagged(tmp_path, capsys
 def test_the_line_puts_measured_certain_and_possible_side_by_side():
     from workloadlang.theory import theory_line
 
-    base = {"requests": 32, "measured": 0.943, "unlimited": 0.653, "unlimited_max": 0.975,
+    base = {"requests": 32, "measured": 0.943, "certain": 0.653, "possible": 0.975,
             "in_flight": 32, "range": "within"}
     assert theory_line(base) == (
         "cache hit rate over 32 request(s), of prompt tokens: measured 94.3%; a perfect cache: "
@@ -53,7 +53,7 @@ def test_the_line_puts_measured_certain_and_possible_side_by_side():
     below = {**base, "measured": 0.5, "range": "below", "in_flight": 1}
     assert "(measured below the certain share: the engine kept less)" in theory_line(below)
     assert "in flight" not in theory_line(below)
-    alone = {**base, "unlimited_max": None, "measured": 0.653}
+    alone = {**base, "possible": None, "measured": 0.653}
     assert "a perfect cache: certain 65.3%, possible 65.3% (measured within" in theory_line(alone)
 
 
@@ -76,7 +76,8 @@ def test_a_run_measures_within_the_perfect_caches_range(tmp_path, capsys):
     out = capsys.readouterr().out
     theory = res["cache_theory"]
     assert code == 0 and theory["range"] == "within"
-    assert theory["unlimited"] == 0 < theory["measured"] <= theory["unlimited_max"] + 0.005
+    assert theory["unlimited"] == theory["certain"] == 0 < theory["measured"]
+    assert theory["measured"] <= theory["possible"] and theory["unlimited_max"] > 0.5
     line = next(x for x in out.splitlines() if x.startswith("cache hit rate"))
     assert f"measured {100 * theory['measured']:.1f}%; a perfect cache: certain 0.0%, " \
-           f"possible {100 * theory['unlimited_max']:.1f}% (measured within the range)" in line
+           f"possible {100 * theory['possible']:.1f}% (measured within the range)" in line

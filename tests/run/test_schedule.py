@@ -92,3 +92,23 @@ def test_the_reading_time_is_the_previous_answers_tokens_at_the_rate() -> None:
     assert reading_time(second, streamed) == pytest.approx(0.2)
     assert reading_time(second, {}) == 0.0 and reading_time(first, reported) == 0.0
     assert planned_wait(second, reported) == pytest.approx(1.4)
+
+
+@PACINGS
+def test_a_copy_held_by_its_phases_barrier_is_late_only_from_the_barrier(ahead: bool) -> None:
+    """Tenants planned at 0, 10 and 20 ms in a phase that opens when a 200 ms warm-up ends:
+    the barrier holds them as the plan says, so their lag counts from its opening."""
+    plan = plan_of('workload w { session v { phase warm { user "x"; reply 4 } } '
+                   'session t repeat 3 arrive every 10ms { phase flood { user "y"; reply 4 } } }')
+
+    async def chat(request: httpx.Request) -> httpx.Response:
+        if request.headers["x-wl-session"] == "v#0":
+            await asyncio.sleep(0.2)
+        return answer()
+
+    result, _ = execute(plan, chat, ahead=ahead)
+    tenants = [r for r in result.records if r.session.startswith("t#")]
+    assert [r.planned_send_at for r in tenants] == [0.0, 0.01, 0.02]
+    assert min(r.t_start_s for r in tenants) > 0.19  # held by the barrier
+    assert max(r.schedule_lag_s for r in tenants) < 0.1  # not the barrier's 0.2 s
+    assert result.client["schedule_late"] <= sum(r.schedule_lag_s > 0.01 for r in tenants)

@@ -195,12 +195,15 @@ class Executor:
         ready, k = self.ready_at.pop(req.id, self.t0), self.phases.index[req.id]
         if not self.phases.is_open(k):
             self.pacing.prepare(req)  # made while the others finish
-        ready = max(ready, await self.phases.wait(k))  # also when this walker opened it
+        opened = await self.phases.wait(k)  # also when this walker opened it
+        ready = max(ready, opened)
         ready = await self.copies.place(req, ready, self.t0)  # a capped copy's place
         after = self.successor.get(req.id)
         due = ready + planned_wait(req, self.outcomes)
         if req.send_at is not None:
             due = max(due, self.t0 + req.send_at)
+            # a barrier that opens after its send time holds it there as planned: not late
+            self.recorder.planned_at[req.id] = max(req.send_at, opened - self.t0)
         reason = None if req.id in self.holding else self.stops.reason(req, self.records, due)
         if reason:
             return max(ready, self._skip(req, reason, after))
@@ -214,7 +217,7 @@ class Executor:
                 return self._skip(req, reason, after)
         outcome, waited = await self._send(req, after)
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
-        self.health.sent(due, outcome.t_send, waited, req.send_at)
+        self.health.sent(due, outcome.t_send, waited, self.recorder.planned_at.get(req.id))
         self.outcomes[req.id] = outcome
         if outcome.error is not None or self.stops.decides(req):
             self.pacing.flush()  # the records of earlier answers first: stops and sink in order

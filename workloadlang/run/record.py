@@ -148,11 +148,13 @@ def impossible_counts(req: PRequest, o: Any) -> tuple[Any, str | None]:
 
 def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | None,
                  hit_ratio: float, ref: TtftReference, t0: float,
+                 planned_at: float | None = None,
                  contended_s: float | None = None,
                  prefill_contended_s: float | None = None,
                  isolation: tuple[bool, float | None, float | None] = (False, None, None)
                  ) -> Record:
-    """Everything one request showed, with its verdict-bearing numbers derived. `contended_s`:
+    """Everything one request showed, with its verdict-bearing numbers derived. `planned_at`:
+    what its schedule lag counts from (default its send time); `contended_s`:
     how long other requests of the run were in flight during its TTFT (`run.contention`);
     `prefill_contended_s`: the same within the engine's own prefill time; `isolation`:
     (timed alone, its wait for the run to drain, how long others' isolation held it)."""
@@ -167,7 +169,8 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
                streamed_tokens=o.streamed_tokens, server_ttft_ms=o.server_ttft_ms,
                server_prefill_ms=o.server_prefill_ms, finish_reason=o.finish_reason,
                t_start_s=o.t_send - t0, t_send_unix=o.t_send_unix, ttft_s=o.ttft_s,
-               schedule_lag_s=None if req.send_at is None else o.t_send - t0 - req.send_at,
+               schedule_lag_s=None if req.send_at is None else
+               o.t_send - t0 - (req.send_at if planned_at is None else planned_at),
                ttft_content_s=o.ttft_content_s, ttft_late_s=o.ttft_late_s,
                ttft_contended_s=contended_s, prefill_contended_s=prefill_contended_s,
                isolated=isolation[0], isolation_wait_s=isolation[1],
@@ -302,6 +305,9 @@ class Recorder:
         self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
         self.cold = ColdSpeed()
         self.learnt: tuple[tuple, TtftReference | None] = ((), None)  # (drawn from, reference)
+        # of a request with a send time, the time its schedule lag counts from (s from the
+        # start): its send time, or the opening of its phase's barrier when that came later
+        self.planned_at: dict[str, float] = {}
 
     def make(self, req: PRequest, o: Any, outcomes: Mapping[str, Any], t0: float) -> Record:
         """Output: the record of `req` answered with `o` (`outcomes`: the run's, for its prefix
@@ -313,6 +319,7 @@ class Recorder:
         if src != planned:
             req = req.model_copy(update={"prefix_source": src})
         rec = build_record(req, o, src_req=self.by_id.get(planned) if planned else None,
+                           planned_at=self.planned_at.get(req.id, req.send_at),
                            src=outcomes.get(src) if src else None, hit_ratio=self.hit_ratio,
                            ref=self.reference(), t0=t0, contended_s=self.contended(o),
                            prefill_contended_s=self.prefill_contended(o),
