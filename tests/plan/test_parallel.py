@@ -70,7 +70,7 @@ def test_the_dry_run_says_what_a_parallel_fork_assumes():
     assert ("after the fork of line 7 (main#0) the session goes on from the branch that "
             "finishes first (`keep first`)") in flat
     assert "the same size as any other branch's" in flat
-    assert "up to (other sessions, branches)" in text
+    assert "up to (possible: other sessions, branches first)" in text
     assert " lane" in text.splitlines()[4] and "0.3" in text
 
 

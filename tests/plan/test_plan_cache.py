@@ -45,7 +45,7 @@ def test_identical_literal_prompts_of_concurrent_sessions_are_a_range_not_a_prom
     (said,) = plan.assumptions
     assert "3 request(s) share up to 42 more tokens" in said and "a#0/reply/0" in said
     text = render_plan(plan)
-    assert "exp. max" in text and "up to (other sessions)" in text and "assumes:" in text
+    assert "exp. max" in text and "up to (possible: other sessions first)" in text and "assumes:" in text
 
 
 def test_a_prefix_left_before_a_phase_barrier_is_expected_whichever_session_left_it():
