@@ -192,10 +192,13 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
     told to `sink` (as events) when given."""
     from workloadlang.gates import evaluate_gates, evaluate_report, failed, session_verdicts
+    from workloadlang.kinds import gate_kind
     from workloadlang.latency import performance
 
     records = measured.records
-    gates = evaluate_gates(plan, records, measured.env)
+    # each gate's value and threshold are shown by the kind of what it compares
+    gates = [g.model_copy(update={"kind": gate_kind(gp.gate)})
+             for g, gp in zip(evaluate_gates(plan, records, measured.env), plan.gates)]
     if measured.interrupted:
         code = ExitCode.INTERRUPTED
     elif measured.incomplete:

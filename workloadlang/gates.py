@@ -26,7 +26,6 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
-from workloadlang.kinds import gate_kind
 from workloadlang.plan.model import Plan
 from workloadlang.results import GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
@@ -542,7 +541,6 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
         out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"
                               else "overall", severity=g.severity, verdict=g.verdict,
                               line=g.span.line, status=status, results=results,
-                              kind=gate_kind(g),
                               exact=sum(r.exact for r in results),
                               ranges=sum(r.ranges for r in results),
                               unknown=sum(r.unknown for r in results),

@@ -78,6 +78,6 @@ def test_a_run_measures_within_the_perfect_caches_range(tmp_path, capsys):
     assert code == 0 and theory["range"] == "within"
     assert theory["unlimited"] == theory["certain"] == 0 < theory["measured"]
     assert theory["measured"] <= theory["possible"] and theory["unlimited_max"] > 0.5
-    line = next(x for x in out.splitlines() if x.startswith("cache hit rate"))
+    line = next(x for x in out.splitlines() if x.startswith("cache hit rate over"))
     assert f"measured {100 * theory['measured']:.1f}%; a perfect cache: certain 0.0%, " \
            f"possible {100 * theory['possible']:.1f}% (measured within the range)" in line
