@@ -192,7 +192,7 @@ def _sweeps() -> Iterator[Case]:
 
 def _tools(size: int) -> Iterator[Case]:
     yield Case("a tool result without a call", _workload(
-        'session s { user "a"; reply 4; tool "result"; reply 4 } }', ""), None, "WL430")
+        'session s { user "a"; reply 4; tool "result"; reply 4 } }', ""), "WL430")
     arg = "p" * min(size, limits.MAX_LINE_CHARS - 100)
     yield Case("a long tool argument, 1,000 times", _workload(
         f'session s repeat 1000 {{ user "a"; reply 4 call read {{ path = "{arg}" }}\n'

@@ -34,7 +34,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Awaitable, Callable, Collection, Protocol
+from typing import Any, Awaitable, Callable, Collection, Mapping, Protocol
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
@@ -196,14 +196,10 @@ class Executor:
         if not self.phases.is_open(k):
             self.pacing.prepare(req)  # made while the others finish
         opened = await self.phases.wait(k)  # also when this walker opened it
-        ready = max(ready, opened)
-        ready = await self.copies.place(req, ready, self.t0)  # a capped copy's place
+        ready = await self.copies.place(req, max(ready, opened), self.t0)  # a capped copy's place
         after = self.successor.get(req.id)
-        due = ready + planned_wait(req, self.outcomes)
-        if req.send_at is not None:
-            due = max(due, self.t0 + req.send_at)
-            # a barrier that opens after its send time holds it there as planned: not late
-            self.recorder.planned_at[req.id] = max(req.send_at, opened - self.t0)
+        due = due_at(req, ready, opened - self.t0, self.t0, self.outcomes,
+                     self.recorder.planned_at)
         reason = None if req.id in self.holding else self.stops.reason(req, self.records, due)
         if reason:
             return max(ready, self._skip(req, reason, after))
@@ -355,6 +351,20 @@ async def started(start_at: float | None, shared: Shared | None,
         return clock()
     await asyncio.sleep(max(0.0, start_at - clock()))
     return start_at
+
+
+def due_at(req: PRequest, ready: float, opened_s: float, t0: float,
+           outcomes: Mapping[str, Outcome], planned_at: dict[str, float]) -> float:
+    """Output: when `req` may be sent: `ready` (its dependencies done, its phase open, its
+    place taken) plus its planned wait, or its planned send time when that is later. Of a
+    request with a send time, `planned_at` gets what its schedule lag counts from: that time,
+    or its phase barrier's opening (`opened_s`, from the start) when later: the plan's barrier
+    held it there, not the client."""
+    due = ready + planned_wait(req, outcomes)
+    if req.send_at is None:
+        return due
+    planned_at[req.id] = max(req.send_at, opened_s)
+    return max(due, t0 + req.send_at)
 
 
 def _same_phase(phases: Phases, req: PRequest, after: PRequest | None) -> PRequest | None:
