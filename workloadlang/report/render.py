@@ -3,8 +3,9 @@
 Input: `Results` objects of the same workload (one per results file) and their labels.
 Output: the HTML text: header, gates first, one chart per benchmark kind the records hold,
 replies checked, and the evidence table. Everything comes from jinja2 with autoescape on; the
-only markup inserted unescaped is the SVG that matplotlib wrote. A strict Content-Security-Policy
-forbids scripts and any load but inline styles and `data:` images.
+only markup inserted unescaped is the charts' SVG (`svg.py`, which escapes every text it
+writes). A strict Content-Security-Policy forbids scripts and any load but inline styles and
+`data:` images.
 """
 
 from __future__ import annotations
@@ -121,16 +122,15 @@ def charts(runs: Sequence[Any], labels: Sequence[str]) -> list[dict[str, Any]]:
     """Input: runs and labels. Output: one section per chart kind that any run's records hold,
     each with its title, caption, inline SVG and the runs it overlays."""
     from workloadlang.report import charts as ch
-    from workloadlang.report.svg import to_svg
 
     out = []
     for key, title, what, extract, fn in KINDS:
         series = [(lab, d) for lab, r in zip(labels, runs) if (d := extract(r)) is not None]
         if not series:
             continue
-        fig = getattr(ch, fn)(series)
+        canvas = getattr(ch, fn)(series)
         out.append({"key": key, "title": title, "what": what,
-                    "svg": Markup(to_svg(fig, key, title)), "runs": [s[0] for s in series],
+                    "svg": Markup(canvas.render(key, title)), "runs": [s[0] for s in series],
                     "data": series})
     return out
 

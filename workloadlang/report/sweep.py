@@ -12,8 +12,9 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
+from workloadlang.report.axes import Axis, Panel
 from workloadlang.report.render import CSP
-from workloadlang.report.svg import RUN_COLOURS, RUN_MARKERS, new_figure, styled, to_svg
+from workloadlang.report.svg import RUN_COLOURS, RUN_MARKERS, Canvas, line
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -77,29 +78,28 @@ def points_table(s: Any, label: str) -> str:
             + "".join(rows) + "</table>")
 
 
-@styled
 def chart(name: str, param: str, series: list[tuple[str, list[str], list[Any]]],
           key: int) -> str:
     """One number against the swept value: a line per sweep (numeric values on a numeric
-    axis, others in their order)."""
-    fig = new_figure(4.3, 2.6)
-    ax = fig.add_subplot()
+    axis, others in their order). Output: the `<svg>`."""
+    c = Canvas(420, 260, font=11)
+    p = c.add(Panel((0, 0, 420, 260), font=11, title=name, x=Axis(label=param)))
+    handles = []
     for j, (label, values, ys) in enumerate(series):
         xs = [number(v) for v in values]
         if any(x is None for x in xs):
             xs = list(range(len(values)))
-            ax.set_xticks(xs, values)
+            p.x.fixed = list(zip(xs, values))
         pts = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float))
                and not isinstance(y, bool)]
+        colour, marker = RUN_COLOURS[j % len(RUN_COLOURS)], RUN_MARKERS[j % len(RUN_MARKERS)]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label,
-                    color=RUN_COLOURS[j % len(RUN_COLOURS)],
-                    marker=RUN_MARKERS[j % len(RUN_MARKERS)])
-    ax.set_title(name)
-    ax.set_xlabel(param)
+            p.line([q[0] for q in pts], [q[1] for q in pts], colour)
+            p.scatter([q[0] for q in pts], [q[1] for q in pts], colour, 3.5, marker)
+        handles.append(line(colour, label, marker=marker))
     if len(series) > 1:
-        ax.legend()
-    return to_svg(fig, f"sweep-{key}", f"{name} against {param}")
+        p.legend(handles)
+    return c.render(f"sweep-{key}", f"{name} against {param}")
 
 
 def number(text: str) -> float | None:
