@@ -5,7 +5,9 @@ tests/language/test_parse_resources.py already checks the wheel's file list by u
 sys.path; this goes the whole way a user does: a real `pip install` of the wheel (its declared
 dependencies resolved, offline, against the test environment's installed packages, which the new
 venv sees through a .pth file), the console script, every bundled workload checked, one planned,
-and the grammar and workloads read from inside the installed package, not from the checkout.
+and the grammar and workloads read from inside the installed package, not from the checkout; and
+the lean install: the wheel's dependencies hold no plotting stack and stay under 80 MB, and a
+run's report draws its charts with nothing imported beyond them.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import contextlib
 import io
 import json
 import os
+import re
 import site
 import subprocess
 import sys
 import venv
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -129,3 +133,98 @@ def test_installed_wl_runs_a_benchmark_on_its_simulator_process(installed: Path,
     assert r.returncode == 0, r.stderr
     assert "simulator: http://127.0.0.1:" in r.stderr and "Traceback" not in r.stderr
     assert json.loads(out.read_text())["records"]
+
+
+# ---------------------------------------------------------------- a lean install
+
+PLOTTING = {"matplotlib", "numpy", "pillow", "fonttools", "kiwisolver", "contourpy", "pyparsing",
+            "cycler", "python-dateutil"}
+LEAN_MB = 80  # what `pip install .` (no extras) may put in a fresh venv's site-packages
+
+
+def requires(dist: metadata.Distribution, extras: tuple[str, ...] = ("",)) -> list[str]:
+    """The names of what a distribution requires on this machine, with the given extras."""
+    from packaging.requirements import Requirement
+
+    out = []
+    for line in dist.requires or ():
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras):
+            out.append(canonical(req.name))
+    return out
+
+
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def closure(names: list[str]) -> set[str]:
+    """Every distribution the named ones pull in (from this environment's metadata)."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += requires(metadata.distribution(name))
+    return seen
+
+
+def size_on_disk(name: str) -> int:
+    """Bytes (disk blocks) of an installed distribution's files, from its RECORD."""
+    total = 0
+    for f in metadata.distribution(name).files or ():
+        path = Path(str(f.locate()))
+        if path.is_file():
+            total += path.stat().st_blocks * 512
+    return total
+
+
+@pytest.fixture(scope="module")
+def wheel_dist(installed: Path) -> metadata.Distribution:
+    """The installed wheel's own metadata."""
+    site = installed.parent / "lib"
+    (info,) = site.glob("python3*/site-packages/workloadlang-*.dist-info")
+    return metadata.PathDistribution(info)
+
+
+def test_the_wheel_needs_no_plotting_stack_and_installs_lean(wheel_dist):
+    """The wheel's own dependencies (no extras) hold nothing of matplotlib's stack, and they,
+    the package and the pip a fresh venv starts with stay under 80 MB on disk
+    (bench/install_size.py measures a real `pip install .`)."""
+    deps = closure(requires(wheel_dist))
+    assert not deps & PLOTTING, deps & PLOTTING
+    assert {"lark", "pydantic", "jinja2", "starlette"} <= deps
+    own = sum(Path(str(f.locate())).stat().st_blocks * 512 for f in wheel_dist.files or ()
+              if Path(str(f.locate())).is_file())
+    total = own + sum(size_on_disk(n) for n in deps | {"pip"})
+    assert total < LEAN_MB * 1e6, f"{total / 1e6:.1f} MB"
+
+
+def test_installed_wl_reports_charts_with_only_its_own_dependencies(installed: Path,
+                                                                    outside: Path, wheel_dist):
+    """`wl run --sim --report` from the wheel draws every chart with the plotting stack out of
+    reach (importing it fails), and imports nothing outside the wheel's declared dependencies."""
+    out, page = outside / "r.json", outside / "r.html"
+    script = ("import json, sys\n"
+              f"for name in {sorted(['matplotlib', 'numpy', 'PIL'])!r}:\n"
+              "    sys.modules[name] = None  # import fails\n"
+              "from workloadlang.cli import main\n"
+              "code = main(sys.argv[1:])\n"
+              "from importlib.metadata import packages_distributions\n"
+              "found = packages_distributions()\n"
+              "used = {d for m, mod in list(sys.modules.items()) if mod is not None\n"
+              "        for d in found.get(m.split('.')[0], [])}\n"
+              "print(json.dumps({'code': code, 'used': sorted(used)}))\n")
+    r = run([str(installed / "python"), "-c", script, "run", "agent-sim", "--sim", "--no-viz",
+             "--sessions", "2", "--main-tokens", "2k", "--step-tokens", "500", "--sub-tokens",
+             "500", "--finalize-tokens", "300", "--sim-prefill-us-per-token", "40",
+             "--output", str(out), "--report", str(page)], cwd=outside)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    done = json.loads(r.stdout.strip().splitlines()[-1])
+    assert done["code"] == 0
+    allowed = closure(requires(wheel_dist)) | {"workloadlang"}
+    assert {canonical(d) for d in done["used"]} <= allowed
+    html = page.read_text(encoding="utf-8")
+    assert re.findall(r'data-chart="(\w+)"', html) == ["sessions", "speed", "latency"]
+    assert html.count("<svg") == 3 and 'class="mk"' in html
