@@ -4,7 +4,8 @@ Input: `--checkout DIR` (default: this repository; another checkout gives a befo
 `--repeat N` timed runs of each command (after an untimed warm-up that byte-compiles), or
 `--venv DIR` to measure an environment already installed instead of making one. Output: the
 size of the venv's site-packages as `du` counts it (disk blocks), the largest distributions in
-it, and the median wall time of fresh `wl` processes run from a folder outside the checkout:
+it, and the median wall and CPU time of fresh `wl` processes run from a folder outside the
+checkout (CPU: the process and its children, the simulator of a run among them):
 `wl --help`, `wl plan agent-sim`, a small `wl run agent-sim --sim` (one session), the same run
 with `--report`, and `wl report` of its results. With `--json PATH` the figures go to a file.
 
@@ -17,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.harness import ROOT, add_json_argument, describe_machine, machine, table, write_json
 
@@ -84,16 +87,20 @@ def dist_sizes(venv: Path) -> dict[str, int]:
     return json.loads(out.stdout)
 
 
-def wall(cmd: list[str], cwd: Path) -> float:
-    """Input: a command and its folder. Output: its wall seconds; SystemExit when it fails (a
-    run's failed gate, exit 1, is a verdict of the loaded machine, not a failure here)."""
+def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """Input: a command and its folder. Output: (wall seconds, CPU seconds of it and its
+    children: a run's simulator too); SystemExit when it fails (a run's failed gate, exit 1, is
+    a verdict of the loaded machine, not a failure here)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-800:]}")
-    return took
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
 
 
 def commands(wl: str) -> list[tuple[str, list[str]]]:
@@ -108,16 +115,32 @@ def commands(wl: str) -> list[tuple[str, list[str]]]:
 
 def time_commands(venv: Path, repeat: int) -> list[dict[str, object]]:
     """Input: a venv and the timed runs per command. Output: a row per command (median and
-    max wall seconds), each run in a fresh folder outside the checkout."""
+    max wall seconds, median CPU seconds), each run in a folder outside the checkout."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="wl-start-") as tmp:
         cwd = Path(tmp)
         for name, cmd in commands(str(venv / "bin" / "wl")):
-            wall(cmd, cwd)  # warm-up: byte-compiles, fills Lark's grammar cache
-            runs = [wall(cmd, cwd) for _ in range(repeat)]
-            rows.append({"command": name, "median_s": statistics.median(runs),
-                         "max_s": max(runs)})
+            timed(cmd, cwd)  # warm-up: byte-compiles, fills Lark's grammar cache
+            runs = [timed(cmd, cwd) for _ in range(repeat)]
+            rows.append({"command": name, "median_s": statistics.median(w for w, _ in runs),
+                         "max_s": max(w for w, _ in runs),
+                         "cpu_s": statistics.median(c for _, c in runs)})
     return rows
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Input: the parsed arguments. Output: the venv's site-packages bytes, its distributions'
+    sizes (largest first), the install's seconds (None for `--venv`) and the timed rows."""
+    with tempfile.TemporaryDirectory(prefix="wl-venv-") as tmp:
+        install_s = None
+        if args.venv:
+            venv = Path(args.venv)
+        else:
+            venv, install_s = make_venv(Path(args.checkout).resolve(),
+                                        Path(args.keep) if args.keep else Path(tmp) / "v")
+        return {"site": disk_usage(site_packages(venv)), "install_s": install_s,
+                "dists": sorted(dist_sizes(venv).items(), key=lambda kv: -kv[1]),
+                "rows": time_commands(venv, args.repeat)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,23 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     started = machine()
     print(describe_machine(started))
-    with tempfile.TemporaryDirectory(prefix="wl-venv-") as tmp:
-        install_s = None
-        if args.venv:
-            venv = Path(args.venv)
-        else:
-            venv, install_s = make_venv(Path(args.checkout).resolve(),
-                                        Path(args.keep) if args.keep else Path(tmp) / "v")
-        site = disk_usage(site_packages(venv))
-        dists = sorted(dist_sizes(venv).items(), key=lambda kv: -kv[1])
-        rows = time_commands(venv, args.repeat)
-    print(f"site-packages: {site / 1e6:.1f} MB ({site / 2**20:.1f} MiB)"
-          + (f", pip install took {install_s:.0f} s" if install_s is not None else ""))
-    print("largest: " + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in dists[:args.top]))
-    print(table(rows, [("command", "command", ""), ("median_s", "median s", ".2f"),
-                       ("max_s", "max s", ".2f")]))
-    write_json(args.json, "install_size", args, rows, started, site_packages_bytes=site,
-               install_s=install_s, distributions=dict(dists))
+    m = measure(args)
+    print(f"site-packages: {m['site'] / 1e6:.1f} MB ({m['site'] / 2**20:.1f} MiB)"
+          + (f", pip install took {m['install_s']:.0f} s" if m["install_s"] is not None else ""))
+    print("largest: " + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in m["dists"][:args.top]))
+    print(table(m["rows"], [("command", "command", ""), ("median_s", "median s", ".2f"),
+                            ("max_s", "max s", ".2f"), ("cpu_s", "CPU s", ".2f")]))
+    write_json(args.json, "install_size", args, m["rows"], started,
+               site_packages_bytes=m["site"], install_s=m["install_s"],
+               distributions=dict(m["dists"]))
     return 0
 
 

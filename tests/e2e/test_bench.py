@@ -181,6 +181,23 @@ def test_plan_speed_runs_small(capsys) -> None:
     assert 0 < m["median"] <= m["max"] and m["cpu"] >= 0
 
 
+def test_install_size_runs_small(tmp_path: Path, monkeypatch) -> None:
+    """On this test environment (no install): its site-packages, its distributions, and one
+    command timed (the whole table starts two simulator runs)."""
+    from bench import install_size
+
+    monkeypatch.setattr(install_size, "commands", lambda wl: [("wl --help", [wl, "--help"])])
+    out = tmp_path / "install.json"
+    assert install_size.main(["--venv", sys.prefix, "--repeat", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    sizes = doc["distributions"]
+    assert sizes["workloadlang"] > 0 and sizes["pydantic"] > 1e6
+    assert doc["site_packages_bytes"] > sizes["pydantic"] + sizes["lark"]
+    (row,) = figures(out)
+    assert row["command"] == "wl --help" and 0 < row["median_s"] <= row["max_s"]
+    assert row["cpu_s"] > 0
+
+
 def test_plan_speed_large_runs_small(tmp_path: Path) -> None:
     """The large plans, with the committed trace slice standing in for the whole trace."""
     from bench import plan_speed
