@@ -226,5 +226,6 @@ def test_installed_wl_reports_charts_with_only_its_own_dependencies(installed: P
     allowed = closure(requires(wheel_dist)) | {"workloadlang"}
     assert {canonical(d) for d in done["used"]} <= allowed
     html = page.read_text(encoding="utf-8")
-    assert re.findall(r'data-chart="(\w+)"', html) == ["sessions", "speed", "latency"]
-    assert html.count("<svg") == 3 and 'class="mk"' in html
+    keys = re.findall(r'data-chart="(\w+)"', html)
+    assert {"sessions", "speed", "latency"} <= set(keys), keys
+    assert html.count("<svg") == len(keys) and 'class="mk"' in html
