@@ -251,7 +251,7 @@ def legend(entries: Sequence[Entry], x: float, y: float, ncols: int = 1,
     """Input: entries, the legend's top-left corner in px, columns. Output: `<g>` of it (over a
     translucent white box when `backdrop`, for a legend inside a panel)."""
     w, h = legend_size(entries, ncols, size)
-    out = [f'<g class="legend">']
+    out = ['<g class="legend">']
     if backdrop:
         out.append(f'<rect x="{num(x)}" y="{num(y)}" width="{num(w)}" height="{num(h)}" '
                    f'fill="white" fill-opacity="0.8"/>')
