@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from workloadlang.run.endpoint import auth_headers, dumps, root_of
 from workloadlang.redact import redact
 from workloadlang.run.errors import EndpointError, engine_message
-from workloadlang.wire.request import USER_AGENT
+from workloadlang.run.side import AnswerTooLarge, Side, SideError, call_again_if_dropped, side_of
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "ninfer", "workloadlang-sim", "unknown"]
 TokenizeStyle = Literal["prompt", "content"]
@@ -60,10 +60,11 @@ class Tokenizer:
     `style="content"`: llama.cpp body `{"content"}` -> `len(tokens)`."""
 
     def __init__(
-        self, client: httpx.AsyncClient, url: str, style: TokenizeStyle, *, model: str | None = None,
-        api_key: SecretStr | str | None = None, timeout: float = 30.0,
+        self, client: Side | httpx.AsyncClient, url: str, style: TokenizeStyle, *,
+        model: str | None = None, api_key: SecretStr | str | None = None, timeout: float = 30.0,
     ) -> None:
-        self.client = client
+        self.client = side_of(client)
+        self.calls = 0  # calls made (what the run reports: sizing should need few)
         self.url = url
         self.style: TokenizeStyle = style
         self.model = model
@@ -72,7 +73,7 @@ class Tokenizer:
 
     @classmethod
     def from_info(
-        cls, client: httpx.AsyncClient, info: EngineInfo, api_key: SecretStr | str | None = None
+        cls, client: Side | httpx.AsyncClient, info: EngineInfo, api_key: SecretStr | str | None = None
     ) -> "Tokenizer | None":
         """Output: a tokenizer for a discovered engine, or None when it has no working route."""
         if info.tokenize_url is None or info.tokenize_style is None:
@@ -84,6 +85,7 @@ class Tokenizer:
         body: dict[str, Any] = {"content": text}
         if self.style == "prompt":
             body = {"model": self.model, "prompt": text} if self.model else {"prompt": text}
+        self.calls += 1
         payload = await _request_json(self.client, "POST", self.url, self._headers, self.timeout, body)
         n = _token_count(payload)
         if n is None:
@@ -102,57 +104,8 @@ def _token_count(payload: Any) -> int | None:
     return len(tokens) if isinstance(tokens, list) else None
 
 
-MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""The most of an answer to /models, /props, /tokenize or /metrics that is read (a /tokenize
-of a long prompt lists its tokens: about 8 bytes each): beyond it the answer is refused."""
-
-
-class AnswerTooLarge(Exception):
-    """An answer past `MAX_ANSWER_BYTES` (or the cap given): not read further."""
-
-
-async def read_capped(response: httpx.Response, cap: int = MAX_ANSWER_BYTES) -> bytes:
-    """Output: the body of a streamed `response`, read to its end. Raises `AnswerTooLarge`
-    past `cap` bytes (the rest is not read)."""
-    parts, size = [], 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
-            raise AnswerTooLarge(f"the answer is over {cap:,} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def plain_request(method: str, url: str, headers: dict[str, str], content: bytes | None,
-                  timeout: float | None) -> httpx.Request:
-    """Output: an httpx request with these headers only (plus Host, Content-Length and a
-    `User-Agent: workloadlang/VERSION` unless given): none of the client's defaults, so no
-    `Accept-Encoding` asks the engine to compress its answer."""
-    return httpx.Request(method, url, headers={"User-Agent": USER_AGENT, **headers},
-                         content=content, extensions={"timeout": httpx.Timeout(timeout).as_dict()})
-
-
-async def _fetch(client: httpx.AsyncClient, request: httpx.Request) -> tuple[httpx.Response, bytes]:
-    """Output: the response and its body (at most `MAX_ANSWER_BYTES`: `AnswerTooLarge`). A
-    pooled connection the server had already closed (keep-alive expiry) gets one retry on a
-    fresh one: these calls (/models, /props, /tokenize) are idempotent."""
-    try:
-        return await _fetch_once(client, request)
-    except httpx.RemoteProtocolError:
-        return await _fetch_once(client, request)
-
-
-async def _fetch_once(client: httpx.AsyncClient,
-                      request: httpx.Request) -> tuple[httpx.Response, bytes]:
-    response = await client.send(request, stream=True)
-    try:
-        return response, await read_capped(response)
-    finally:
-        await response.aclose()
-
-
 async def _request_json(
-    client: httpx.AsyncClient, method: str, url: str, headers: dict[str, str], timeout: float,
+    client: Side, method: str, url: str, headers: dict[str, str], timeout: float,
     body: Any = None,
 ) -> Any:
     """Output: the decoded JSON answer. Raises `EndpointError` (unreachable / http / bad_payload)."""
@@ -161,19 +114,18 @@ async def _request_json(
     if content is not None:
         request_headers["Content-Type"] = "application/json"
     try:
-        response, answer = await _fetch(client, plain_request(method, url, request_headers,
-                                                              content, timeout))
+        status, answer = await call_again_if_dropped(client, method, url, request_headers,
+                                                     content, timeout)
     except AnswerTooLarge as exc:
         raise EndpointError("bad_payload", f"{url}: {exc}", url=url) from None
-    except httpx.TimeoutException as exc:
-        raise EndpointError("unreachable", f"{url}: timed out after {timeout:g}s ({type(exc).__name__})", url=url) from None
-    except httpx.HTTPError as exc:
-        raise EndpointError("unreachable", f"{url}: cannot connect ({type(exc).__name__}: {exc})", url=url) from None
-    if response.status_code >= 400:
+    except SideError as exc:
+        what = exc.args[0] if exc.kind == "timeout" else f"cannot connect ({exc.args[0]})"
+        raise EndpointError("unreachable", f"{url}: {what}", url=url) from None
+    if status >= 400:
         key = headers.get("Authorization", "").removeprefix("Bearer ")  # never print an echoed key
         raise EndpointError(
-            "http", f"{url}: HTTP {response.status_code}: {redact(engine_message(answer), key)}",
-            url=url, status=response.status_code,
+            "http", f"{url}: HTTP {status}: {redact(engine_message(answer), key)}",
+            url=url, status=status,
         )
     try:
         return json.loads(answer)
@@ -239,16 +191,17 @@ def choose_model(ids: list[str], wanted: str | None) -> tuple[str, list[str]]:
 
 
 async def discover(
-    client: httpx.AsyncClient,
+    client: Side | httpx.AsyncClient,
     endpoint_base_url: str,
     api_key: SecretStr | str | None = None,
     model: str | None = None,
     max_context: int | None = None,
     timeout: float = 10.0,
 ) -> EngineInfo:
-    """Input: an httpx client, the OpenAI base URL (…/v1), optional key, `--model`,
-    `--max-context` and a per-call timeout. Output: `EngineInfo`. Raises `EndpointError` when
-    `/models` cannot be used."""
+    """Input: a side client (`side.Side`, or an httpx client), the OpenAI base URL (…/v1),
+    optional key, `--model`, `--max-context` and a per-call timeout. Output: `EngineInfo`.
+    Raises `EndpointError` when `/models` cannot be used."""
+    client = side_of(client)
     base = endpoint_base_url.rstrip("/")
     root = root_of(base)
     headers = auth_headers(api_key)
@@ -281,7 +234,7 @@ async def discover(
 
 
 async def _props(
-    client: httpx.AsyncClient, root: str, headers: dict[str, str], timeout: float
+    client: Side, root: str, headers: dict[str, str], timeout: float
 ) -> dict[str, Any] | None:
     """Output: llama.cpp's `/props` document, or None when there is none."""
     try:
@@ -310,7 +263,7 @@ def props_context(props: dict[str, Any] | None) -> tuple[int | None, str | None]
 
 
 async def _probe_tokenize(
-    client: httpx.AsyncClient, root: str, api_key: SecretStr | str | None, timeout: float,
+    client: Side, root: str, api_key: SecretStr | str | None, timeout: float,
     model: str, engine: EngineName,
 ) -> tuple[str | None, TokenizeStyle | None]:
     """Output: `(url, style)` of the first /tokenize body shape that counts the probe text as more

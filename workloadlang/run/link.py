@@ -5,8 +5,12 @@ context limit, whether the engine leaves out a zero cached count, the idle timeo
 `EngineLink` (`open_link`): the `Endpoint`, the discovered `EngineInfo`, the engine's tokenizer,
 and the connections:
 
-- `http`: an `httpx.AsyncClient` for discovery, the engine's counters and its tokenizer, and
-  the chat requests of an https:// engine (`HttpxTransport`);
+- `side`: the side calls (discovery, the engine's counters, its tokenizer) on connections of
+  their own (`side.py`): a wire pool read on the loop for an http:// engine, an httpx client of
+  their own for https://. They never pass through, scan or take the connections the run's
+  chat requests go through;
+- `http`: an `httpx.AsyncClient` for the chat requests of an https:// engine
+  (`HttpxTransport`);
 - `pool`: the wire client's pool for the chat requests of an http:// engine, with its `reader`
   thread (one per link: two runs in one process never share one).
 
@@ -25,6 +29,7 @@ from workloadlang.run.ahead import WriteAhead
 from workloadlang.run.discover import EngineInfo, Tokenizer, discover
 from workloadlang.run.endpoint import Endpoint
 from workloadlang.run.pacing import InTurn, Pacing
+from workloadlang.run.side import HttpxSide, Side, WireSide
 from workloadlang.wire import Pool, Transport, transport_for
 
 KEEPALIVE_S = 1.0
@@ -66,9 +71,11 @@ class EngineLink:
     """See the module. Made by `open_link`, closed when its block ends."""
 
     def __init__(self, endpoint: Endpoint, info: EngineInfo, http: httpx.AsyncClient,
-                 pool: Pool | None, tokenizer: Tokenizer | None, sim: bool = False) -> None:
+                 pool: Pool | None, tokenizer: Tokenizer | None, sim: bool = False,
+                 side: Side | None = None) -> None:
         self.endpoint, self.info, self.http, self.pool = endpoint, info, http, pool
         self.tokenizer, self.sim = tokenizer, sim
+        self.side: Side = side if side is not None else HttpxSide(http)
         self.reader = pool.reader if pool is not None else None
 
     @property
@@ -103,16 +110,27 @@ async def open_link(base_url: str, api_key: SecretStr | None = None, *, model: s
     runs (`sim`: it is the embedded simulator, started for this run). Raises `EndpointError`
     when the engine cannot be used."""
     base = base_url.rstrip("/")
+    side = side_client(base)
     async with make_http_client() as http:
-        info = await discover(http, base, api_key, model=model, max_context=max_context)
-        endpoint = Endpoint(base_url=base, model=info.model, api_key=api_key,
-                            cached_zero_when_absent=cached_zero_when_absent,
-                            idle_timeout_s=idle_timeout_s)
-        pool = Pool(keepalive_expiry=KEEPALIVE_S) \
-            if endpoint.chat_url.startswith("http://") else None  # it makes its own reader
         try:
-            yield EngineLink(endpoint, info, http, pool,
-                             Tokenizer.from_info(http, info, api_key), sim)
+            info = await discover(side, base, api_key, model=model, max_context=max_context)
+            endpoint = Endpoint(base_url=base, model=info.model, api_key=api_key,
+                                cached_zero_when_absent=cached_zero_when_absent,
+                                idle_timeout_s=idle_timeout_s)
+            pool = Pool(keepalive_expiry=KEEPALIVE_S) \
+                if endpoint.chat_url.startswith("http://") else None  # it makes its own reader
+            try:
+                yield EngineLink(endpoint, info, http, pool,
+                                 Tokenizer.from_info(side, info, api_key), sim, side)
+            finally:
+                if pool is not None:
+                    await pool.aclose()
         finally:
-            if pool is not None:
-                await pool.aclose()
+            await side.aclose()
+
+
+def side_client(base_url: str) -> Side:
+    """Output: the side calls' client for an engine at `base_url` (see the module)."""
+    if base_url.startswith("http://"):
+        return WireSide(keepalive_expiry=KEEPALIVE_S)
+    return HttpxSide(make_http_client())

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from workloadlang.run.endpoint import auth_headers, root_of
-from workloadlang.run.discover import AnswerTooLarge, plain_request, read_capped
+from workloadlang.run.side import AnswerTooLarge, Side, SideError, call_again_if_dropped, side_of
 
 # family -> (queries metric, hits metric, queries also add the hits)
 FAMILIES: tuple[tuple[str, str, str, bool], ...] = (
@@ -91,17 +91,18 @@ def metrics_url_for(base_url: str) -> str:
 
 
 async def scrape(
-    client: httpx.AsyncClient, metrics_url: str, api_key: SecretStr | str | None = None,
+    client: Side | httpx.AsyncClient, metrics_url: str, api_key: SecretStr | str | None = None,
     timeout: float = 10.0,
 ) -> PrefixCounters | None:
-    """Input: an httpx client, the metrics URL, optional key (sent as bearer auth). Output: the
+    """Input: a side client (or an httpx client), the metrics URL, optional key (sent as
+    bearer auth). Output: the
     current counters, or None when they cannot be read (`read` says why). Never raises for HTTP
     problems."""
     return (await read(client, metrics_url, api_key, timeout))[0]
 
 
 async def read(
-    client: httpx.AsyncClient, metrics_url: str, api_key: SecretStr | str | None = None,
+    client: Side | httpx.AsyncClient, metrics_url: str, api_key: SecretStr | str | None = None,
     timeout: float = 10.0,
 ) -> tuple[PrefixCounters | None, str | None]:
     """See `scrape`. Output: `(counters, None)`, or `(None, why not)` — unreachable, an HTTP
@@ -109,32 +110,19 @@ async def read(
     closed (keep-alive: llama-server after a run's last answer) gets one retry on a fresh one."""
     headers = auth_headers(api_key)
     try:
-        try:
-            status, text = await _get(client, metrics_url, headers, timeout)
-        except httpx.RemoteProtocolError:
-            status, text = await _get(client, metrics_url, headers, timeout)
-    except httpx.HTTPError as exc:
-        return None, f"GET {metrics_url}: {type(exc).__name__}"
+        status, body = await call_again_if_dropped(side_of(client), "GET", metrics_url,
+                                                   headers, None, timeout)
+    except SideError as exc:
+        return None, f"GET {metrics_url}: {exc.name}"
     except AnswerTooLarge as exc:
         return None, f"GET {metrics_url}: {exc}"
+    text = body.decode("utf-8", errors="replace")
     if status >= 400:
         return None, f"GET {metrics_url}: HTTP {status}"
     counters = parse_counters(text)
     if counters is None:
         return None, f"GET {metrics_url}: no prefix-cache counters this tool knows"
     return counters, None
-
-
-async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str],
-               timeout: float) -> tuple[int, str]:
-    """Output: the status and the text of a GET, read up to `discover.MAX_ANSWER_BYTES`."""
-    request = plain_request("GET", url, headers, None, timeout)
-    response = await client.send(request, stream=True)
-    try:
-        body = await read_capped(response)
-    finally:
-        await response.aclose()
-    return response.status_code, body.decode("utf-8", errors="replace")
 
 
 def delta(before: PrefixCounters, after: PrefixCounters) -> tuple[int, int, float | None]:

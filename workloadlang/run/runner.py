@@ -178,7 +178,7 @@ async def snapshot(link: EngineLink, at: str, snaps: list[dict[str, Any]], sink:
     url = link.info.metrics_url
     if not url:
         return
-    counters, why = await metrics.read(link.http, url, link.endpoint.api_key)
+    counters, why = await metrics.read(link.side, url, link.endpoint.api_key)
     if counters is None:
         snaps.append({"at": at, "unavailable": why})
         return

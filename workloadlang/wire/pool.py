@@ -34,15 +34,16 @@ class Pool:
     """Connections to any number of origins (see the module). `reader`: the thread that reads
     stamped sockets, shared with others (e.g. the run's); None: the pool makes its own on first
     use and stops it at `aclose`. `clock`: the monotonic clock stamps are expressed in (tests
-    inject one: the event loop then reads, and stamps `clock()`)."""
+    inject one: the event loop then reads, and stamps `clock()`). `stamped` False: no reader
+    thread, every socket read on the event loop (calls whose answers are not timed)."""
 
     def __init__(self, reader: Reader | None = None, *, keepalive_expiry: float = 1.0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, stamped: bool = True) -> None:
         self._idle: dict[tuple[str, int], list[Connection]] = {}
         self._expiry = keepalive_expiry
         self.clock = clock
-        self._own_reader = reader is None
-        self.reader = reader if reader is not None else Reader()
+        self._own_reader = reader is None and stamped
+        self.reader: Reader | None = reader if reader is not None or not stamped else Reader()
         self.addresses: Addresses = {}
         self.connects = 0  # connections opened
         self.ended = 0  # responses read to their end
@@ -77,7 +78,8 @@ class Pool:
         """Open connections to `url`'s origin until `n` are idle; output: how many were
         opened. Failures are left to the requests. Starts the reader thread too (before the
         clock, where this is called)."""
-        self.reader.start()
+        if self.reader is not None:
+            self.reader.start()
         origin = target_of(url).origin
         missing = n - len(self._idle.get(origin, ()))
         opened = await asyncio.gather(*(self._connect(origin, timeout)
@@ -164,7 +166,7 @@ class Pool:
             for conn in stack:
                 conn.close()
         self._idle.clear()
-        if self._own_reader:
+        if self._own_reader and self.reader is not None:
             self.reader.close()
 
     async def __aenter__(self) -> "Pool":
