@@ -31,9 +31,13 @@ class Reply(Protocol):
 
 
 class Sizer(Protocol):
+    """How many words make a text of N tokens. `prepare` readies a text before it is realised
+    (`plain`: salted filler words only; else it holds other text, a needle sentence)."""
+
     def words_for(self, key: str, tokens: int) -> int: ...
 
-    async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None: ...
+    async def prepare(self, key: str, tokens: int, render: Callable[[int], str],
+                      plain: bool = True) -> None: ...
 
 
 class RatioSizer:
@@ -45,7 +49,8 @@ class RatioSizer:
     def words_for(self, key: str, tokens: int) -> int:
         return max(0, round(tokens / self.tokens_per_word))
 
-    async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None:
+    async def prepare(self, key: str, tokens: int, render: Callable[[int], str],
+                      plain: bool = True) -> None:
         return None
 
 
@@ -63,7 +68,8 @@ class ExactSizer(RatioSizer):
     def words_for(self, key: str, tokens: int) -> int:
         return self.sized.get(key, super().words_for(key, tokens))
 
-    async def prepare(self, key: str, tokens: int, render: Callable[[int], str]) -> None:
+    async def prepare(self, key: str, tokens: int, render: Callable[[int], str],
+                      plain: bool = True) -> None:
         if key in self.sized or tokens <= 0:
             return
         words = max(1, super().words_for(key, tokens))
@@ -118,13 +124,19 @@ class Realiser:
         self._resolved: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # `_ids`, decided
         self._joins = frozenset(i for i, m in enumerate(plan.messages) if m.pick is not None) \
             if plan.picks else frozenset()
+        self._prepared: set[int] = set()  # messages whose fillers `prepare` sized
 
     async def prepare(self, req: PRequest) -> None:
         """Size every filler of this request's prompt, a tool call's arguments' too, whichever
-        branch a `keep` chooses (asks the tokenizer once per filler)."""
+        branch a `keep` chooses (each message once: a conversation's earlier messages were
+        sized with the request that first sent them)."""
         for i in self._every_id(self.plan.message_ids(req), set()):
+            if i in self._prepared:
+                continue
+            self._prepared.add(i)
             for seg in fillers(self.plan.messages[i].segs):
-                await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg))
+                await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg),
+                                         seg.needle_at is None)
 
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""

@@ -3,8 +3,12 @@
 Input: the chat `Transport`, an `Endpoint`, the engine's `Tokenizer` (or None) and the plan's
 salt. Output: a `Sizer` for the realiser, and a `Calibration` (reported in the results).
 
-Sizing uses the engine's tokenizer endpoint when there is one (one sample to learn the
-tokens-per-word ratio, then exact correction per filler). Without one it needs two small
+Sizing uses the engine's tokenizer endpoint when there is one: the filler vocabulary is
+checked against it once (`plan.vocab.verify`: what each filler word costs, and that a filler's
+count adds up word by word), after which every filler is sized by arithmetic, with no call per
+text; text the table cannot size (a needle sentence) is counted once each. A tokenizer whose
+counts do not add up word by word sizes each filler by counting it (a first guess from the
+ratio, then corrections). Without one it needs two small
 prefills: the same prompt with and without a 2,000-word filler; the difference divided by the
 words is the ratio, with the chat-template overhead cancelled out (the original divided the whole
 prompt by the characters, biasing small probes). Filler is statistically uniform, so one pair
@@ -31,6 +35,7 @@ from pydantic import BaseModel
 
 from workloadlang.plan import synth
 from workloadlang.plan.realise import ExactSizer, RatioSizer, Sizer
+from workloadlang.plan.vocab import VocabSizer, Vocabulary, verify
 from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint
 from workloadlang.run.sse import Outcome
@@ -46,8 +51,12 @@ SYSTEM = "You are a helpful assistant."
 class Calibration(BaseModel):
     tokens_per_word: float | None = None
     chars_per_token: float | None = None
-    sizing: str = "plan"  # tokenizer | usage | plan
+    sizing: str = "plan"  # vocabulary | tokenizer | usage | plan
     sizing_requests: int = 0
+    # the tokenizer calls that checked the filler vocabulary (`vocabulary`), and the words that
+    # are not one token each with their cost (None: not checked, or its counts do not add up)
+    tokenizer_calls: int = 0
+    vocabulary: dict[str, int] | None = None
     threshold_s: float | None = None
     threshold_tokens: int | None = None
     cold_ttft_s: list[float] = []
@@ -71,13 +80,11 @@ def probe(rid: str, user: str, max_tokens: int = 1) -> ChatRequest:
 
 async def sizer_for(transport: Transport, endpoint: Endpoint, tokenizer: Any,
                     salt: str, cal: Calibration) -> Sizer:
-    """An exact sizer over the engine's tokenizer, else a ratio sizer from two prefills."""
+    """A sizer over the engine's tokenizer (its vocabulary checked once, else counting each
+    filler), else a ratio sizer from two prefills."""
     sample = synth.filler(salt, "calibrate/sizing", SAMPLE_WORDS)
     if tokenizer is not None:
-        n = await tokenizer.count(sample)
-        cal.tokens_per_word, cal.sizing = n / SAMPLE_WORDS, "tokenizer"
-        cal.chars_per_token = len(sample) / n if n else None
-        return ExactSizer(tokenizer.count, cal.tokens_per_word)
+        return await tokenizer_sizer(tokenizer, salt, sample, cal)
     bare = await send(transport, endpoint, probe("calibrate/sizing/bare", "Hello."))
     full = await send(transport, endpoint, probe("calibrate/sizing/full", "Hello. " + sample))
     cal.sizing_requests = 2
@@ -96,14 +103,34 @@ async def sizer_for(transport: Transport, endpoint: Endpoint, tokenizer: Any,
     return RatioSizer(cal.tokens_per_word)
 
 
-def sizer_of(cal: Calibration, tokenizer: Any) -> Sizer:
-    """Output: the sizer `sizer_for` chose for `cal`, made again without a request (another
-    process of the run, with its own link to the engine's tokenizer): the same words for the
-    same tokens."""
+async def tokenizer_sizer(tokenizer: Any, salt: str, sample: str, cal: Calibration) -> Sizer:
+    """Output: `VocabSizer` when the engine's counts of filler add up word by word (checked
+    with a few calls), else `ExactSizer` (each filler counted)."""
+    vocab = await verify(tokenizer.count, salt)
+    if vocab is not None:
+        cal.tokenizer_calls, cal.vocabulary = vocab.calls, vocab.exceptions()
+        cal.tokens_per_word, cal.sizing = vocab.sample_tokens / SAMPLE_WORDS, "vocabulary"
+        cal.chars_per_token = len(sample) / vocab.sample_tokens if vocab.sample_tokens else None
+        return VocabSizer(vocab, salt, ExactSizer(tokenizer.count, cal.tokens_per_word))
+    n = await tokenizer.count(sample)
+    cal.tokens_per_word, cal.sizing = n / SAMPLE_WORDS, "tokenizer"
+    cal.chars_per_token = len(sample) / n if n else None
+    cal.notes.append("the engine's tokenizer does not count filler word by word: each filler "
+                     "is counted before the run")
+    return ExactSizer(tokenizer.count, cal.tokens_per_word)
+
+
+def sizer_of(cal: Calibration, tokenizer: Any, salt: str = "") -> Sizer:
+    """Output: the sizer `sizer_for` chose for `cal` (with the plan's `salt`), made again
+    without a request (another process of the run, with its own link to the engine's
+    tokenizer): the same words for the same tokens."""
     tpw = cal.tokens_per_word or 1.0
+    if cal.sizing == "vocabulary" and cal.vocabulary is not None and tokenizer is not None:
+        vocab = Vocabulary.from_exceptions(cal.vocabulary)
+        return VocabSizer(vocab, salt, ExactSizer(tokenizer.count, tpw))
     if cal.sizing == "tokenizer" and tokenizer is not None:
         return ExactSizer(tokenizer.count, tpw)
-    return RatioSizer(tpw if cal.sizing in ("tokenizer", "usage") else 1.0)
+    return RatioSizer(tpw if cal.sizing in ("vocabulary", "tokenizer", "usage") else 1.0)
 
 
 async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,

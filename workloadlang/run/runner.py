@@ -113,7 +113,7 @@ async def calibration(plan: Plan, link: EngineLink, sink: Sink,
     `calibration` event), or made again from a calibration `given` (a shard of a run uses its
     driver's: the same sizer, so the same requests, and no request sent)."""
     if given is not None:
-        return given, calibrate.sizer_of(given, link.tokenizer), reference(given)
+        return given, calibrate.sizer_of(given, link.tokenizer, plan.salt), reference(given)
     cal = calibrate.Calibration()
     sizer = await calibrate.sizer_for(link.chat, link.endpoint, link.tokenizer, plan.salt, cal)
     link.alone(True)  # calibration sends one request at a time: read its stamps at once
