@@ -20,6 +20,10 @@ from workloadlang.plan import synth
 from workloadlang.plan.model import Plan, PMessage, PRequest, Seg
 
 NO_OUTPUT = "[no output generated]"
+KEPT_BYTES = 256 * 1024 * 1024
+"""The most text the realiser keeps made (messages and their encodings), oldest dropped first:
+a message is a pure function of the plan and the replies it carries, so one made again is the
+same bytes; a run of any length realises in bounded memory."""
 
 
 class Reply(Protocol):
@@ -113,13 +117,16 @@ def fillers(segs: tuple[Seg, ...]):
 class Realiser:
     """Turns planned requests into chat messages; makes each message once, when it is final."""
 
-    def __init__(self, plan: Plan, sizer: Sizer | None = None, reasoning_key: str = "reasoning_content"):
+    def __init__(self, plan: Plan, sizer: Sizer | None = None,
+                 reasoning_key: str = "reasoning_content", kept_bytes: int = KEPT_BYTES):
         self.plan = plan
         self.sizer = sizer or RatioSizer()
         self.reasoning_key = reasoning_key
         self._static: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, tuple[str, ...]] = {}  # message -> the replies it carries
         self._encoded: dict[int, bytes] = {}  # final message -> its encoding (`encoded`)
+        self._kept: OrderedDict[int, int] = OrderedDict()  # the two above: bytes, oldest first
+        self._kept_bytes, self._kept_max = 0, kept_bytes
         self.chosen: dict[int, int] = {}  # `Plan.picks` index -> the branch it kept
         self._resolved: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # `_ids`, decided
         self._joins = frozenset(i for i, m in enumerate(plan.messages) if m.pick is not None) \
@@ -229,6 +236,7 @@ class Realiser:
                     out.append(m)
                     continue
                 done = self._encoded[i] = encode(m)
+                self._keep(i, len(done))
             out.append(done)
         return out
 
@@ -266,7 +274,19 @@ class Realiser:
             out = {"role": m.role, "content": self._content(m.segs)}
             self._tool_fields(m, out)
         self._static[i] = out
+        self._keep(i, len(out["content"] or "") + len(out.get(self.reasoning_key, "")))
         return out
+
+    def _keep(self, i: int, size: int) -> None:
+        """Count `size` bytes made for message `i`; past `KEPT_BYTES`, drop the oldest
+        messages made (made again, the same, when they are sent again)."""
+        self._kept[i] = self._kept.get(i, 0) + size
+        self._kept_bytes += size
+        while self._kept_bytes > self._kept_max and len(self._kept) > 1:
+            j, n = self._kept.popitem(last=False)
+            self._kept_bytes -= n
+            self._static.pop(j, None)
+            self._encoded.pop(j, None)
 
     def _tool_fields(self, m: PMessage, out: dict[str, Any]) -> None:
         """An assistant turn's `tool_calls` (OpenAI chat format: the arguments a JSON object

@@ -23,7 +23,9 @@ The plan's semantics, all here:
 - `until` loops, fail-fast, resends of failed requests, errors in a row and the time budget
   stop what would follow (`stops.Stops`; no wait outlasts the budget: `Stops.sleep_until`); by
   default every session runs to its end so every verdict can be judged.
-Every request's fillers are sized before the clock starts (`RequestMaker.size_all`). Records
+Every request's fillers are sized before the clock starts (`RequestMaker.size_all`: by
+arithmetic once the engine's tokenizer has been checked, `plan.vocab`); its text is made
+shortly before it is due (`MAKE_AHEAD_S`), or while it waits for a slot. Records
 whose content nothing waits for are kept when the pacing says (`Pacing.later`); one whose record
 may decide what is sent next (or an error) is kept at once.
 """
@@ -52,6 +54,11 @@ from workloadlang.run.record import Recorder, TtftReference, skipped_record
 from workloadlang.run.schedule import Copies, planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
+
+
+MAKE_AHEAD_S = 1.0
+"""A request with a planned send time (a trace's, an arrival's, after a wait) is made this long
+before it: a trace of any length is realised as its schedule goes, in bounded memory."""
 
 
 class Shared(Protocol):
@@ -205,7 +212,8 @@ class Executor:
             return max(ready, self._skip(req, reason, after))
         if after is not None:  # at a quiet moment while this one is in flight
             self.pacing.ahead(after)
-        if due > self.clock():  # the planned wait or send time: made meanwhile
+        if due > self.clock():  # the planned wait or send time: made shortly before it
+            await self.stops.sleep_until(due - MAKE_AHEAD_S)  # not made, nor held, till then
             self.pacing.prepare(req)
             await self.stops.sleep_until(due)
             reason = self.stops.reason(req, self.records)  # the budget may have run out
@@ -239,6 +247,8 @@ class Executor:
             t = self.clock()
             await self.isolation.enter(req)
             self.queued += 1
+            if self.slots.locked() and self.queued <= self.concurrency:
+                self.pacing.ahead(req)  # next in line for a slot: made while it waits
             try:
                 await self.slots.acquire()
             finally:
