@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", metavar="DIR", help="another checkout, side by side")
     add_json_argument(ap)
     args = ap.parse_args(argv)
+    if not Path(args.trace).is_file():
+        ap.error(f"no trace file at {args.trace} (--trace PATH)")
     started = machine()
     print(describe_machine(started))
     sides = {"this": ROOT}

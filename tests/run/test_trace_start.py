@@ -116,3 +116,24 @@ def test_side_calls_use_connections_of_their_own_and_a_few_tokenizer_calls():
     assert engine.side.calls >= 6 and engine.side.pool.connects >= 1
     assert engine.tokenizer.calls <= 5 and results.calibration["sizing"] == "vocabulary"
     assert engine.pool.connects <= 8 + 2  # the run's own: one a session, calibration's
+
+
+def test_requests_queued_for_a_slot_when_the_budget_runs_out_are_not_sent():
+    """At concurrency 1, five sessions' first requests queue for the one slot; the first is
+    never answered and the budget runs out: the four queued are recorded as not sent (the
+    budget), not all sent at once with no time left."""
+    from runexec import execute, plan_of
+
+    plan = plan_of("""workload q {
+      concurrency = 1
+      session s repeat 5 { user "hi"; reply 4 }
+    }""")
+
+    async def never(request):
+        await asyncio.sleep(30)
+
+    run, executor = execute(plan, never, ahead=False, time_budget_s=0.3)
+    first, *queued = run.records
+    assert first.error is not None and first.t_send_unix
+    assert len(queued) == 4
+    assert all(r.skipped == "time budget exhausted" and r.t_send_unix is None for r in queued)

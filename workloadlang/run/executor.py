@@ -219,7 +219,10 @@ class Executor:
             reason = self.stops.reason(req, self.records)  # the budget may have run out
             if reason:
                 return self._skip(req, reason, after)
-        outcome, waited = await self._send(req, after)
+        sent = await self._send(req, after)
+        if isinstance(sent, str):  # a stop came while it waited for its turn
+            return self._skip(req, sent, after)
+        outcome, waited = sent
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
         self.health.sent(due, outcome.t_send, waited, self.recorder.planned_at.get(req.id))
         self.outcomes[req.id] = outcome
@@ -236,10 +239,12 @@ class Executor:
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
         return self.clock()
 
-    async def _send(self, req: PRequest, after: PRequest | None) -> tuple[Outcome, float]:
+    async def _send(self, req: PRequest, after: PRequest | None) -> tuple[Outcome, float] | str:
         """Output: the outcome and how long the request waited for its turn (the run's
-        isolation, a concurrency slot). A request written ahead holds its slot already; one
-        that takes over `req`'s turn (`took_over`) keeps `req`'s."""
+        isolation, a concurrency slot); or why it is not sent after all, when a stop came
+        while it waited (the time budget ran out: the requests queued for a slot are not all
+        sent at once). A request written ahead holds its slot already; one that takes over
+        `req`'s turn (`took_over`) keeps `req`'s."""
         waited = 0.0
         if req.id in self.holding:
             self.holding.discard(req.id)
@@ -255,6 +260,11 @@ class Executor:
                 self.queued -= 1
                 self.isolation.poke()
             waited = self.clock() - t
+            stop = self.stops.reason(req, self.records)
+            if stop:
+                self.slots.release()
+                self.isolation.poke()
+                return stop
             self.sending(req.id)
         chain = self._chainable(req, after)
         try:
