@@ -230,6 +230,8 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
             return "any"
         if e.func in DRAWS:
             return self._k_draw(e, kinds, scope)
+        if e.func == "str":
+            return "string"  # any value has a text
         return self._k_if(e, kinds) if e.func == "if" else self._k_numeric_call(e, kinds)
 
     def _k_draw(self, e: ir.Call, kinds: list[str], scope: Scope) -> str:
@@ -378,6 +380,8 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
         for arg in call.args:
             if isinstance(arg.value, ir.FillerPart):
                 self.check_filler(arg.value, scope)
+            elif isinstance(arg.value, ir.ExprPart):  # a string with `{$name}` in it
+                self.value(arg.value.value, scope, "string", "a tool call's argument", None)
 
     def check_spawn(self, s: ir.Spawn, scope: Scope) -> None:
         """`keep` goes on from a fork's branch (WL231); a parallel spawn's branches hold no

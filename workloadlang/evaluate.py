@@ -204,7 +204,7 @@ _UNARY: dict[str, Callable[[float], Value]] = {
 DRAWS = {"exponential": (1, 1), "uniform": (2, 2), "lognormal": (2, 2), "gamma": (2, 2)}
 """Random draws (`workloadlang.plan.draws`): name -> (least, most) arguments."""
 FUNCTIONS = {"ceil": (1, 1), "floor": (1, 1), "round": (1, 1), "abs": (1, 1),
-             "min": (1, None), "max": (1, None), "if": (3, 3), **DRAWS}
+             "min": (1, None), "max": (1, None), "if": (3, 3), "str": (1, 1), **DRAWS}
 """Built-in functions: name -> (least, most) arguments (None: any number)."""
 DRAW = "\0draw"
 """The environment key of the planner's random source: a callable `(func, args, span) -> float`
@@ -224,7 +224,25 @@ def _call(e: ir.Call, env: Mapping[str, Value]) -> Value:
         return _draw(e, args, env)
     if e.func in ("min", "max"):
         return _min_max(e, args)
+    if e.func == "str":
+        return text_of(args[0])
     return _UNARY[e.func](_want_num(args[0], e))
+
+
+def text_of(v: Value) -> str:
+    """Output: a value as text (`str(x)`, `"{$x}"` in a string): a whole number without a
+    fraction (`2`, not `2.0`), others to 12 significant digits, `true`/`false`/`null`, a list
+    as its items joined by `, `, a string as it is. A duration is its seconds, a ratio its
+    fraction."""
+    if isinstance(v, str):
+        return v
+    if v is None or isinstance(v, bool):
+        return "null" if v is None else str(v).lower()
+    if isinstance(v, (int, float)):
+        return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else f"{v:.12g}"
+    if isinstance(v, list):
+        return ", ".join(text_of(x) for x in v)
+    return json.dumps(v, ensure_ascii=False)
 
 
 def _draw(e: ir.Call, args: list[Value], env: Mapping[str, Value]) -> Value:

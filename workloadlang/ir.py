@@ -72,11 +72,21 @@ class FillerPart(Node):
     span: Span
 
 
-ArgPart = Annotated[Union[TextPart, FillerPart], Field(discriminator="kind")]
+class ExprPart(Node):
+    """A string expression as a part: a string param or loop variable (`$question`), a
+    computed string, or `$NAME` of a named text (`text NAME = ...`), whose parts it stands for."""
+
+    kind: Literal["expr"] = "expr"
+    value: Expr
+    span: Span
+
+
+ArgPart = Annotated[Union[TextPart, FillerPart, ExprPart], Field(discriminator="kind")]
 
 
 class CallArg(Node):
-    """`KEY = PART` in a tool call's arguments: a literal string or a filler."""
+    """`KEY = PART` in a tool call's arguments: a literal string (an `ExprPart` when it
+    formats values into itself: `"src/mod{$i}.py"`) or a filler."""
 
     key: str
     value: ArgPart
@@ -91,15 +101,6 @@ class CallPart(Node):
     kind: Literal["call"] = "call"
     name: str
     args: tuple[CallArg, ...] = ()
-    span: Span
-
-
-class ExprPart(Node):
-    """A string expression as a part: a string param or loop variable (`$question`), a
-    computed string, or `$NAME` of a named text (`text NAME = ...`), whose parts it stands for."""
-
-    kind: Literal["expr"] = "expr"
-    value: Expr
     span: Span
 
 

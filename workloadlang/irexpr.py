@@ -85,7 +85,8 @@ class Not(Node):
 
 
 class Call(Node):
-    """A built-in function: ceil, floor, round, min, max, abs, and `if(cond, a, b)`."""
+    """A built-in function: ceil, floor, round, min, max, abs, `str(x)` (a value as text;
+    `"{$x}"` in a string is `str($x)`), and `if(cond, a, b)`."""
 
     kind: Literal["call"] = "call"
     func: str

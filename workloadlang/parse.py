@@ -84,6 +84,8 @@ class _Clause(NamedTuple):
 _COMMENT = re.compile(r"#[^\n]*")  # no string can stand in a gate expression
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)")
+_FORMAT = re.compile(r"\{\$([A-Za-z_][A-Za-z0-9_]*)\}")
+"""`{$name}` in a string literal: the value of `$name` as text (`str($name)`)."""
 _REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "text", "session", "gates",
                          "report", "slo"})
 _SETTINGS = frozenset(ir.Settings.model_fields) - {"span"}
@@ -266,9 +268,13 @@ class _Lower(Transformer):
         node = ir.Text(name=str(c[0]), parts=tuple(c[1:]), span=self.span(meta))
         return _Clause("text", node, node.span)
 
-    def text_part(self, meta: Any, c: list) -> ir.TextPart:
-        """A literal string of a tool call's argument."""
-        return ir.TextPart(value=self.string(c[0]), span=self.span(meta))
+    def text_part(self, meta: Any, c: list) -> ir.TextPart | ir.ExprPart:
+        """A literal string of a tool call's argument (an `ExprPart` when it formats values
+        into itself)."""
+        value = self.str(meta, c)
+        if isinstance(value, ir.Str):
+            return ir.TextPart(value=value.value, span=value.span)
+        return ir.ExprPart(value=value, span=self.span(meta))
 
     def expr_part(self, meta: Any, c: list) -> ir.TextPart | ir.ExprPart:
         """A string literal is a `TextPart`; any other expression an `ExprPart`."""
@@ -388,8 +394,41 @@ class _Lower(Transformer):
             value = 0.0
         return ir.Num(value=value, unit=unit, text=c[0].value, span=self.span(meta))
 
-    def str(self, meta: Any, c: list) -> ir.Str:
-        return ir.Str(value=self.string(c[0]), span=self.span(meta))
+    def str(self, meta: Any, c: list) -> ir.Str | ir.BinOp:
+        """A string literal; one with `{$name}` in it is the join of its pieces and each
+        value as text (`"agent " + str($i)`), each `$name` spanning its own columns."""
+        tok = c[0]
+        if not _FORMAT.search(tok.value):
+            return ir.Str(value=self.string(tok), span=self.span(meta))
+        pieces: list[ir.Expr] = []
+        at = 1  # past the opening quote
+        for m in _FORMAT.finditer(tok.value):
+            if m.start() > at:
+                pieces.append(self.piece(tok, at, m.start()))
+            ref = ir.Ref(name=m.group(1), span=self.sub_span(tok, m.start() + 1, m.end() - 1))
+            pieces.append(ir.Call(func="str", args=(ref,), span=self.sub_span(
+                tok, m.start(), m.end())))
+            at = m.end()
+        if at < len(tok.value) - 1:
+            pieces.append(self.piece(tok, at, len(tok.value) - 1))
+        out = pieces[0] if isinstance(pieces[0], ir.Str) else \
+            ir.BinOp(op="+", left=ir.Str(value="", span=self.sub_span(tok, 0, 1)),
+                     right=pieces[0], span=pieces[0].span)
+        for p in pieces[1:]:
+            out = ir.BinOp(op="+", left=out, right=p, span=self.span(meta))
+        return out
+
+    def piece(self, tok: Token, start: int, end: int) -> ir.Str:
+        """The literal text of `tok.value[start:end]`, unescaped."""
+        raw = Token("STRING", '"' + tok.value[start:end] + '"', line=tok.line,
+                    column=tok.column + start - 1, end_line=tok.line,
+                    end_column=tok.column + end + 1)
+        return ir.Str(value=self.string(raw), span=self.sub_span(tok, start, end))
+
+    def sub_span(self, tok: Token, start: int, end: int) -> ir.Span:
+        """The span of `tok.value[start:end]` (a string is on one line)."""
+        return ir.Span(file=self.filename, line=tok.line, col=tok.column + start,
+                       end_line=tok.line, end_col=tok.column + end)
 
     def bool(self, meta: Any, c: list) -> ir.Bool:
         return ir.Bool(value=c[0].value == "true", span=self.span(meta))

@@ -113,10 +113,21 @@ def named_text(b: Builder, name: str, ctx: Ctx) -> tuple[Seg, ...]:
 def call_seg(b: Builder, p: ir.CallPart, ctx: Ctx, key: str) -> Seg:
     """A tool call: its id (from the session and position, `key`, so the same in every
     re-send), its name, its arguments as segments, and its tokens (markup, keys and values)."""
-    args = tuple((a.key, part_seg(b, a.value, ctx, f"{key}/{j}"))
+    args = tuple((a.key, arg_seg(b, a.value, ctx, f"{key}/{j}"))
                  for j, a in enumerate(p.args))
     size = CALL_TOKENS + sum(CALL_ARG_TOKENS + seg.tokens for _, seg in args)
     return Seg(kind="call", key=call_id(key), text=p.name, args=args, tokens=size)
+
+
+def arg_seg(b: Builder, p: ir.TextPart | ir.FillerPart | ir.ExprPart, ctx: Ctx,
+            key: str) -> Seg:
+    """A tool call's argument as one segment: a string that formats values into itself is
+    its text."""
+    if isinstance(p, ir.ExprPart):
+        text = "".join(seg.text if seg.ref is None else b.text_table[seg.ref]
+                       for seg in expr_segs(b, p, ctx))
+        return texts.literal(b, text)
+    return part_seg(b, p, ctx, key)
 
 
 def call_id(key: str) -> str:
