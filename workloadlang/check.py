@@ -362,6 +362,8 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
                 self.check_expr_part(part, scope)
             elif isinstance(part, ir.FillerPart):
                 self.check_filler(part, scope)
+            elif isinstance(part, ir.ReplyPart):
+                self.check_reply_part(part, scope, role)
             elif isinstance(part, ir.CallPart):
                 if role != "assistant":
                     where = f"a `{role}` message" if role else "a named text"
@@ -369,6 +371,18 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
                              "tool calls are made by the assistant: `assistant call NAME "
                              "{ ... }` (its result is a `tool` message)")
                 self.check_call(part, scope)
+
+    def check_reply_part(self, part: ir.ReplyPart, scope: Scope, role: str | None) -> None:
+        """`reply NAME[INDEX]`: a named request (WL207), in a message (WL250: a named text is
+        the same for the whole run, an answer is not)."""
+        if part.name not in self.names.requests:
+            self.err("WL207", f"no request is named `{part.name}`", part.span,
+                     did_you_mean(part.name, self.names.requests) or
+                     f"name a request with `as {part.name}` on a `reply`")
+        if role is None:
+            self.err("WL250", "`reply` in a named text", part.span, "a named text is the same "
+                     "for the whole run; put the answer in the message that sends it")
+        self.value(part.index, scope, "number", "the index of `reply`", "index")
 
     def check_filler(self, part: ir.FillerPart, scope: Scope) -> None:
         self.value(part.tokens, scope, "number", "the size of `filler`", "filler")

@@ -104,7 +104,18 @@ class CallPart(Node):
     span: Span
 
 
-ContentPart = Annotated[Union[TextPart, FillerPart, CallPart, ExprPart],
+class ReplyPart(Node):
+    """`reply NAME [ [INDEX] ]`: the content of the answer of an earlier request of the session
+    named `NAME` (its run `INDEX` in a loop or spawn), as the engine gave it: a sub-agent's
+    (or a fork branch's) result sent back to its parent, as its `tool` message."""
+
+    kind: Literal["reply"] = "reply"
+    name: str
+    index: Expr | None = None
+    span: Span
+
+
+ContentPart = Annotated[Union[TextPart, FillerPart, CallPart, ExprPart, ReplyPart],
                         Field(discriminator="kind")]
 
 

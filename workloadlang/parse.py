@@ -282,6 +282,9 @@ class _Lower(Transformer):
             return ir.TextPart(value=c[0].value, span=c[0].span)
         return ir.ExprPart(value=c[0], span=self.span(meta))
 
+    def reply_part(self, meta: Any, c: list) -> ir.ReplyPart:
+        return ir.ReplyPart(name=str(c[0]), index=c[1], span=self.span(meta))
+
     def filler_part(self, meta: Any, c: list) -> ir.FillerPart:
         return ir.FillerPart(tokens=c[0], needle_at=c[1], span=self.span(meta))
 

@@ -31,14 +31,16 @@ DEFAULT_HIT_RATIO = 0.9
 @dataclass
 class Conv:
     """A conversation being built: its last message (the chain before it is the rest), its
-    tokens so far, the last request sent on it, the tokens added since and the ids of the tool
-    calls of its last assistant turn that no `tool` message answered yet."""
+    tokens so far, the last request sent on it, the tokens added since, the ids of the tool
+    calls of its last assistant turn that no `tool` message answered yet, and the requests
+    whose answers its messages since carry (its next request waits for them)."""
 
     last: int | None = None
     tokens: int = 0
     last_request: str | None = None
     new_tokens: int = 0
     calls: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()  # requests whose answers it carries (`reply NAME`), not sent yet
 
 
 class Ctx:

@@ -38,7 +38,7 @@ def walk(b: Builder, body: tuple[ir.Stmt, ...], ctx: Ctx, conv: Conv) -> None:
 
 def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
     b.budget.text_parts(texts.parts(b, s.parts), "this message", s.span)
-    segs = parts_segs(b, s.parts, ctx, f"{ctx.session}:{ctx.path}")
+    segs = parts_segs(b, s.parts, ctx, f"{ctx.session}:{ctx.path}", conv)
     call_id = ""
     if s.role == "tool":
         if not conv.calls:
@@ -52,13 +52,16 @@ def stmt_message(b: Builder, s: ir.Message, ctx: Ctx, conv: Conv) -> None:
 
 
 def parts_segs(b: Builder, parts: tuple[ir.ContentPart, ...], ctx: Ctx,
-               key: str) -> tuple[Seg, ...]:
+               key: str, conv: Conv | None = None) -> tuple[Seg, ...]:
     """A message's (or a named text's) parts as planned segments; `key` and the part's
-    position name a filler (its text's key) or a call (its id)."""
+    position name a filler (its text's key) or a call (its id); an earlier request's answer
+    is a reply segment (`conv`'s next request then waits for that request)."""
     out: list[Seg] = []
     for j, p in enumerate(parts):
         if isinstance(p, ir.ExprPart):
             out.extend(expr_segs(b, p, ctx))
+        elif isinstance(p, ir.ReplyPart):
+            out.extend(reply_seg(b, p, ctx, conv))
         else:
             out.append(part_seg(b, p, ctx, f"{key}/{j}"))
     return tuple(out)
@@ -96,6 +99,25 @@ def expr_segs(b: Builder, p: ir.ExprPart, ctx: Ctx) -> tuple[Seg, ...]:
     if seg is None:
         seg = b.strings[v] = texts.literal(b, v)
     return (seg,)
+
+
+def reply_seg(b: Builder, p: ir.ReplyPart, ctx: Ctx, conv: Conv | None) -> tuple[Seg, ...]:
+    """`reply NAME[INDEX]`: the answer of that earlier request of the session, its content
+    only (a tool's result is what the sub-agent said), planned at the size it may generate."""
+    idx = 0 if p.index is None else count(b, p.index, ctx, "index")
+    rid = b.names.get((ctx.session, p.name), {}).get(idx)
+    if rid is None or conv is None:
+        b.error("WL404", f"`reply {p.name}[{idx}]` names no earlier request in {ctx.session}",
+                p.span, "name the request with `as NAME` before the message that sends its "
+                "answer")
+        return ()
+    src = b.drafts[b.by_id[rid]]
+    if src.fields["kind"] == "probe":
+        b.error("WL404", f"`reply {p.name}[{idx}]` names a probe, whose answer is not kept",
+                p.span, "name a `reply` instead")
+        return ()
+    conv.needs = (*conv.needs, rid)
+    return (Seg(kind="reply", key=rid, tokens=src.generated, content_only=True),)
 
 
 def named_text(b: Builder, name: str, ctx: Ctx) -> tuple[Seg, ...]:
@@ -311,7 +333,8 @@ def stmt_spawn(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv) -> None:
         # a fork's first request also sends what the parent added since its last request
         child = Conv(last=conv.last if fork else None, tokens=conv.tokens if fork else 0,
                      last_request=conv.last_request if fork else None,
-                     calls=conv.calls if fork else (), new_tokens=conv.new_tokens if fork else 0)
+                     calls=conv.calls if fork else (), new_tokens=conv.new_tokens if fork else 0,
+                     needs=conv.needs if fork else ())
         sub = ctx.at(str(k), env=env, index=k, label=s.label or ctx.label,
                      isolated=ctx.isolated or s.isolated)
         if fid is not None:
@@ -422,7 +445,8 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
     b.budget.request(rid, prompt, max_tokens, s.span)
     lane = (ctx.session, ctx.lane)
     last_in_lane = b.last_in_lane.get(lane)
-    deps = tuple(dict.fromkeys(d for d in (*b.frontier.get(lane, ()), conv.last_request) if d))
+    deps = tuple(dict.fromkeys(d for d in (*b.frontier.get(lane, ()), conv.last_request,
+                                           *conv.needs) if d))
     stop_group, stop_on, stop_iter = ctx.stop if ctx.stop else (None, None, None)
     fields = dict(
         id=rid, seq=len(b.drafts), session=ctx.session, session_name=ctx.session_name,
@@ -442,7 +466,7 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
     b.drafts.append(Draft(fields, group or ctx.session, candidates, resend_of, generated,
                           ctx.lane))
     b.last_in_lane[lane], b.frontier[lane] = rid, (rid,)
-    conv.last_request, conv.new_tokens = rid, 0
+    conv.last_request, conv.new_tokens, conv.needs = rid, 0, ()
     name = fields["name"]
     if name:
         b.names.setdefault((ctx.session, name), {})[ctx.index] = rid
