@@ -99,7 +99,8 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
               salt: str | None = None, env: Mapping[str, Any] | None = None, *,
               limits: Limits | None = None, cache: CacheModel | None = None,
               budget: Budget | None = None) -> Plan:
-    """Resolve the params, load the traces the workload's sessions replay, plan.
+    """Resolve the params, load the traces the workload's sessions replay and the datasets
+    its messages take text from, plan.
     `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
     figures the plan carries (`--cache-tokens`); `budget`: what the plan counts against, when
     not a budget of its own (a sweep's points share one: `plan.sweep.plan_points`)."""
@@ -111,7 +112,17 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
     limits = limits or Limits()
     return build_plan(wl, params, salt or fresh_salt(), source=source.name, env=env,
                       limits=limits, traces=load_traces(wl, {**env, **params}, limits),
-                      cache=cache, budget=budget)
+                      cache=cache, budget=budget, datasets=load_datasets(wl, {**env, **params}))
+
+
+def load_datasets(wl: ir.Workload, env: Mapping[str, Any]) -> dict[str, Any]:
+    """The datasets the workload's messages take text from, read here (the planner reads no
+    file). Raises `WorkloadError` (WL420) for a file that cannot be used."""
+    if not wl.datasets:
+        return {}
+    from workloadlang import dataset
+
+    return dataset.load_for(wl, env)
 
 
 def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict[str, Any]:

@@ -102,6 +102,7 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
         self.check_load()
         self.check_options(self.wl.options)
         self.check_calibrations()
+        self.check_datasets()
         self.check_texts()
         self.check_sessions()
         self.check_flow()
@@ -364,6 +365,8 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
                 self.check_filler(part, scope)
             elif isinstance(part, ir.ReplyPart):
                 self.check_reply_part(part, scope, role)
+            elif isinstance(part, ir.DataPart):
+                self.check_data_part(part, scope)
             elif isinstance(part, ir.CallPart):
                 if role != "assistant":
                     where = f"a `{role}` message" if role else "a named text"
@@ -383,6 +386,22 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
             self.err("WL250", "`reply` in a named text", part.span, "a named text is the same "
                      "for the whole run; put the answer in the message that sends it")
         self.value(part.index, scope, "number", "the index of `reply`", "index")
+
+    def check_data_part(self, part: ir.DataPart, scope: Scope) -> None:
+        """A dataset's text: a declared dataset (WL251), an index, a filler's size."""
+        names = [d.name for d in self.wl.datasets]
+        if part.dataset not in names:
+            self.err("WL251", f"no dataset is named `{part.dataset}`", part.span,
+                     did_you_mean(part.dataset, names) or
+                     f"declare it at the workload's top: `dataset {part.dataset} = \"FILE\"`")
+        self.value(part.index, scope, "number", f"the item of `{part.what}`", "index")
+        self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
+
+    def check_datasets(self) -> None:
+        """`dataset NAME = PATH`: unique names, a string path of params."""
+        self.unique(self.wl.datasets, "dataset")
+        for d in self.wl.datasets:
+            self.value(d.path, self.top, "string", "the path of a dataset", None)
 
     def check_filler(self, part: ir.FillerPart, scope: Scope) -> None:
         self.value(part.tokens, scope, "number", "the size of `filler`", "filler")

@@ -115,7 +115,22 @@ class ReplyPart(Node):
     span: Span
 
 
-ContentPart = Annotated[Union[TextPart, FillerPart, CallPart, ExprPart, ReplyPart],
+class DataPart(Node):
+    """Text from a dataset (`dataset NAME = PATH`): `prompt NAME [ [INDEX] ]` an item's prompt,
+    the next one in the run's salted order or item INDEX of the file; `answer NAME [ [INDEX] ]`
+    the answer the dataset recorded for it (without INDEX: for the item this session's last
+    `prompt NAME` took); `filler TOKENS from NAME` TOKENS tokens of the dataset's text (the next
+    items', joined), cut to size by the engine's tokenizer."""
+
+    kind: Literal["data"] = "data"
+    what: Literal["prompt", "answer", "filler"]
+    dataset: str
+    index: Expr | None = None
+    tokens: Expr | None = None
+    span: Span
+
+
+ContentPart = Annotated[Union[TextPart, FillerPart, CallPart, ExprPart, ReplyPart, DataPart],
                         Field(discriminator="kind")]
 
 
@@ -126,6 +141,16 @@ class Text(Node):
 
     name: str
     parts: tuple[ContentPart, ...]
+    span: Span
+
+
+class Dataset(Node):
+    """`dataset NAME = PATH`: a file (ShareGPT-style JSON, JSONL of prompts) or a folder of
+    text files whose prompts and answers messages take (`DataPart`); read when the workload is
+    planned (`workloadlang.dataset`)."""
+
+    name: str
+    path: Expr
     span: Span
 
 
@@ -530,6 +555,7 @@ class Workload(Node):
     options: tuple[Option, ...] = ()
     calibrations: tuple[Calibrate, ...] = ()
     texts: tuple[Text, ...] = ()
+    datasets: tuple[Dataset, ...] = Field((), exclude_if=lambda v: not v)  # none: left out
     sessions: tuple[Session, ...] = ()
     gates: tuple[Gate, ...] = ()
     report: tuple[ReportItem, ...] = ()

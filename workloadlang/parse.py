@@ -86,8 +86,8 @@ _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)")
 _FORMAT = re.compile(r"\{\$([A-Za-z_][A-Za-z0-9_]*)\}")
 """`{$name}` in a string literal: the value of `$name` as text (`str($name)`)."""
-_REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "text", "session", "gates",
-                         "report", "slo"})
+_REPEATABLE = frozenset({"expect", "options", "params", "calibrate", "text", "dataset",
+                         "session", "gates", "report", "slo"})
 _SETTINGS = frozenset(ir.Settings.model_fields) - {"span"}
 
 
@@ -187,7 +187,7 @@ class _Lower(Transformer):
             name=str(c[0]), doc=found.get("doc", ""), settings=ir.Settings(**settings, span=first),
             params=_flat(found.get("params", [])), options=_flat(found.get("options", [])),
             calibrations=tuple(found.get("calibrate", [])), texts=tuple(found.get("text", [])),
-            sessions=tuple(found.get("session", [])),
+            datasets=tuple(found.get("dataset", [])), sessions=tuple(found.get("session", [])),
             gates=_flat(found.get("gates", [])), report=_flat(found.get("report", [])),
             slo=_flat(found.get("slo", [])), span=self.span(meta))
 
@@ -281,6 +281,19 @@ class _Lower(Transformer):
         if isinstance(c[0], ir.Str):
             return ir.TextPart(value=c[0].value, span=c[0].span)
         return ir.ExprPart(value=c[0], span=self.span(meta))
+
+    def dataset_decl(self, meta: Any, c: list) -> _Clause:
+        node = ir.Dataset(name=str(c[0]), path=c[1], span=self.span(meta))
+        return _Clause("dataset", node, node.span)
+
+    def prompt_part(self, meta: Any, c: list) -> ir.DataPart:
+        return ir.DataPart(what="prompt", dataset=str(c[0]), index=c[1], span=self.span(meta))
+
+    def answer_part(self, meta: Any, c: list) -> ir.DataPart:
+        return ir.DataPart(what="answer", dataset=str(c[0]), index=c[1], span=self.span(meta))
+
+    def data_filler(self, meta: Any, c: list) -> ir.DataPart:
+        return ir.DataPart(what="filler", dataset=str(c[1]), tokens=c[0], span=self.span(meta))
 
     def reply_part(self, meta: Any, c: list) -> ir.ReplyPart:
         return ir.ReplyPart(name=str(c[0]), index=c[1], span=self.span(meta))

@@ -31,6 +31,7 @@ from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PMessage,
 from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Builder, Conv,
                                        Ctx, Draft, in_bounds, iterations, options_value, value,
                                        walk)
+from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan.prefix import (HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie,
                                       message_weight)
 from workloadlang.selector import gate_metric_refs, select_static, test_refs
@@ -39,13 +40,14 @@ from workloadlang.selector import gate_metric_refs, select_static, test_refs
 def build_plan(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str = "",
                env: Mapping[str, Any] | None = None, *, limits: Limits | None = None,
                traces: Mapping[str, Any] | None = None,
-               cache: CacheModel | None = None, budget: Budget | None = None) -> Plan:
+               cache: CacheModel | None = None, budget: Budget | None = None,
+               datasets: Mapping[str, Any] | None = None) -> Plan:
     """Plan a checked workload. Raises `WorkloadError` with every plan-time diagnostic.
     `budget`: what the plan counts against (a sweep's points share one); default: its own,
-    of `limits`."""
+    of `limits`. `datasets`: the datasets its messages take text from, read by the caller."""
     with collector_paused():
         return _build(wl, params, salt, source, env, budget or Budget(limits or Limits()),
-                      traces, cache)
+                      traces, cache, datasets or {})
 
 
 @contextmanager
@@ -65,11 +67,13 @@ def collector_paused() -> Iterator[None]:
 
 def _build(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str,
            env: Mapping[str, Any] | None, budget: Budget,
-           traces: Mapping[str, Any] | None, cache: CacheModel | None) -> Plan:
+           traces: Mapping[str, Any] | None, cache: CacheModel | None,
+           datasets: Mapping[str, Any]) -> Plan:
     """`build_plan`'s work (see it)."""
     env = dict(env or {})
     genv = {**env, **params}
     b = Builder(wl, salt, {}, budget)
+    b.data = DataDraws(datasets, salt)
     root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",
                env=genv)
     b.options = options_value(b, wl.options, root)
@@ -100,7 +104,7 @@ def _build(wl: ir.Workload, params: Mapping[str, Any], salt: str, source: str,
         assumptions=assumptions(requests, settings["concurrency"], cache, b.picks, bool(infos),
                                 b.messages),
         cache_model=cache, traces=tuple(infos), picks=tuple(b.picks), texts=tuple(b.text_table),
-        **settings)
+        datasets=b.data.infos(), **settings)
     return plan.model_copy(update={"plan_hash": plan_hash(plan)})
 
 
@@ -437,14 +441,15 @@ def plan_hash(plan: Plan) -> str:
     # the context limit only checks the plan (what it changes through `$max_context` is in the
     # params and the requests): `wl plan` without it and `wl run`, which learns it, agree
     plan = plan.model_copy(update={"max_context": None})
-    paths = {t.path: f"sha256:{t.sha256}" for t in plan.traces}
-    if paths:  # a trace is its content wherever it was read from, a param naming it too
+    paths = {t.path: f"sha256:{t.sha256}" for t in (*plan.traces, *plan.datasets)}
+    if paths:  # a trace (a dataset) is its content wherever it was read from, a param too
         plan = plan.model_copy(update={"params": {k: paths.get(v, v) if isinstance(v, str) else v
                                                   for k, v in plan.params.items()}})
     digest = hashlib.sha256(PLAN_JSON.dump_json(plan, exclude={
         "plan_hash": True, "source": True, "cache_model": True,
         "totals": {"lru_cached_tokens"}, "requests": {"__all__": {"isolated", "lru_cached"}},
         "traces": {"__all__": {"path"}},  # its content is in, by its sha256
+        "datasets": {"__all__": {"path"}},
         "assumptions": True}))  # the assumptions say in words what the requests hold
     isolated = [r.id for r in plan.requests if r.isolated]
     if isolated:

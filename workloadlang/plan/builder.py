@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from workloadlang import ir, limits
 from workloadlang.diagnostics import Diagnostic
 from workloadlang.evaluate import DRAW, DRAWS, EvalError, evaluate, sub_exprs
+from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan import draws
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import Pick, PMessage, Seg
@@ -98,6 +99,7 @@ class Builder:
     def __init__(self, wl: ir.Workload, salt: str, options: dict[str, Any],
                  budget: Budget | None = None):
         self.wl, self.salt, self.options = wl, salt, options
+        self.data = DataDraws({}, salt)  # the datasets' items taken (`dataplan.py`)
         self.messages: list[PMessage] = []
         self.upto: list[int] = []  # tokens of each message's conversation up to it
         self.drafts: list[Draft] = []

@@ -37,7 +37,8 @@ class Seg(Frozen):
 
     `text`: literal text (`text`, or a long text held once in the plan's table: `Plan.texts[ref]`,
     `Plan.text_of`). `filler`: salted synthetic text of `tokens` tokens named by `key`
-    (with a needle sentence at `needle_at` when set). `reply` / `partial`: the reply (or the
+    (with a needle sentence at `needle_at` when set), or, when `text` is set, that many tokens
+    of `text`'s words (a dataset's: `filler N from NAME`). `reply` / `partial`: the reply (or the
     partial, aborted turn) of request `key`, known only at run time; `tokens` is the planned size;
     `content_only`: its content without its reasoning (`replay content`). `call`: a tool call
     with id `key`, tool name `text` and `args` (name, text or filler segment); `tokens` counts
@@ -211,6 +212,20 @@ class TraceInfo(Frozen):
     time_scale: float
 
 
+class DatasetInfo(Frozen):
+    """A dataset messages take text from: where it was read, its format and content hash, the
+    items it holds, those the plan took in its salted order and the words `filler N from`
+    took."""
+
+    name: str
+    path: str
+    format: Literal["sharegpt", "jsonl", "folder"]
+    sha256: str
+    items: int
+    taken: int
+    filler_words: int
+
+
 Seg.model_rebuild()
 
 CHAINS_KEPT = 256  # prompts' message chains a plan keeps made (`Plan.message_ids`)
@@ -247,6 +262,7 @@ class Plan(Frozen):
     warmup_s: float | None = unless(None)
     cooldown_s: float | None = unless(None)
     texts: tuple[str, ...] = unless(())  # the long literal texts, each once (`Seg.ref`)
+    datasets: tuple["DatasetInfo", ...] = unless(())
     _chains: dict[int, tuple[int, ...]] = PrivateAttr(default_factory=dict)
 
     def message_ids(self, req: PRequest) -> tuple[int, ...]:

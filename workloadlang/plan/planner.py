@@ -24,6 +24,7 @@ from workloadlang.plan import synth, texts
 from workloadlang.plan.builder import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S,  # noqa: F401
                                        Builder, Conv, Ctx, Draft, count, in_bounds, iterations,
                                        options_value, seconds, tokens, value)
+from workloadlang.plan.dataplan import data_segs
 from workloadlang.plan.model import BranchEnd, Expectation, Pick, Seg
 from workloadlang.plan.prefix import CALL_ARG_TOKENS, CALL_TOKENS, GEN_PROMPT_TOKENS, Lane
 
@@ -62,6 +63,10 @@ def parts_segs(b: Builder, parts: tuple[ir.ContentPart, ...], ctx: Ctx,
             out.extend(expr_segs(b, p, ctx))
         elif isinstance(p, ir.ReplyPart):
             out.extend(reply_seg(b, p, ctx, conv))
+        elif isinstance(p, ir.DataPart):
+            size = None if p.tokens is None else tokens(b, p.tokens, ctx, "filler size")
+            idx = None if p.index is None else count(b, p.index, ctx, "index")
+            out.extend(data_segs(b, p, ctx.session, f"{key}/{j}", size, idx))
         else:
             out.append(part_seg(b, p, ctx, f"{key}/{j}"))
     return tuple(out)

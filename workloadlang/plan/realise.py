@@ -143,7 +143,7 @@ class Realiser:
             self._prepared.add(i)
             for seg in fillers(self.plan.messages[i].segs):
                 await self.sizer.prepare(seg.key, seg.tokens, self._renderer(seg),
-                                         seg.needle_at is None)
+                                         seg.needle_at is None and not seg.text)
 
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
@@ -347,6 +347,8 @@ class Realiser:
         salt = self.plan.salt
 
         def render(n: int) -> str:
+            if s.text:  # a dataset's words (`filler N from NAME`)
+                return " ".join(s.text.split(" ", n)[:n])
             if s.needle_at is None:
                 return synth.filler(salt, s.key, n)
             needle = synth.needle_sentence(synth.needle_code(salt, s.key))

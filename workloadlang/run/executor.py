@@ -165,8 +165,7 @@ class Executor:
         return self.result()
 
     def result(self, incomplete: str | None = None) -> RunResult:
-        """Output: the run's result so far (`incomplete`: why it stopped, when it was stopped
-        from outside)."""
+        """Output: the run's result so far (`incomplete`: why it was stopped from outside)."""
         return RunResult(records=[self.records[r.id] for r in self.requests if r.id in self.records],
                          elapsed_s=self.clock() - self.t0,
                          incomplete=incomplete or self.stops.incomplete(self.records.values()),
@@ -178,8 +177,7 @@ class Executor:
         self.tasks.append(asyncio.ensure_future(self._walk(req)))
 
     async def _walk(self, req: PRequest | None) -> None:
-        """Send `req`, then go on with the first of its dependents that this made ready (the
-        others start on their own)."""
+        """Send `req`, then go on with the first dependent this made ready (others start apart)."""
         while req is not None:
             end = await self._one(req)
             ready = []
@@ -241,10 +239,9 @@ class Executor:
 
     async def _send(self, req: PRequest, after: PRequest | None) -> tuple[Outcome, float] | str:
         """Output: the outcome and how long the request waited for its turn (the run's
-        isolation, a concurrency slot); or why it is not sent after all, when a stop came
-        while it waited (the time budget ran out: the requests queued for a slot are not all
-        sent at once). A request written ahead holds its slot already; one that takes over
-        `req`'s turn (`took_over`) keeps `req`'s."""
+        isolation, a concurrency slot), or why it is not sent after all (a stop came while it
+        waited). A request written ahead holds its slot already; one that takes over `req`'s
+        turn (`took_over`) keeps `req`'s."""
         waited = 0.0
         if req.id in self.holding:
             self.holding.discard(req.id)
@@ -260,8 +257,7 @@ class Executor:
                 self.queued -= 1
                 self.isolation.poke()
             waited = self.clock() - t
-            stop = self.stops.reason(req, self.records)
-            if stop:
+            if stop := self.stops.reason(req, self.records):
                 self.slots.release()
                 self.isolation.poke()
                 return stop
