@@ -75,6 +75,8 @@ def data_segs(b: Any, p: ir.DataPart, session: str, key: str, size: int | None,
             return too_short(b, p)
     elif idx is None:
         idx = draws.last.get((session, p.dataset))
+        if idx is None and p.dataset in draws.short:
+            return ()  # its prompt could not be taken: said once already
         if idx is None:
             b.error("WL404", f"`answer {p.dataset}` follows no `prompt {p.dataset}` in "
                     f"{session}", p.span, f"take a prompt first, or name the item: "
