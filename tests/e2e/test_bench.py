@@ -350,3 +350,35 @@ def test_same_records_tells_a_changed_value_from_a_field_one_side_added() -> Non
     base[1]["planned_expected_max"] = 7
     assert differences(base, other) == ["s/1.cached_tokens: 20 != 19",
                                         "s/1.planned_expected_max: 7 != None"]
+
+
+def test_client_cpu_runs_small(tmp_path: Path) -> None:
+    """Two sessions of two turns, this checkout against itself: both sides answered every
+    request, and this one reports the few tokenizer calls its calibration made."""
+    from bench import client_cpu
+
+    out = tmp_path / "cpu.json"
+    assert client_cpu.main(["--against", str(ROOT), "--repeat", "1", "--sessions", "2",
+                            "--turns", "2", "--turn-tokens", "20", "--json", str(out)]) == 0
+    rows = figures(out)
+    assert [r["answered"] for r in rows] == [4, 4]
+    assert all(r["cpu_s"] > 0 and r["rss_mb"] > 0 for r in rows)
+    assert all(0 < r["tokenizer_calls"] <= 5 for r in rows)
+
+
+def test_trace_start_runs_small(tmp_path: Path) -> None:
+    """Ten records of the committed slice: sized with the calibration's calls only; the first
+    send of the slice's replay is measured, a request answered within the budget."""
+    from bench import trace_start
+
+    out = tmp_path / "start.json"
+    assert trace_start.main(["--trace", str(ROOT / "tests/data/mooncake/conversation_1000.jsonl"),
+                             "--records", "10", "--first-send", "--budget", "3",
+                             "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    (row,) = doc["rows"]
+    assert row["records"] == 10 and row["tokenizer_calls"] == row["calibration_calls"] <= 5
+    assert row["bytes"] > 10 * 512 * 4  # ten prompts of whole blocks, encoded
+    (first,) = doc["first_send"]
+    assert first["first_send_s"] is not None and first["first_send_s"] > 0
+    assert first["answered"] >= 1 and first["peak_rss_mb"] > 0
