@@ -94,3 +94,23 @@ def test_a_named_text_cannot_carry_an_answer():
     with pytest.raises(WorkloadError) as e:
         api.parse_checked(source)
     assert "WL250" in [d.code for d in e.value.diagnostics]
+
+
+def test_a_fork_branchs_answer_is_quoted_in_a_user_message():
+    seen: dict[str, dict] = {}
+    plan = plan_of("""workload drafts {
+      session s {
+        user "Draft a title."
+        spawn 2 fork parallel as k label draft { reply 8 as title }
+        user "The drafts were: ", reply title[0], " and ", reply title[1], ". Pick one."
+        reply 8 label pick
+      }
+    }""")
+    run, _ = execute(plan, answering(seen), ahead=True)
+    assert all(r.error is None for r in run.records)
+    drafts = [r.id for r in plan.requests if r.label == "draft"]
+    pick = next(r for r in plan.requests if r.label == "pick")
+    assert set(drafts) <= set(pick.deps)
+    assert seen[pick.id]["messages"][-1] == {
+        "role": "user", "content": f"The drafts were: answer of {drafts[0]} and answer of "
+                                   f"{drafts[1]}. Pick one."}
