@@ -227,3 +227,13 @@ def test_the_engine_receives_the_datasets_text_and_a_filler_of_its_size():
     filler = sent[2]["content"].removesuffix("\n\nAnd this?")
     assert len(filler.split()) == 200  # the tokenizer (a word a token) sized it
     assert filler.split() == planned[2].removesuffix("\n\nAnd this?").split()
+
+
+def test_the_dry_run_names_each_dataset_and_what_the_plan_took():
+    from workloadlang.plan.dryrun import header_lines
+
+    p = plan()
+    line = next(x for x in header_lines(p) if x.startswith("dataset chats:"))
+    d = p.datasets[0]
+    assert f"(sharegpt, 24 items, {d.taken} taken, 800 words of filler" in line
+    assert d.sha256[:16] in line

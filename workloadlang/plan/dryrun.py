@@ -205,7 +205,8 @@ def agent_totals(plan: Plan) -> list[list[str]]:
 
 
 def header_lines(plan: Plan) -> list[str]:
-    """The head of the dry-run: workload, params, salt, hash, and each trace replayed."""
+    """The head of the dry-run: workload, params, salt, hash, each trace replayed and each
+    dataset text is taken from."""
     params = ", ".join(f"{k}={v}" for k, v in plan.params.items())
     head = [f"workload {plan.workload}: {plan.doc}", f"params: {params}",
             f"salt {plan.salt} · plan {plan.plan_hash} · concurrency {plan.concurrency}"
@@ -215,6 +216,10 @@ def header_lines(plan: Plan) -> list[str]:
         head.append(f"trace {tr.session}: {tr.path} ({tr.format}, {tr.records:,} records, "
                     f"{tr.selected:,} taken in {tr.sessions:,} session(s), time scale "
                     f"{tr.time_scale:g}, sha256 {tr.sha256[:16]})")
+    for d in plan.datasets:
+        words = f", {d.filler_words:,} words of filler" if d.filler_words else ""
+        head.append(f"dataset {d.name}: {d.path} ({d.format}, {d.items:,} items, {d.taken:,} "
+                    f"taken{words}, sha256 {d.sha256[:16]})")
     return head
 
 
