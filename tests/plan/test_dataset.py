@@ -237,3 +237,12 @@ def test_the_dry_run_names_each_dataset_and_what_the_plan_took():
     d = p.datasets[0]
     assert f"(sharegpt, 24 items, {d.taken} taken, 800 words of filler" in line
     assert d.sha256[:16] in line
+
+
+def test_the_plan_hash_holds_the_datasets_content_not_its_path(tmp_path: Path):
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(JSON.read_bytes())
+    assert plan(data=str(copy)).plan_hash == plan().plan_hash
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(RAW[1:] + RAW[:1]))
+    assert plan(data=str(changed)).plan_hash != plan().plan_hash
