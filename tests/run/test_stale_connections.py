@@ -93,3 +93,39 @@ def test_the_engine_counters_survive_a_stale_connection():
 
     counters = asyncio.run(go())
     assert counters is not None and counters.queries_tokens == 40 and len(calls) == 2
+
+
+def test_a_side_call_on_a_connection_the_server_drops_is_made_again():
+    """The side calls' own wire pool: the server answers a first call, then closes the kept
+    connection when the second call comes on it (without answering): the call goes out again
+    on a fresh connection, and nothing of the run's pool is touched."""
+    from workloadlang.run.side import WireSide, call_again_if_dropped
+
+    answered: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        while await reader.readuntil(b"\r\n\r\n"):
+            if served == 1 and len(answered) == 1:  # the second call on a kept connection
+                writer.close()
+                return
+            served += 1
+            answered.append(1)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def go() -> tuple[list[tuple[int, bytes]], int, int]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        side = WireSide(keepalive_expiry=30)
+        try:
+            got = [await call_again_if_dropped(side, "GET", f"http://127.0.0.1:{port}/x", {},
+                                               None, 5.0) for _ in range(2)]
+            return got, side.calls, side.pool.connects
+        finally:
+            await side.aclose()
+            server.close()
+
+    got, calls, connects = asyncio.run(go())
+    assert got == [(200, b"ok"), (200, b"ok")] and len(answered) == 2
+    assert (calls, connects) == (3, 2)  # the second call made again, on a new connection

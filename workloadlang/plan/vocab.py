@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from workloadlang.plan import synth
+from workloadlang.plan.realise import ExactSizer
 
 PREFIX = "Words:"
 SAMPLE_WORDS = 2000
@@ -110,7 +111,7 @@ class VocabSizer:
     words are known from its key). Text that is not plain filler (a needle sentence) is
     counted by `exact` (the engine's tokenizer, once per text)."""
 
-    def __init__(self, vocab: Vocabulary, salt: str, exact):
+    def __init__(self, vocab: Vocabulary, salt: str, exact: ExactSizer):
         self.vocab, self.salt, self.exact = vocab, salt, exact
         self.tokens_per_word = exact.tokens_per_word
         self._sized: OrderedDict[tuple[str, int], int] = OrderedDict()

@@ -14,7 +14,7 @@ or `AnswerTooLarge` past the cap (the rest is not read).
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import AsyncIterator, Literal, Protocol
 
 import httpx
 
@@ -144,7 +144,7 @@ def failed(kind: SideErrorKind, e: Exception, timeout: float | None) -> SideErro
     return SideError(kind, f"{name}: {e}".rstrip(": "), name)
 
 
-async def _capped(chunks, cap: int) -> bytes:
+async def _capped(chunks: AsyncIterator[bytes], cap: int) -> bytes:
     """Output: the chunks joined. Raises `AnswerTooLarge` past `cap` bytes (the rest is not
     read)."""
     parts, size = [], 0
