@@ -200,13 +200,17 @@ def test_connection_refused_exits_3(tmp_path: Path) -> None:
 
 FILLED = """
 workload filled {
-  session s repeat 2 { user filler 100; reply 4; user filler 50; reply 4 }
+  session s repeat 2 {
+    user filler 100 needle at 50%; reply 4; user filler 50 needle at 10%; reply 4
+  }
 }
 """
 
 
 def test_tokenizer_failing_mid_run_is_a_note_not_a_crash(tmp_path: Path, server: FaultServer) -> None:
-    server.tokenize_fail_after = 4  # discovery's probe, calibration, then two fillers
+    """Plain filler is sized by arithmetic once the vocabulary is checked; a needle's text is
+    counted by the tokenizer, which fails after the first one."""
+    server.tokenize_fail_after = 5  # discovery's probe, the vocabulary's 3, then one needle
     proc, results, lines = run(tmp_path, server.base_url, FILLED)
     assert proc.returncode == 0, proc.stderr
     assert len(server.chat_requests()) == 4
