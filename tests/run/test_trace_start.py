@@ -37,11 +37,13 @@ class Recording(InTurn):
     def __init__(self) -> None:
         super().__init__(transport=None)
         self.prepared: list[str] = []
+        self.sending = asyncio.Event()
 
     def prepare(self, req) -> None:
         self.prepared.append(req.id)
 
     async def send(self, req, after, on_cancel):
+        self.sending.set()
         await asyncio.sleep(3600)  # never answered: the test stops the run
 
 
@@ -52,18 +54,20 @@ def test_a_request_due_far_ahead_is_not_made_at_the_start(tmp_path: Path):
     path = tmp_path / "far.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     plan = trace_plan(path)
-    pacing = Recording()
-    executor = Executor(plan, Realiser(plan, RatioSizer()), pacing,
-                        Endpoint(base_url="http://engine/v1", model="m"), ListSink())
 
-    async def go() -> None:
+    async def go() -> Recording:
+        pacing = Recording()
+        executor = Executor(plan, Realiser(plan, RatioSizer()), pacing,
+                            Endpoint(base_url="http://engine/v1", model="m"), ListSink())
         task = asyncio.ensure_future(executor.run())
-        await asyncio.sleep(0.2)  # the run has started: the first request is in flight
+        await asyncio.wait_for(pacing.sending.wait(), 60)  # the first request is in flight
+        await asyncio.sleep(0.05)  # every other request's task has run up to its wait
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        return pacing
 
-    asyncio.run(go())
+    pacing = asyncio.run(go())
     far = [r.id for r in plan.requests if r.send_at >= 1000]
     assert len(far) == 50 and not set(pacing.prepared) & set(far)
     assert MAKE_AHEAD_S < 1000
