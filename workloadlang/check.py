@@ -24,6 +24,7 @@ from workloadlang import ir, limits
 from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
                                       sweep_text)  # sweep_text: handed on (`sweep.py`)
 from workloadlang.checkflow import FlowChecks
+from workloadlang.checkparts import PartChecks
 from workloadlang.checksessions import SessionChecks, statements
 from workloadlang.diagnostics import (Diagnostic, closest, did_you_mean, error,
                                       sort_diagnostics, warning)
@@ -83,7 +84,7 @@ def _shown(e: Any) -> str:
 
 # ---------------------------------------------------------------- the checker
 
-class _Checker(ParamChecks, SessionChecks, FlowChecks):
+class _Checker(ParamChecks, SessionChecks, FlowChecks, PartChecks):
     def __init__(self, wl: ir.Workload, flags: frozenset[str] = frozenset()):
         self.wl, self.flags = wl, flags
         self.diags: list[Diagnostic] = []
@@ -374,34 +375,6 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks):
                              "tool calls are made by the assistant: `assistant call NAME "
                              "{ ... }` (its result is a `tool` message)")
                 self.check_call(part, scope)
-
-    def check_reply_part(self, part: ir.ReplyPart, scope: Scope, role: str | None) -> None:
-        """`reply NAME[INDEX]`: a named request (WL207), in a message (WL250: a named text is
-        the same for the whole run, an answer is not)."""
-        if part.name not in self.names.requests:
-            self.err("WL207", f"no request is named `{part.name}`", part.span,
-                     did_you_mean(part.name, self.names.requests) or
-                     f"name a request with `as {part.name}` on a `reply`")
-        if role is None:
-            self.err("WL250", "`reply` in a named text", part.span, "a named text is the same "
-                     "for the whole run; put the answer in the message that sends it")
-        self.value(part.index, scope, "number", "the index of `reply`", "index")
-
-    def check_data_part(self, part: ir.DataPart, scope: Scope) -> None:
-        """A dataset's text: a declared dataset (WL251), an index, a filler's size."""
-        names = [d.name for d in self.wl.datasets]
-        if part.dataset not in names:
-            self.err("WL251", f"no dataset is named `{part.dataset}`", part.span,
-                     did_you_mean(part.dataset, names) or
-                     f"declare it at the workload's top: `dataset {part.dataset} = \"FILE\"`")
-        self.value(part.index, scope, "number", f"the item of `{part.what}`", "index")
-        self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
-
-    def check_datasets(self) -> None:
-        """`dataset NAME = PATH`: unique names, a string path of params."""
-        self.unique(self.wl.datasets, "dataset")
-        for d in self.wl.datasets:
-            self.value(d.path, self.top, "string", "the path of a dataset", None)
 
     def check_filler(self, part: ir.FillerPart, scope: Scope) -> None:
         self.value(part.tokens, scope, "number", "the size of `filler`", "filler")
