@@ -47,7 +47,7 @@ from workloadlang.run.endpoint import Endpoint
 from workloadlang.run.errors import ErrorInfo
 from workloadlang.run.health import ClientHealth
 from workloadlang.run.isolation import Isolation, RunWide
-from workloadlang.run.maker import RequestMaker
+from workloadlang.run.maker import RequestMaker, by_session
 from workloadlang.run.pacing import Pacing
 from workloadlang.run.phases import Phases
 from workloadlang.run.record import Recorder, TtftReference, skipped_record
@@ -133,10 +133,7 @@ class Executor:
 
     async def run(self) -> RunResult:
         roots = [r for r in self.requests if not self.waiting[r.id]]
-        sessions: dict[str, list[PRequest]] = {}
-        for r in self.requests:
-            sessions.setdefault(r.session, []).append(r)
-        await self.maker.size_all(sessions.values(), self.sink)  # before the clock starts
+        await self.maker.size_all(by_session(self.requests), self.sink)  # before the clock
         startable = self.copies.free(await self.pacing.before_clock(self.copies.early(roots)))
         warm_up()
         self.health.before_clock()
@@ -193,8 +190,7 @@ class Executor:
             req = ready[0] if ready else None
 
     async def _one(self, req: PRequest) -> float:
-        """Send `req` once it is due, or record why not. Output: when what depends on it may
-        go (its answer's end)."""
+        """Send `req` once it is due, or record why not. Output: when its dependents may go."""
         if self.sink_error is not None:
             raise self.sink_error
         ready, k = self.ready_at.pop(req.id, self.t0), self.phases.index[req.id]
@@ -214,11 +210,8 @@ class Executor:
             await self.stops.sleep_until(due - MAKE_AHEAD_S)  # not made, nor held, till then
             self.pacing.prepare(req)
             await self.stops.sleep_until(due)
-            reason = self.stops.reason(req, self.records)  # the budget may have run out
-            if reason:
-                return self._skip(req, reason, after)
         sent = await self._send(req, after)
-        if isinstance(sent, str):  # a stop came while it waited for its turn
+        if isinstance(sent, str):  # a stop came while it waited (the budget ran out, ...)
             return self._skip(req, sent, after)
         outcome, waited = sent
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
@@ -238,10 +231,9 @@ class Executor:
         return self.clock()
 
     async def _send(self, req: PRequest, after: PRequest | None) -> tuple[Outcome, float] | str:
-        """Output: the outcome and how long the request waited for its turn (the run's
-        isolation, a concurrency slot), or why it is not sent after all (a stop came while it
-        waited). A request written ahead holds its slot already; one that takes over `req`'s
-        turn (`took_over`) keeps `req`'s."""
+        """Output: the outcome and how long it waited for its turn (isolation, a slot), or why
+        it is not sent after all (a stop came meanwhile). A request written ahead holds its slot
+        already; one that takes over `req`'s turn (`took_over`) keeps `req`'s."""
         waited = 0.0
         if req.id in self.holding:
             self.holding.discard(req.id)

@@ -139,6 +139,14 @@ class Progress:
                 "preparing": [self.total, self.total]})
 
 
+def by_session(requests: Iterable[PRequest]) -> list[list[PRequest]]:
+    """Output: `requests` grouped by session, each group in order (what `size_all` takes)."""
+    sessions: dict[str, list[PRequest]] = {}
+    for r in requests:
+        sessions.setdefault(r.session, []).append(r)
+    return list(sessions.values())
+
+
 def headers(req: PRequest) -> dict[str, str]:
     """Output: the headers that tie a request to the plan (a log, the simulator's faults)."""
     return {"X-WL-Session": req.session, "X-WL-Request": req.id}
