@@ -141,3 +141,30 @@ def test_requests_queued_for_a_slot_when_the_budget_runs_out_are_not_sent():
     assert first.error is not None and first.t_send_unix
     assert len(queued) == 4
     assert all(r.skipped == "time budget exhausted" and r.t_send_unix is None for r in queued)
+
+
+def test_a_trace_sent_as_fast_as_it_can_makes_few_requests_before_the_clock():
+    """At --time-scale 0 every record is a session's first request due at the start: only as
+    many are made before the clock as the start can use, not the whole trace."""
+    from workloadlang.run.ahead import _START_MADE, WriteAhead
+
+    plan = trace_plan(SLICE, time_scale="0", limit="400", max_concurrency="4")
+    made: list[str] = []
+
+    class Pool:  # connections are not what is looked at here
+        async def preconnect(self, url: str, n: int) -> int:
+            return 0
+
+        def claim(self, url: str, n: int) -> None:
+            return None
+
+    class Core:
+        concurrency = plan.concurrency
+        endpoint = Endpoint(base_url="http://engine/v1", model="m")
+
+    pacing = WriteAhead(Pool())
+    pacing.bind(Core())
+    pacing.prepare = made.append  # what before_clock makes ahead (the request)
+    assert len(plan.requests) == 400 > _START_MADE
+    asyncio.run(pacing.before_clock(list(plan.requests)))
+    assert [r.id for r in made] == [r.id for r in plan.requests[:_START_MADE]]

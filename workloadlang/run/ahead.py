@@ -5,8 +5,9 @@ Output: each request's `Outcome` (`send`), with as little of the client between 
 and the next request's send as can be.
 
 - Made ahead. A request is realised, encoded and framed (`Outgoing`) as soon as its messages are
-  final (every reply it carries is in): the first ones before the clock, a later one while the
-  request before it is in flight, at a barrier or during a planned wait (`prepare`, `ahead`).
+  final (every reply it carries is in): the first ones before the clock (at most `_START_MADE`
+  of them, or the concurrency), a later one while the request before it is in flight, at a
+  barrier, during a planned wait, or while it waits for a slot (`prepare`, `ahead`).
 - The start. Every session's first request due at once is written in one go on connections
   claimed before the clock (`before_clock`, `write_start`): the last of them is delayed only by
   the writes before it.
@@ -46,6 +47,8 @@ _QUIET_S = 0.003  # deferred work runs once no answer came in for this long...
 _DEFER_MAX_S = 0.05  # ...or once the oldest deferred work is this old
 _SLICE_S = 0.0005  # deferred work per loop pass (a long pass delays the answers behind it)
 _HOLD_MAX_S = 0.02  # longest a session waits for answers ending after its own (`_release`)
+_START_MADE = 256  # first requests made before the clock, at most (or the concurrency): a
+# trace of 12,000 sessions is not all realised, nor held, before its first request
 
 
 class Made(NamedTuple):
@@ -80,7 +83,7 @@ class WriteAhead:
     # ------------------------------------------------------------ the start
 
     async def before_clock(self, firsts: list[PRequest]) -> list[PRequest]:
-        for req in firsts:
+        for req in firsts[:max(_START_MADE, self.core.concurrency)]:  # the rest at their turn
             self.prepare(req)
         url = self.core.endpoint.chat_url
         await self.pool.preconnect(url, min(len(self.made), self.core.concurrency))
