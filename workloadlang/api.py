@@ -14,7 +14,6 @@ used); nothing here prints.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Collection, Mapping
@@ -28,6 +27,7 @@ from workloadlang.evaluate import resolve_params
 from workloadlang.parse import parse
 from workloadlang.plan.model import Plan
 from workloadlang.plan.assemble import build_plan
+from workloadlang.plan.draws import fresh_salt
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import CacheModel
 from workloadlang.resources import bundled_workload_path, bundled_workloads
@@ -89,10 +89,6 @@ def parse_checked(source: Source, flags: Collection[str] = ()) -> ir.Workload:
     if diags:
         raise WorkloadError(diags)
     return wl
-
-
-def fresh_salt() -> str:
-    return secrets.token_hex(4)
 
 
 def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],

@@ -22,7 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from typing import Callable, Sequence
+
+def fresh_salt(nbytes: int = 4) -> str:
+    """Output: a new random salt, `nbytes` random bytes in hex, for a run not given one (the
+    caller draws it, never the planner: the same salt plans the same requests)."""
+    return secrets.token_hex(nbytes)
+
 
 DISTRIBUTIONS: dict[str, int] = {"exponential": 1, "uniform": 2, "lognormal": 2, "gamma": 2}
 """Distribution -> its number of arguments."""

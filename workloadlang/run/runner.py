@@ -12,13 +12,13 @@ Cancellation (Ctrl-C) still gives what was measured: the requests in flight are 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from workloadlang.evaluate import evaluate
+from workloadlang.plan.draws import fresh_salt
 from workloadlang.plan.model import Plan
 from workloadlang.plan.realise import Realiser, Sizer
 from workloadlang.results import Record, Sink
@@ -118,7 +118,9 @@ async def calibration(plan: Plan, link: EngineLink, sink: Sink,
     sizer = await calibrate.sizer_for(link.chat, link.endpoint, link.tokenizer, plan.salt, cal)
     link.alone(True)  # calibration sends one request at a time: read its stamps at once
     try:
-        ref = await threshold_reference(plan, link, sizer, cal, fresh_salt())
+        # the calibration twins' salt is fresh every run: a replayed run (`--salt S`) against
+        # a warm server must not find its "cold" twin already cached
+        ref = await threshold_reference(plan, link, sizer, cal, fresh_salt(6))
     finally:
         link.alone(False)
     sink.event("calibration", cal.model_dump())
@@ -137,12 +139,6 @@ def start_on_clock(options: RunOptions) -> float | None:
     if options.start_at_unix is None:
         return None
     return time.perf_counter() + (options.start_at_unix - time.time())
-
-
-def fresh_salt() -> str:
-    """Calibration twins get a salt of their own, fresh every run: a replayed run (`--salt S`)
-    against a warm server must not find its "cold" twin already cached."""
-    return secrets.token_hex(6)
 
 
 async def threshold_reference(plan: Plan, link: EngineLink, sizer: Any,
