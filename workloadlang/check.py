@@ -22,7 +22,7 @@ from typing import Any
 
 from workloadlang import ir, limits
 from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
-                                      sweep_text)  # sweep_text: handed on (`sweep.py`)
+                                      sweep_text)  # sweep_text: handed on (`sweepresults.py`)
 from workloadlang.checkflow import FlowChecks
 from workloadlang.checkparts import PartChecks
 from workloadlang.checksessions import SessionChecks, statements

@@ -274,7 +274,7 @@ def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None =
 
 def load_any(path: str) -> Any:
     """A results file of a run or of a sweep; `NotComparable` when it is neither."""
-    from workloadlang.sweep import read_any
+    from workloadlang.sweepresults import read_any
 
     try:
         return read_any(path)
@@ -285,7 +285,7 @@ def load_any(path: str) -> Any:
 def point_pairs(a: Any, b: Any) -> list[tuple[str | None, Results, Results]]:
     """The runs to compare: the two results, or a sweep's points with the other sweep's of the
     same value (at least one in common, over the same param)."""
-    from workloadlang.sweep import SweepResults
+    from workloadlang.sweepresults import SweepResults
 
     if isinstance(a, SweepResults) != isinstance(b, SweepResults):
         raise NotComparable("not comparable: one file is a sweep's results, the other a single "

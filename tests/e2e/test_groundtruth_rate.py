@@ -141,7 +141,7 @@ def test_the_rate_search_finds_the_queueing_arithmetics_capacity(tmp_path: Path)
                  "--search", "rate=4..20", "--sim-slots", "2",
                  "--sim-prefill-us-per-token", "1000", "--sim-prefill-ctx-scale", "0",
                  "--sim-decode-us-per-token", "10000"])
-    from workloadlang.sweep import read_any
+    from workloadlang.sweepresults import read_any
 
     res = read_any(out)
     assert code == 0 and res.search is not None

@@ -11,7 +11,7 @@ from workloadlang.report.sweep import render_sweep_html
 from workloadlang.report import sample
 from workloadlang.results import Slo
 from workloadlang.search import SearchError, Tried, next_value, outcome, parse_range
-from workloadlang.sweep import SweepResults, search_line, table
+from workloadlang.sweepresults import SweepResults, search_line, table
 
 
 def run_search(capacity: float, low: float, high: float, whole: bool = False,

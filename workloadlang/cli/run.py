@@ -250,20 +250,20 @@ def finish_sweep(swept: tuple[str, list[str]] | None, points: list, args, writer
                  result=None) -> int:
     """A sweep's results file (`--output`; `--report`: its curves) and table; the exit code
     of its worst point (a rate search's `result` given whole: its own exit code)."""
-    from workloadlang import sweep
+    from workloadlang import sweepresults
     from workloadlang.plan.sweep import sweep_salt
 
     if result is None:
-        result = sweep.SweepResults(workload=points[0].workload, param=swept[0],
+        result = sweepresults.SweepResults(workload=points[0].workload, param=swept[0],
                                     values=swept[1][:len(points)], points=points,
                                     salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),
-                                    exit_code=sweep.worst_exit([p.exit_code for p in points]))
+                                    exit_code=sweepresults.worst_exit([p.exit_code for p in points]))
         print(f"\n── sweep {swept[0]}: {len(points)} of {len(swept[1])} runs ──")
     else:
         print(f"\n── search {result.param}: {len(result.points)} runs ──")
-    print(sweep.table(result))
+    print(sweepresults.table(result))
     if result.search is not None:
-        print(sweep.search_line(result))
+        print(sweepresults.search_line(result))
     deliveries = [writer.delivery]
     if args.output:
         text = result.to_json()

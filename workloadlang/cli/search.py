@@ -79,7 +79,7 @@ async def run_search(spec: Spec, args: Any, env: dict[str, Any], run_one: RunOne
                      mark: Callable[[str, str, int], None]) -> Any:
     """Run the search (`run_one(plan)` runs a plan; `mark(param, value, index)` tells where a
     point's records start). Output: its `SweepResults`."""
-    from workloadlang import sweep
+    from workloadlang import sweepresults
     from workloadlang.plan.sweep import point_salt
 
     salt = args.salt or api.fresh_salt()
@@ -108,7 +108,7 @@ async def run_search(spec: Spec, args: Any, env: dict[str, Any], run_one: RunOne
     points.sort(key=lambda p: p[0])
     code = (ExitCode.INTERRUPTED if any(p[2].exit_code == ExitCode.INTERRUPTED for p in points)
             else ExitCode.OK if found.highest is not None else ExitCode.GATE)
-    return sweep.SweepResults(workload=spec.wl.name, param=spec.param,
+    return sweepresults.SweepResults(workload=spec.wl.name, param=spec.param,
                               values=[p[1] for p in points], points=[p[2] for p in points],
                               salt=salt, exit_code=code, search=found)
 

@@ -6,7 +6,7 @@ Input: a checked `ir.Workload`, the params set on the command line and `--sweep 
 two independent points; the sweep's salt back from a point's, `sweep_salt`), what `wl plan`
 keeps of a point it only lists (`row_only`). The points of a sweep are planned into one
 `limits.Budget`: together they are within the planner's limits. The runs and their results
-file are `workloadlang.sweep` (docs/cli.md "Sweeps").
+file are `workloadlang.sweepresults` (docs/cli.md "Sweeps").
 """
 
 from __future__ import annotations

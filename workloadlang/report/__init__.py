@@ -19,7 +19,7 @@ def load_results(path: str | Path) -> Any:
     """Input: a results JSON path (`wl run --output`). Output: a `Results`, or a
     `SweepResults` for a sweep's file. Raises `ResultsFileError` (a ValueError) with a
     one-line reason."""
-    from workloadlang.sweep import read_any
+    from workloadlang.sweepresults import read_any
 
     return read_any(path)
 
@@ -30,7 +30,7 @@ def write_report(results_list: Sequence[Any], path: str | Path,
     Output: the path written. Raises `ReportError` (different workloads, no results)."""
     from workloadlang.report.render import ReportError, render_html
     from workloadlang.report.sweep import render_sweep_html
-    from workloadlang.sweep import SweepResults
+    from workloadlang.sweepresults import SweepResults
 
     runs = list(results_list)
     swept = [isinstance(r, SweepResults) for r in runs]

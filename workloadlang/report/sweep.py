@@ -3,7 +3,7 @@
 Input: `SweepResults` of one workload and param (several overlay: one line each, e.g. two
 engines), with their labels. Output: one self-contained HTML page: a table of the points (the
 exit code and the gates each failed), then a chart per number that varies: the report items,
-hits and misses, mean reuse, TTFT, the engine's hit ratio (`sweep.curves`). The page carries
+hits and misses, mean reuse, TTFT, the engine's hit ratio (`sweepresults.curves`). The page carries
 the single-run report's Content-Security-Policy (`render.CSP`: no script, nothing loaded).
 """
 
@@ -39,13 +39,13 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
         if (s.workload, s.param) != (first.workload, first.param):
             raise SweepReportError(f"sweeps of {first.workload} over {first.param} and of "
                                    f"{s.workload} over {s.param} do not share a page")
-    from workloadlang import sweep
+    from workloadlang import sweepresults
 
     tables = "".join(points_table(s, label) for s, label in zip(sweeps, labels))
-    names = list(dict.fromkeys(n for s in sweeps for n in sweep.curves(s)))
+    names = list(dict.fromkeys(n for s in sweeps for n in sweepresults.curves(s)))
     charts = []
     for i, name in enumerate(names):
-        series = [(label, s.values, sweep.curves(s).get(name, ("", []))[1])
+        series = [(label, s.values, sweepresults.curves(s).get(name, ("", []))[1])
                   for s, label in zip(sweeps, labels)]
         if any(len({repr(v) for v in ys}) > 1 for _, _, ys in series):  # only what varies
             charts.append(f'<div class="chart">{chart(name, first.param, series, i)}</div>')
@@ -54,7 +54,7 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
                                                   for s, label in zip(sweeps, labels))),
                        tables=tables, param=html.escape(first.param),
                        found="".join(f"<p><strong>{html.escape(label)}: "
-                                     f"{html.escape(sweep.search_line(s))}</strong></p>"
+                                     f"{html.escape(sweepresults.search_line(s))}</strong></p>"
                                      for s, label in zip(sweeps, labels) if s.search),
                        charts="".join(charts) or "<p>no number varies across the points</p>")
 
