@@ -99,7 +99,7 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
     its messages take text from, plan.
     `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
     figures the plan carries (`--cache-tokens`); `budget`: what the plan counts against, when
-    not a budget of its own (a sweep's points share one: `plan.sweep.plan_points`)."""
+    not a budget of its own (a sweep's points share one: `cli.common.plan_points`)."""
     env = {"max_context": None, **(env or {})}
     params, diags = resolve_params(wl, overrides, env)
     errors = [d for d in diags if d.severity == "error"]

@@ -35,7 +35,7 @@ MAX_NUMBER = 1e15
 MAX_LENGTH = MAX_FILE_BYTES
 MAX_SWEEP_POINTS = 100
 """The most points (runs) a sweep may have (its points together are also within the planner's
-limits: `plan.sweep`)."""
+limits: `plan.sweeppoints`)."""
 """The longest string (characters) or list (items) a computation may make (`+` of two)."""
 
 _LONG_LINE = re.compile(r"(?m)^[^\n]{%d}" % (MAX_LINE_CHARS + 1))  # from line starts only: linear

@@ -1,6 +1,6 @@
 """Sweeps: a workload run once per value of one param, into one results file.
 
-Input: each point's `Results` (the points and their salts: `plan.sweep`). Output: the sweep
+Input: each point's `Results` (the points and their salts: `plan.sweeppoints`). Output: the sweep
 results file (`SweepResults`, schema `workloadlang.sweep/1`: one `Results` per point, in
 order, and the worst exit code of them), reading either kind of results file (`read_any`),
 the numbers of each point side by side (`curves`, `table`). `wl report` draws the curves, `wl compare` compares two sweeps point by

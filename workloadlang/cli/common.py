@@ -86,20 +86,20 @@ def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any], *,
     """The workload and its plans: one, or one per value of the param swept (`--sweep`, or
     the file's `sweep [...]`), the points planned into one budget (together within the
     limits). `keep_all` False: of a sweep's points after the first, only what a row lists
-    (`sweep.row_only`). Output: (source, workload, (param, values) or None, plans)."""
-    from workloadlang.plan import sweep
+    (`sweeppoints.row_only`). Output: (source, workload, (param, values) or None, plans)."""
+    from workloadlang.plan import sweeppoints
 
     source = load(args.workload, getattr(args, "format", "text"))
     try:
         wl = api.parse_checked(source, command_flags())
         overrides = param_overrides(wl, extra, args.param or [])
-        swept = sweep.points(wl, overrides, getattr(args, "sweep", None))
+        swept = sweeppoints.points(wl, overrides, getattr(args, "sweep", None))
         salt = args.salt or api.fresh_salt()
         limits, cache = plan_limits(args), cache_model(args)
         plans = [api.make_plan(wl, source, overrides, salt=salt, env=env, limits=limits,
                                cache=cache)] if swept is None else \
             plan_points(wl, source, overrides, swept, salt, env, limits, cache, keep_all)
-    except sweep.SweepError as e:
+    except sweeppoints.SweepError as e:
         raise UsageError(str(e)) from None
     except WorkloadError as e:
         show_diags(e.diagnostics, source, getattr(args, "format", "text"))
@@ -110,17 +110,17 @@ def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any], *,
 def plan_points(wl, source: api.Source, overrides: dict[str, str],
                 swept: tuple[str, list[str]], salt: str, env: dict[str, Any], limits: Any,
                 cache: Any, keep_all: bool) -> list:
-    """A sweep's plans, one per point with its own salt (`sweep.salts`), planned into one
-    budget; `keep_all` False: after the first, what a row lists (`sweep.row_only`)."""
-    from workloadlang.plan import sweep
+    """A sweep's plans, one per point with its own salt (`sweeppoints.salts`), planned into one
+    budget; `keep_all` False: after the first, what a row lists (`sweeppoints.row_only`)."""
+    from workloadlang.plan import sweeppoints
     from workloadlang.plan.limits import Budget
 
     name, budget, plans = swept[0], Budget(limits), []
-    for i, (v, s) in enumerate(zip(swept[1], sweep.salts(salt, name, swept[1]))):
+    for i, (v, s) in enumerate(zip(swept[1], sweeppoints.salts(salt, name, swept[1]))):
         budget.next_point(f"{name}={v}")
         plan = api.make_plan(wl, source, {**overrides, name: v}, salt=s, env=env,
                              limits=limits, cache=cache, budget=budget)
-        plans.append(plan if keep_all or not i else sweep.row_only(plan))
+        plans.append(plan if keep_all or not i else sweeppoints.row_only(plan))
     return plans
 
 

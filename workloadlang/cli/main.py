@@ -98,7 +98,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     `--json`, every plan in a JSON object)."""
     from tabulate import tabulate
 
-    from workloadlang.plan import sweep
+    from workloadlang.plan import sweeppoints
     from workloadlang.plan.dryrun import render_plan
 
     name, values = swept
@@ -117,7 +117,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
                                   "working set", "concurrency", "plan"],
                    tablefmt="simple", disable_numparse=True))
     flag = f"--{name.replace('_', '-')}"
-    base = sweep.sweep_salt(plans[0].salt, name, values[0])
+    base = sweeppoints.sweep_salt(plans[0].salt, name, values[0])
     print(f"\nthe first run ({name}={values[0]}, salt {plans[0].salt}); `wl plan ... --salt "
           f"{base}/{name}=VALUE {flag} VALUE` shows another:\n")
     print(render_plan(plans[0], full=args.full), end="")

@@ -251,7 +251,7 @@ def finish_sweep(swept: tuple[str, list[str]] | None, points: list, args, writer
     """A sweep's results file (`--output`; `--report`: its curves) and table; the exit code
     of its worst point (a rate search's `result` given whole: its own exit code)."""
     from workloadlang import sweepresults
-    from workloadlang.plan.sweep import sweep_salt
+    from workloadlang.plan.sweeppoints import sweep_salt
 
     if result is None:
         result = sweepresults.SweepResults(workload=points[0].workload, param=swept[0],

@@ -5,7 +5,7 @@ Input: parsed args and the param flags; an open engine; how to run one plan (`ru
 Output: `prepare` checks the search before the engine is reached (`UsageError`, exit 2: no
 such param, not a number, set twice, combined with `--sweep`, no `slo { }`); `run_search`
 runs a point per value `search.next_value` asks for, each planned with its own salt
-(`plan.sweep.point_salt`), and gives the `SweepResults` with the `Search` (points in the
+(`plan.sweeppoints.point_salt`), and gives the `SweepResults` with the `Search` (points in the
 order of their values). The exit code of a search is 0 when a value was sustained, 1 when not
 even LOW was, 130 when interrupted (docs/cli.md "Rate search").
 """
@@ -80,7 +80,7 @@ async def run_search(spec: Spec, args: Any, env: dict[str, Any], run_one: RunOne
     """Run the search (`run_one(plan)` runs a plan; `mark(param, value, index)` tells where a
     point's records start). Output: its `SweepResults`."""
     from workloadlang import sweepresults
-    from workloadlang.plan.sweep import point_salt
+    from workloadlang.plan.sweeppoints import point_salt
 
     salt = args.salt or api.fresh_salt()
     tried: list[Tried] = []
