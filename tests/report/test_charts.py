@@ -12,7 +12,7 @@ import pytest
 
 from workloadlang.report import axes, charts, data, sample, svg
 from workloadlang.report.render import charts as page_charts
-from workloadlang.report.sweep import chart as sweep_chart
+from workloadlang.report.sweeppage import chart as sweep_chart
 
 NS = "{http://www.w3.org/2000/svg}"
 

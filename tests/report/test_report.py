@@ -219,7 +219,7 @@ def test_model_output_is_text_not_markup():
 
 def test_a_sweeps_page_forbids_scripts_and_loads_nothing_too():
     """The sweep report lacked the Content-Security-Policy single-run reports carry."""
-    from workloadlang.report.sweep import render_sweep_html
+    from workloadlang.report.sweeppage import render_sweep_html
     from workloadlang.sweepresults import SweepResults
 
     points = [sample.agent(), sample.agent()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from workloadlang import latency, search
-from workloadlang.report.sweep import render_sweep_html
+from workloadlang.report.sweeppage import render_sweep_html
 from workloadlang.report import sample
 from workloadlang.results import Slo
 from workloadlang.search import SearchError, Tried, next_value, outcome, parse_range

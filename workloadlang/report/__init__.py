@@ -29,7 +29,7 @@ def write_report(results_list: Sequence[Any], path: str | Path,
     """Input: `Results` objects of one workload, the output path, optional run labels.
     Output: the path written. Raises `ReportError` (different workloads, no results)."""
     from workloadlang.report.render import ReportError, render_html
-    from workloadlang.report.sweep import render_sweep_html
+    from workloadlang.report.sweeppage import render_sweep_html
     from workloadlang.sweepresults import SweepResults
 
     runs = list(results_list)
