@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from workloadlang import limits
+from workloadlang import bounds
 
 TAIL = 'session s { user "x"; reply 4 } }'
 
@@ -105,7 +105,7 @@ def _numbers() -> Iterator[Case]:
 
 
 def _sizes(size: int) -> Iterator[Case]:
-    line = limits.MAX_LINE_CHARS
+    line = bounds.MAX_LINE_CHARS
     yield Case("string literal of almost a line", _workload(
         'session s { user "' + "a" * min(size, line - 100) + '"; reply 4 }', "}"), None)
     yield Case("string literal longer than a line", _workload(
@@ -117,19 +117,19 @@ def _sizes(size: int) -> Iterator[Case]:
                                                                + '"\n') * lines + "reply 4 }",
                                              "}"), None)
     yield Case("unknown refs up to the token limit", _workload(
-        "session s { " + "reply $nope\n" * (limits.MAX_TOKENS // 2 - 20) + "}", "}"), "WL201")
+        "session s { " + "reply $nope\n" * (bounds.MAX_TOKENS // 2 - 20) + "}", "}"), "WL201")
     yield Case("unterminated huge string", _workload('doc "' + "a" * min(size, line - 100) + "\n"),
                "WL104")
     yield Case("huge unknown word", _workload("x" * min(size, line - 100)), "WL101")
     yield Case("huge comment", _workload("# " + "c" * min(size, line - 100) + "\n"), None)
-    yield Case("huge whitespace", _workload(" \n" * (min(size, limits.MAX_FILE_BYTES - 100) // 2)),
+    yield Case("huge whitespace", _workload(" \n" * (min(size, bounds.MAX_FILE_BYTES - 100) // 2)),
                None)
     yield Case("many tokens", _workload("session s { " + 'user "x"; reply 1\n' * (size // 18),
                                         "}"), "WL110")
     yield Case("many braces", _workload("{" * size), "WL110")
-    yield Case("over the file size", _workload("#" + " " * limits.MAX_FILE_BYTES), "WL110")
+    yield Case("over the file size", _workload("#" + " " * bounds.MAX_FILE_BYTES), "WL110")
     params = "".join(f"  w{i}: int = {i}\n" for i in range(min(size // 400,
-                                                                 limits.MAX_TOKENS // 6 - 10)))
+                                                                 bounds.MAX_TOKENS // 6 - 10)))
     yield Case("many params, under the limits", _workload("params {\n" + params + "}"), None)
 
 
@@ -160,7 +160,7 @@ def _texts(size: int) -> Iterator[Case]:
     yield Case("a string doubling 40 times", _workload(
         f'params {{ p0: string = "ab"\n{strings}}} session s {{ user $p40; reply 4 }} }}', ""),
         None, "WL404")
-    big = "x" * min(size, limits.MAX_LINE_CHARS - 100)
+    big = "x" * min(size, bounds.MAX_LINE_CHARS - 100)
     yield Case("a long literal sent 1,000 times", _workload(
         f'text big = "{big}"\nsession s repeat 1000 {{ user $big; reply 1 }} }}', ""), None)
 
@@ -193,7 +193,7 @@ def _sweeps() -> Iterator[Case]:
 def _tools(size: int) -> Iterator[Case]:
     yield Case("a tool result without a call", _workload(
         'session s { user "a"; reply 4; tool "result"; reply 4 } }', ""), "WL430")
-    arg = "p" * min(size, limits.MAX_LINE_CHARS - 100)
+    arg = "p" * min(size, bounds.MAX_LINE_CHARS - 100)
     yield Case("a long tool argument, 1,000 times", _workload(
         f'session s repeat 1000 {{ user "a"; reply 4 call read {{ path = "{arg}" }}\n'
         'tool "done"; reply 4 } }', ""), None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, AsyncContextManager, Collection, Mapping
 
 from pydantic import SecretStr
 
-from workloadlang import ir, limits
+from workloadlang import bounds, ir
 from workloadlang.check import check
 from workloadlang.diagnostics import Diagnostic, WorkloadError
 from workloadlang.evaluate import resolve_params
@@ -55,7 +55,7 @@ class NotFound(Exception):
 def load(target: str) -> Source:
     """A `.wl` path, or the name of a bundled workload (`agent-sim`). Raises `NotFound` when
     there is neither (or the file cannot be read), `WorkloadError` when the file is no `.wl`
-    text (`limits.decode`: too large, not UTF-8)."""
+    text (`bounds.decode`: too large, not UTF-8)."""
     p = Path(target)
     if p.is_file():
         return Source(name=str(p), text=read_source(p, str(p)))
@@ -67,16 +67,16 @@ def load(target: str) -> Source:
 
 
 def read_source(path: Path, name: str) -> str:
-    """The text of a `.wl` file, read up to `limits.MAX_FILE_BYTES` (one byte more tells it is
+    """The text of a `.wl` file, read up to `bounds.MAX_FILE_BYTES` (one byte more tells it is
     over). Raises `NotFound` (unreadable) or `WorkloadError` (WL109, WL110)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(limits.MAX_FILE_BYTES + 1)
+            data = fh.read(bounds.MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise NotFound(f"cannot read `{name}`: {exc.strerror or exc}") from None
-    text = limits.decode(data, name)
+    text = bounds.decode(data, name)
     if isinstance(text, Diagnostic):
-        shown = data[:limits.MAX_LINE_CHARS].decode("utf-8", errors="replace")
+        shown = data[:bounds.MAX_LINE_CHARS].decode("utf-8", errors="replace")
         raise WorkloadError([text], text=shown)
     return text
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from workloadlang import ir, limits
+from workloadlang import bounds, ir
 from workloadlang.checkparams import (ParamChecks, _constant_text, _is_number,  # noqa: F401
                                       sweep_text)  # sweep_text: handed on (`sweepresults.py`)
 from workloadlang.checkflow import FlowChecks
@@ -54,7 +54,7 @@ _STMT_VALUES: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
     "spawn": (("count", "number", "the count of `spawn`", "spawn"),),
 }
 """What each statement's expressions must be: (field, kind, how a message names it, the
-`limits.PLACES` entry its constant value must fit)."""
+`bounds.PLACES` entry its constant value must fit)."""
 _BOUND_HINTS = {
     "max_tokens": "`max_tokens` 0 asks for no answer, which engines refuse or ignore; `probe` "
                   "sends a prompt for one token",
@@ -140,12 +140,12 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks, PartChecks):
         return False
 
     def value(self, e: Any, scope: Scope, wanted: str, what: str, place: str | None) -> None:
-        """A value of kind `wanted` at `place` (a `limits.PLACES` entry): its kind, and, when
+        """A value of kind `wanted` at `place` (a `bounds.PLACES` entry): its kind, and, when
         it is a constant, its bounds (WL305) and whether it is whole (WL303)."""
         if e is None or not self.expect(e, scope, wanted, what) or place is None:
             return
         v = constant(e)
-        problem = limits.out_of_bounds(place, v) if _is_number(v) else None
+        problem = bounds.out_of_bounds(place, v) if _is_number(v) else None
         if problem:
             code = "WL303" if problem == "must be a whole number" else "WL305"
             hint = ("write a whole number, or round it with `ceil(...)`" if code == "WL303"
@@ -293,7 +293,7 @@ class _Checker(ParamChecks, SessionChecks, FlowChecks, PartChecks):
 
     def check_settings(self) -> None:
         for name, wanted in SETTING_KINDS.items():
-            place = name if name in limits.PLACES else None
+            place = name if name in bounds.PLACES else None
             self.value(getattr(self.wl.settings, name), self.top, wanted, f"`{name}`", place)
 
     def check_calibrations(self) -> None:

@@ -16,7 +16,7 @@ from workloadlang import ir
 from workloadlang.diagnostics import did_you_mean
 from workloadlang.evaluate import COPY, NON_NEGATIVE, constant, param_order
 from workloadlang.kinds import BUILTIN_REFS, CALIBRATION_REFS, NUMERIC, TYPE_KINDS, list_of
-from workloadlang.limits import MAX_SWEEP_POINTS
+from workloadlang.bounds import MAX_SWEEP_POINTS
 
 
 class ParamChecks:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Union
 
 from workloadlang import ir
-from workloadlang.limits import MAX_LENGTH, MAX_NUMBER, number_too_large
+from workloadlang.bounds import MAX_LENGTH, MAX_NUMBER, number_too_large
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
 
 Value = Union[int, float, str, bool, None, list, dict]

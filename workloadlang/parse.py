@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from lark import Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
-from workloadlang import ir, limits
+from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic, WorkloadError, error, sort_diagnostics
 from workloadlang.evaluate import split_number
 from workloadlang.syntax import parser, syntax_diagnostic, token_span
@@ -32,7 +32,7 @@ FLAGS = frozenset({"warm", "cold", "hit", "miss", "aborted", "ok", "probe", "err
 
 def parse(text: str, filename: str) -> ir.Workload:
     """The IR of one `.wl` file; raises `WorkloadError` for syntax and structural errors, and for
-    a text beyond `limits` (too large, too many tokens, nested too deeply)."""
+    a text beyond `bounds` (too large, too many tokens, nested too deeply)."""
     text = text[1:] if text.startswith("\ufeff") else text
     tree = _syntax_tree(text, filename)
     lower = _Lower(filename, text)
@@ -46,26 +46,26 @@ def parse(text: str, filename: str) -> ir.Workload:
 
 
 def _syntax_tree(text: str, filename: str) -> Any:
-    """Lark's tree of `text`, within `limits`; raises `WorkloadError` with one diagnostic."""
-    too_large = limits.check_text(text, filename) or _too_many_tokens(text, filename)
+    """Lark's tree of `text`, within `bounds`; raises `WorkloadError` with one diagnostic."""
+    too_large = bounds.check_text(text, filename) or _too_many_tokens(text, filename)
     if too_large:
         raise WorkloadError([too_large])
     try:
         tree = parser().parse(text)
     except UnexpectedInput as exc:
         raise WorkloadError([syntax_diagnostic(exc, text, filename)]) from None
-    deep = limits.too_deep(tree, filename)
+    deep = bounds.too_deep(tree, filename)
     if deep:
         raise WorkloadError([deep])
     return tree
 
 
 def _too_many_tokens(text: str, filename: str) -> Diagnostic | None:
-    """`limits.too_many_tokens` over the plain lexer (no parser: cheap); a character the lexer
+    """`bounds.too_many_tokens` over the plain lexer (no parser: cheap); a character the lexer
     cannot take ends the count, and the parser reports it."""
     tokens = parser().lex(text)
     try:
-        return limits.too_many_tokens(tokens, filename)
+        return bounds.too_many_tokens(tokens, filename)
     except UnexpectedInput:
         return None
 
@@ -403,10 +403,10 @@ class _Lower(Transformer):
 
     def num(self, meta: Any, c: list) -> ir.Num:
         value, unit = split_number(c[0].value)
-        if limits.number_too_large(value):
+        if bounds.number_too_large(value):
             self.diags.append(error("WL111", f"the number `{c[0].value}` is too large",
                                     self.span(meta), f"a number is at most "
-                                    f"{limits.MAX_NUMBER:,.0f} in magnitude"))
+                                    f"{bounds.MAX_NUMBER:,.0f} in magnitude"))
             value = 0.0
         return ir.Num(value=value, unit=unit, text=c[0].value, span=self.span(meta))
 

@@ -74,7 +74,7 @@ def test_there_is_no_import_circle() -> None:
     assert not circles, circles
 
 
-LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.limits",
+LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.bounds",
          "workloadlang.evaluate", "workloadlang.kinds", "workloadlang.parse",
          "workloadlang.syntax", "workloadlang.check", "workloadlang.checkparams",
          "workloadlang.declared", "workloadlang.selector", "workloadlang.plan",
@@ -86,7 +86,7 @@ LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.limits",
 
 # the language stage: source -> checked IR, and what it defines for the stages above (selectors)
 LANGUAGE = ["workloadlang.ir", "workloadlang.irexpr", "workloadlang.diagnostics",
-            "workloadlang.limits", "workloadlang.evaluate", "workloadlang.kinds",
+            "workloadlang.bounds", "workloadlang.evaluate", "workloadlang.kinds",
             "workloadlang.parse", "workloadlang.syntax", "workloadlang.check",
             "workloadlang.checkparams", "workloadlang.checksessions", "workloadlang.declared",
             "workloadlang.selector", "workloadlang.tracefile"]

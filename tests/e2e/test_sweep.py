@@ -138,7 +138,7 @@ def test_a_value_written_twice_is_an_independent_point(tmp_path, capsys):
 def test_a_sweep_of_more_than_a_hundred_points_is_refused_before_planning(tmp_path, capsys):
     """A 1,000-point sweep planned every point and kept every plan (64 s and 2.7 GB for
     `session s repeat $n`, n = 1..1000)."""
-    from workloadlang.limits import MAX_SWEEP_POINTS
+    from workloadlang.bounds import MAX_SWEEP_POINTS
 
     values = ", ".join(str(v) for v in range(1, 1001))
     wl = tmp_path / "big.wl"

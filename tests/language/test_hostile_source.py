@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import hostile
-from workloadlang import limits
+from workloadlang import bounds
 
 SIZE = 1_100_000  # over a line's limit, so both sides of it are exercised
 PEAK_MB = 500
@@ -89,5 +89,5 @@ def test_the_limits_are_far_above_the_bundled_workloads():
 
     for _, path in bundled_workloads():
         text = path.read_text(encoding="utf-8")
-        assert len(list(parser().lex(text))) * 20 < limits.MAX_TOKENS
-        assert limits.too_deep(parser().parse(text), "x", limits.MAX_DEPTH // 4) is None
+        assert len(list(parser().lex(text))) * 20 < bounds.MAX_TOKENS
+        assert bounds.too_deep(parser().parse(text), "x", bounds.MAX_DEPTH // 4) is None

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from workloadlang import ir, limits
+from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic
 from workloadlang.evaluate import DRAW, DRAWS, EvalError, evaluate, sub_exprs
 from workloadlang.plan.dataplan import DataDraws
@@ -215,13 +215,13 @@ def seconds(b: Builder, expr: ir.Expr, ctx: Ctx) -> float:
 
 
 def in_bounds(b: Builder, place: str, v: Any, span: ir.Span) -> bool:
-    """Whether a computed value fits `limits.PLACES[place]` (a fraction is rounded where a whole
+    """Whether a computed value fits `bounds.PLACES[place]` (a fraction is rounded where a whole
     number is needed); WL401 when it does not."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return True
-    problem = limits.out_of_bounds(place, v)
+    problem = bounds.out_of_bounds(place, v)
     if problem and problem != "must be a whole number":
-        b.error("WL401", f"`{place}` {problem}, but it is {limits.show_value(place, v)} here",
+        b.error("WL401", f"`{place}` {problem}, but it is {bounds.show_value(place, v)} here",
                 span)
         return False
     return True

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from workloadlang import ir
 from workloadlang.check import sweep_text
-from workloadlang.limits import MAX_SWEEP_POINTS
+from workloadlang.bounds import MAX_SWEEP_POINTS
 from workloadlang.plan.model import Plan
 
 
