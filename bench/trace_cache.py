@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.harness import ROOT, add_json_argument, describe_machine, machine, write_json
 from workloadlang import api
-from workloadlang.cli.options import token_count
+from workloadlang.cli.arguments import token_count
 from workloadlang.plan.model import CacheModel
 
 PAPER = {"conversation": 40, "synthetic": 66}  # the paper's cache ratios, %

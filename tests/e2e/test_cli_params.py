@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workloadlang import cli
-from workloadlang.cli.options import command_flags
+from workloadlang.cli.arguments import command_flags
 
 CLASH = """workload clash {
   params { %s: int = 3 }

@@ -12,7 +12,7 @@ import sys
 from typing import Any, Sequence
 
 from workloadlang import api
-from workloadlang.cli.options import DEFAULT_CACHE_BLOCK, command_flags
+from workloadlang.cli.arguments import DEFAULT_CACHE_BLOCK, command_flags
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json, render_text
 from workloadlang.results import ExitCode
 

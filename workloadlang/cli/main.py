@@ -17,7 +17,7 @@ from typing import Sequence
 from workloadlang import api
 from workloadlang.cli.common import (UsageError, config_error, eprint, load_and_plan_sweep,
                                      show_diags, workload_help)
-from workloadlang.cli.options import (add_plan_args, add_plan_view_args, add_run_args,
+from workloadlang.cli.arguments import (add_plan_args, add_plan_view_args, add_run_args,
                                       command_flags, port_number)
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
 from workloadlang.results import ExitCode
