@@ -33,7 +33,7 @@ from workloadlang.plan.model import CacheModel
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
 from workloadlang.run.errors import EndpointError  # noqa: F401 (raised by open_engine)
-from workloadlang.run.options import RunOptions
+from workloadlang.run.runoptions import RunOptions
 from workloadlang.theory import cache_theory
 
 if TYPE_CHECKING:

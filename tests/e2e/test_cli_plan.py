@@ -198,14 +198,14 @@ def test_unknown_workload_is_a_usage_error(capsys):
 
 def test_wl_plan_imports_nothing_of_the_runner():
     """`wl plan` (a sweep's included) loads no HTTP client, wire client or runner module
-    (but the API's light `run.errors` and `run.options`): its start-up is most of its time
+    (but the API's light `run.errors` and `run.runoptions`): its start-up is most of its time
     (docs/performance.md, "Planning")."""
     code = ("import sys, io, contextlib\nfrom workloadlang import cli\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    assert cli.main(['plan', 'abort-sim', '--sweep', 'max_tokens=8,16']) == 0\n"
             "print(sorted(m for m in sys.modules if m.startswith(('httpx', 'workloadlang.run.',"
             " 'workloadlang.wire')) and m not in ('workloadlang.run.errors',"
-            " 'workloadlang.run.options')))")
+            " 'workloadlang.run.runoptions')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -26,7 +26,7 @@ from workloadlang.run import calibrate, metrics
 from workloadlang.run.executor import Executor, RunResult
 from workloadlang.run.executor import Shared as ExecutorShared
 from workloadlang.run.link import EngineLink
-from workloadlang.run.options import RunOptions
+from workloadlang.run.runoptions import RunOptions
 from workloadlang.run.record import TtftReference
 
 
