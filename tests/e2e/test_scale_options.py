@@ -1,4 +1,4 @@
-"""`wl run`'s sharded-run options (workloadlang.scale.options): without `--workers` nothing of
+"""`wl run`'s sharded-run options (workloadlang.scale.workers): without `--workers` nothing of
 Ray is imported; with it and no Ray installed, a message naming the extra and exit 2."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_a_run_without_workers_imports_nothing_of_ray():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "RAY-NOT-IMPORTED" in proc.stdout
     # of the sharded run only `wl run`'s options: no driver, shard, coordinator or Ray actor
-    assert "SCALE:workloadlang.scale,workloadlang.scale.options\n" in proc.stdout
+    assert "SCALE:workloadlang.scale,workloadlang.scale.workers\n" in proc.stdout
 
 
 def test_workers_without_ray_installed_name_the_extra_and_exit_2():

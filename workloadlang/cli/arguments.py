@@ -156,7 +156,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-isolation", action="store_true",
                    help="send the requests marked `isolated` with the others (a load test: "
                         "the verdicts that read them may then be unknown)")
-    from workloadlang.scale.options import add_scale_args
+    from workloadlang.scale.workers import add_scale_args
     from workloadlang.sim import add_sim_arguments
 
     add_scale_args(p)  # --workers, --ray

@@ -49,7 +49,7 @@ def start_sim(args, workload: str, stack: ExitStack) -> str:
 
     if args.sim_preset is None:
         args.sim_preset = workload if workload in PRESETS else "default"
-    from workloadlang.scale.options import sim_host
+    from workloadlang.scale.workers import sim_host
 
     cfg = config_from_args(args)
     start = start_in_process if os.name == "posix" else start_in_thread
@@ -94,10 +94,10 @@ def preflight(args) -> str | None:
     """What is wrong with `wl run`'s arguments before anything is sent (exit 2), or None: the
     endpoint URL, the files to write (their folder exists and is writable, none is a folder,
     two flags do not name one file, none overwrites an input), the engine log to read, and a
-    sharded run's options (`scale.options`: Ray installed)."""
-    from workloadlang.scale import options
+    sharded run's options (`scale.workers`: Ray installed)."""
+    from workloadlang.scale import workers
 
-    problem = options.problem(args)
+    problem = workers.problem(args)
     if problem:
         return problem
     if not args.sim:
@@ -225,7 +225,7 @@ async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
     used."""
     from workloadlang import api
     from workloadlang.console import make_view
-    from workloadlang.scale.options import runner_for
+    from workloadlang.scale.workers import runner_for
 
     view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
     view.start()
