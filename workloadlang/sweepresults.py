@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from workloadlang.headline import fmt_value, headline
 from workloadlang.results import Results, ResultsFileError, _results_of, read_results
-from workloadlang.search import Search
+from workloadlang.ratesearch import Search
 
 SCHEMA = "workloadlang.sweep/1"
 

@@ -82,7 +82,7 @@ LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.bounds",
          "workloadlang.compare", "workloadlang.report", "workloadlang.console",
          "workloadlang.enginelog", "workloadlang.redact", "workloadlang.stamps",
          "workloadlang.resources", "workloadlang.tracefile", "workloadlang.headline",
-         "workloadlang.sweepresults", "workloadlang.latency", "workloadlang.search"]
+         "workloadlang.sweepresults", "workloadlang.latency", "workloadlang.ratesearch"]
 
 # the language stage: source -> checked IR, and what it defines for the stages above (selectors)
 LANGUAGE = ["workloadlang.ir", "workloadlang.irexpr", "workloadlang.diagnostics",

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from workloadlang import latency, search
+from workloadlang import latency, ratesearch
 from workloadlang.report.sweeppage import render_sweep_html
 from workloadlang.report import sample
 from workloadlang.results import Slo
-from workloadlang.search import SearchError, Tried, next_value, outcome, parse_range
+from workloadlang.ratesearch import SearchError, Tried, next_value, outcome, parse_range
 from workloadlang.sweepresults import SweepResults, search_line, table
 
 
@@ -68,8 +68,8 @@ def point(rate: float, met: int) -> object:
 
 def test_a_search_file_reports_the_answer_and_each_points_verdict() -> None:
     points = [point(2, 10), point(4, 10), point(8, 3)]
-    assert [search.sustained(p) for p in points] == [True, True, False]
-    tried = [Tried(value=v, sustained=search.sustained(p)) for v, p in zip((2, 4, 8), points)]
+    assert [ratesearch.sustained(p) for p in points] == [True, True, False]
+    tried = [Tried(value=v, sustained=ratesearch.sustained(p)) for v, p in zip((2, 4, 8), points)]
     s = SweepResults(workload="w", param="rate", values=["2", "4", "8"], points=points,
                      exit_code=0, search=outcome("rate", 2, 16, 0.05, tried, 12))
     line = search_line(s)

@@ -4,7 +4,7 @@ whose runs meet the workload's SLOs.
 Input: parsed args and the param flags; an open engine; how to run one plan (`run_one`).
 Output: `prepare` checks the search before the engine is reached (`UsageError`, exit 2: no
 such param, not a number, set twice, combined with `--sweep`, no `slo { }`); `run_search`
-runs a point per value `search.next_value` asks for, each planned with its own salt
+runs a point per value `ratesearch.next_value` asks for, each planned with its own salt
 (`plan.sweeppoints.point_salt`), and gives the `SweepResults` with the `Search` (points in the
 order of their values). The exit code of a search is 0 when a value was sustained, 1 when not
 even LOW was, 130 when interrupted (docs/cli.md "Rate search").
@@ -20,7 +20,7 @@ from workloadlang.cli.common import (UsageError, cache_model, load, param_overri
                                      plan_limits, show_diags)
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.results import ExitCode, Results
-from workloadlang.search import (SearchError, Tried, next_value, outcome, parse_range,
+from workloadlang.ratesearch import (SearchError, Tried, next_value, outcome, parse_range,
                                  sustained)
 
 

@@ -62,7 +62,7 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
 def points_table(s: Any, label: str) -> str:
     """The points: value, exit code, gates failed, requests, plan; for a rate search also
     whether each sustained its load."""
-    from workloadlang.search import sustained
+    from workloadlang.ratesearch import sustained
 
     rows = []
     for value, res in zip(s.values, s.points):
