@@ -11,7 +11,7 @@
   path's `HttpxResponse` has no stamps).
 - `HttpxTransport`: the https path, through an `httpx.AsyncClient`.
 - `transport_for(url, pool, client)`: the transport a URL's scheme goes through.
-- Errors: `workloadlang.wire.errors` (its docstring draws the tree).
+- Errors: `workloadlang.wire.exceptions` (its docstring draws the tree).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Protocol
 import httpx
 
 from workloadlang.wire.adapter import HttpxResponse, HttpxTransport
-from workloadlang.wire.errors import (ConnectError, ConnectionDropped, ConnectTimeout,
+from workloadlang.wire.exceptions import (ConnectError, ConnectionDropped, ConnectTimeout,
                                       ProtocolError, ReadError, ReadTimeout, WireError,
                                       WireTimeout, WriteError, WriteTimeout)
 from workloadlang.wire.pool import Pool, StartWrites

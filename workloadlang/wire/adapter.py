@@ -3,7 +3,7 @@
 
 Input: an `httpx.AsyncClient` and `Outgoing` requests. Output: `Response`s without stamps
 (`stamps` None): a chunk's time is when the event loop read it. httpx's errors are raised as
-the wire client's own (`workloadlang.wire.errors`), so the chat client handles one set.
+the wire client's own (`workloadlang.wire.exceptions`), so the chat client handles one set.
 
 A keep-alive connection that the server closed just as it was reused is told apart through
 httpcore's public `trace` request extension: when no new connection was opened for the request
@@ -18,29 +18,29 @@ from typing import Any, AsyncIterator
 
 import httpx
 
-from workloadlang.wire import errors
+from workloadlang.wire import exceptions
 from workloadlang.wire.request import Outgoing
 from workloadlang.wire.response import Headers
 
 _TIMEOUTS: dict[type, type] = {
-    httpx.ConnectTimeout: errors.ConnectTimeout, httpx.WriteTimeout: errors.WriteTimeout,
-    httpx.ReadTimeout: errors.ReadTimeout, httpx.PoolTimeout: errors.ConnectTimeout,
+    httpx.ConnectTimeout: exceptions.ConnectTimeout, httpx.WriteTimeout: exceptions.WriteTimeout,
+    httpx.ReadTimeout: exceptions.ReadTimeout, httpx.PoolTimeout: exceptions.ConnectTimeout,
 }
 
 
-def wire_error(exc: httpx.TransportError, *, dropped: bool = False) -> errors.WireError:
+def wire_error(exc: httpx.TransportError, *, dropped: bool = False) -> exceptions.WireError:
     """Output: the wire client's error for httpx's `exc` (`dropped`: see the module)."""
     text = f"{type(exc).__name__}: {exc}".rstrip(": ")
     for kind, ours in _TIMEOUTS.items():
         if isinstance(exc, kind):
             return ours(text)
     if isinstance(exc, httpx.ReadError):
-        return errors.ReadError(text)
+        return exceptions.ReadError(text)
     if isinstance(exc, httpx.WriteError):
-        return errors.WriteError(text)
+        return exceptions.WriteError(text)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.LocalProtocolError)):
-        return errors.ConnectionDropped(text) if dropped else errors.ProtocolError(text)
-    return errors.ConnectError(text)  # ConnectError, UnsupportedProtocol, ProxyError, ...
+        return exceptions.ConnectionDropped(text) if dropped else exceptions.ProtocolError(text)
+    return exceptions.ConnectError(text)  # ConnectError, UnsupportedProtocol, ProxyError, ...
 
 
 class HttpxResponse:

@@ -31,7 +31,7 @@ from workloadlang.stamps import CMSG_SPACE as _CMSG_SPACE, SO_TIMESTAMPNS as _SO
 from workloadlang.stamps import arrival as _arrival
 from workloadlang.stamps import data_segments as _data_segments
 from workloadlang.stamps import enable as _enable_stamps
-from workloadlang.wire.errors import (ConnectError, ConnectionDropped, ConnectTimeout,
+from workloadlang.wire.exceptions import (ConnectError, ConnectionDropped, ConnectTimeout,
                                       ProtocolError, ReadError, ReadTimeout, WriteError,
                                       WriteTimeout)
 from workloadlang.wire.reader import READ_SIZE, Reader

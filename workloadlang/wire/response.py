@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator, Protocol
 
-from workloadlang.wire.errors import ProtocolError
+from workloadlang.wire.exceptions import ProtocolError
 
 if TYPE_CHECKING:
     from workloadlang.wire.connection import Connection
