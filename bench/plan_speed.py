@@ -137,7 +137,7 @@ def wl_command() -> list[str]:
 # process image only; a child's rusage would also count the pages of the bench it was forked
 # from)
 WL_WITH_PEAK = """import sys
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 try:
     code = main(sys.argv[1:])
 finally:
@@ -195,13 +195,13 @@ def requests_of(output: str) -> str:
 
 
 def profile(name: str) -> None:
-    from workloadlang import cli
+    from workloadlang.cli.main import main as wl_main
 
     prof = cProfile.Profile()
     sink = io.StringIO()
     prof.enable()
     with redirect_stdout(sink):
-        cli.main(["plan", name, "--salt", "bench", *FLAGS[name]])
+        wl_main(["plan", name, "--salt", "bench", *FLAGS[name]])
     prof.disable()
     pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
 

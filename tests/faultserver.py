@@ -475,7 +475,7 @@ def run_wl_here(*args: str, env: dict[str, str] | None = None) -> Any:
     import subprocess
     import tempfile
 
-    from workloadlang.cli import main
+    from workloadlang.cli.main import main
 
     saved, saved_tmp, full = dict(os.environ), tempfile.tempdir, wl_env(env)
     out, err = io.StringIO(), io.StringIO()

@@ -255,7 +255,7 @@ def measured(*args: str, timeout: float = 120) -> Measured:
 
 _FORK_SERVER = """
 import json, os, sys, traceback
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 requests, answers = sys.stdin, sys.stdout
 for line in requests:
     out, err, args = json.loads(line)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 
 
 def wl_run(tmp_path: Path, workload: str, *args: str) -> tuple[int, dict[str, Any]]:

@@ -221,14 +221,14 @@ def test_plan_speed_limits_writes_what_it_times(tmp_path: Path, capsys) -> None:
     """The workloads at the limits exit as the bench expects (the quick ones planned here, in
     this process: the 50,000-branch fork and the 60,000 requests of a sweep take seconds)."""
     from bench import plan_speed
-    from workloadlang import cli
+    from workloadlang.cli.main import main as wl_main
 
     cases = plan_speed.at_limits(str(tmp_path))
     assert len(cases) == 6 and all(code in (0, 2) for _, _, code, _, _ in cases)
     for label, argv, code, _, _ in cases:
         if "50,000" in label or "together" in label:
             continue
-        assert cli.main(["plan", *argv, "--salt", "b"]) == code, label
+        assert wl_main(["plan", *argv, "--salt", "b"]) == code, label
         err = capsys.readouterr().err
         assert "Traceback" not in err and (code == 0 or "error[WL" in err), err
 

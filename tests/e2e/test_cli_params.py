@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang import cli
 from workloadlang.cli.arguments import command_flags
+from workloadlang.cli.main import main as wl_main
 
 CLASH = """workload clash {
   params { %s: int = 3 }
@@ -21,7 +21,7 @@ CLASH = """workload clash {
 
 def main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     try:
-        code = cli.main(list(args))
+        code = wl_main(list(args))
     except SystemExit as e:  # argparse's --help
         code = int(e.code or 0)
     out = capsys.readouterr()

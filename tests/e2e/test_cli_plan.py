@@ -1,7 +1,7 @@
 """`wl plan`, `wl list` and `wl check` as a user runs them: flags, exit codes, rendered errors.
 
 The error cases run the installed `wl` console script in a subprocess (what a user sees, with no
-traceback); the rest call `cli.main` in-process.
+traceback); the rest call `workloadlang.cli.main.main` in-process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 from workloadlang.resources import bundled_workloads
 
 BUNDLED = [name for name, _ in bundled_workloads()]
@@ -28,7 +28,7 @@ def run_wl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[s
 
 
 def main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
+    code = wl_main(list(args))
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -200,9 +200,9 @@ def test_wl_plan_imports_nothing_of_the_runner():
     """`wl plan` (a sweep's included) loads no HTTP client, wire client or runner module
     (but the API's light `run.errors` and `run.runoptions`): its start-up is most of its time
     (docs/performance.md, "Planning")."""
-    code = ("import sys, io, contextlib\nfrom workloadlang import cli\n"
+    code = ("import sys, io, contextlib\nfrom workloadlang.cli.main import main as wl_main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    assert cli.main(['plan', 'abort-sim', '--sweep', 'max_tokens=8,16']) == 0\n"
+            "    assert wl_main(['plan', 'abort-sim', '--sweep', 'max_tokens=8,16']) == 0\n"
             "print(sorted(m for m in sys.modules if m.startswith(('httpx', 'workloadlang.run.',"
             " 'workloadlang.wire')) and m not in ('workloadlang.run.errors',"
             " 'workloadlang.run.runoptions')))")

@@ -1,6 +1,6 @@
 """Fuzzing the command line: whatever the flags and values, `wl check` / `wl plan` / `wl report` /
 `wl compare` return an exit code (0 or 2; 1 only for compare), never raise. In process
-(`cli.main`), so it runs a few hundred argument lists in seconds; the subprocess suites
+(`workloadlang.cli.main.main`), so it runs a few hundred argument lists in seconds; the subprocess suites
 (test_hostile_source, test_run_outputs) cover the real process.
 """
 
@@ -12,7 +12,7 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 
 WORKLOADS = ["agent-sim", "cache-pressure", "needle-test", "abort-sim", "perf-sim", "nope",
              "/dev/null", "/", ""]
@@ -45,7 +45,7 @@ def test_any_argument_list_ends_in_an_exit_code(argv: list[str]):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = cli.main(argv)
+            code = wl_main(argv)
         except SystemExit as exc:  # argparse's own usage errors
             code = exc.code
     assert code in (0, 1, 2), (argv, code, err.getvalue()[-2000:])

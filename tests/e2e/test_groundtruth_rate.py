@@ -24,7 +24,7 @@ import pytest
 from faultserver import FaultServer
 from runhelp import wl_run, wl_run_text
 from workloadlang import api
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 from workloadlang.results import ListSink
 from workloadlang.sim import SimConfig, start_in_process
 

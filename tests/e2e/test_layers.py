@@ -179,3 +179,55 @@ def test_the_command_line_runs_through_the_api() -> None:
     reached = sorted(f"{a} -> {b}" for a, deps in graph().items() if under(a, ["workloadlang.cli"])
                      for b in deps if under(b, ["workloadlang.run", "workloadlang.wire"]))
     assert not reached, reached
+
+
+def package_bindings(path: Path, package: str) -> dict[str, str]:
+    """The names a package's `__init__.py` binds at its top, each with what it binds: `module`
+    for one of its own modules (`from workloadlang.cli import main`), else `object`."""
+    bound: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            for a in node.names:
+                bound[a.asname or a.name] = "module" if base == package else "object"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name] = "object"
+        elif isinstance(node, ast.Assign):
+            bound.update({t.id: "object" for t in node.targets if isinstance(t, ast.Name)})
+    return bound
+
+
+def test_no_package_hides_one_of_its_modules_behind_a_name() -> None:
+    """`workloadlang.cli.main` is the module, not a function of the same name bound by the
+    package: a package's `__init__` binds no name of one of its modules to something else."""
+    hidden = []
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            continue
+        own = {p.stem for p in path.parent.glob("*.py")} | {
+            p.name for p in path.parent.iterdir() if (p / "__init__.py").is_file()}
+        hidden += [f"{name}.{n}" for n, what in package_bindings(path, name).items()
+                   if n in own and what != "module"]
+    assert not hidden, hidden
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """Every module of the package has a name of its own (`sweeppoints.py`, `sweepresults.py`,
+    `sweeppage.py`, not three `sweep.py`): a name in a traceback, an import or the
+    architecture's table says which one (a package's `__init__.py` and `__main__.py` aside)."""
+    seen: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(name)
+    assert not {n: m for n, m in seen.items() if len(m) > 1}
+
+
+def test_a_fresh_salt_is_drawn_in_one_place() -> None:
+    """One `fresh_salt` in the package (`plan.draws`), used by the API and the runner alike."""
+    defined = [f"{name}.{node.name}" for name, path in modules().items()
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.FunctionDef) and node.name == "fresh_salt"]
+    assert defined == ["workloadlang.plan.draws.fresh_salt"]

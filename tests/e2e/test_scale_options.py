@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 
 RUN = """
 import sys
 {before}
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 code = main(sys.argv[1:])
 print("RAY-IMPORTED" if "ray" in sys.modules else "RAY-NOT-IMPORTED")
 print("SCALE:" + ",".join(sorted(m for m in sys.modules if m.startswith("workloadlang.scale"))))

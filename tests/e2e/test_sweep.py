@@ -9,7 +9,7 @@ import json
 import pytest
 
 from workloadlang.check import check
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 from workloadlang.parse import parse
 
 PRESSURE = """

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 
 DATA = Path(__file__).parents[1] / "data"
 USER = DATA / "user-workloads"
@@ -32,7 +32,7 @@ LINE = re.compile(r"^cache hit rate over (\d+) request\(s\), of prompt tokens: m
 
 
 def wl(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
+    code = wl_main(list(args))
     got = capsys.readouterr()
     return code, got.out, got.err
 

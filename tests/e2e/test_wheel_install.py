@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 from workloadlang.resources import bundled_workloads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_installed_wl_plans_agent_sim_like_the_checkout(installed: Path, outside
     assert r.returncode == 0, r.stderr
     here = io.StringIO()
     with contextlib.redirect_stdout(here):
-        assert cli.main(["plan", "agent-sim", "--salt", "x"]) == 0
+        assert wl_main(["plan", "agent-sim", "--salt", "x"]) == 0
     assert r.stdout == here.getvalue()
     assert r.stdout.startswith("workload agent_sim: ") and "salt x · plan " in r.stdout
 
@@ -209,7 +209,7 @@ def test_installed_wl_reports_charts_with_only_its_own_dependencies(installed: P
     script = ("import json, sys\n"
               f"for name in {sorted(['matplotlib', 'numpy', 'PIL'])!r}:\n"
               "    sys.modules[name] = None  # import fails\n"
-              "from workloadlang.cli import main\n"
+              "from workloadlang.cli.main import main\n"
               "code = main(sys.argv[1:])\n"
               "from importlib.metadata import packages_distributions\n"
               "found = packages_distributions()\n"

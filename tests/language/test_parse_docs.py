@@ -95,12 +95,12 @@ def test_the_tutorial_writes_a_new_workload_step_by_step():
 def test_the_tutorial_dry_run_is_what_wl_plan_prints(tmp_path, monkeypatch, capsys):
     """The ```text block `$ wl plan FILE --salt S` shows the output of planning the tutorial's
     last ```wl block before it, saved as FILE."""
-    from workloadlang import cli
+    from workloadlang.cli.main import main as wl_main
 
     (match,) = _DRY_RUN.finditer(DOC_TEXT, TUTORIAL_AT)
     filename, salt, shown = match.groups()
     workload = [e for e in EXAMPLES if e.line < _line_of(match.start())][-1]
     (tmp_path / filename).write_text(workload.text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["plan", filename, "--salt", salt]) == 0
+    assert wl_main(["plan", filename, "--salt", salt]) == 0
     assert capsys.readouterr().out == shown, "update the tutorial's dry-run block"

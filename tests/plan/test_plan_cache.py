@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from workloadlang import api, cli
+from workloadlang import api
+from workloadlang.cli.main import main as wl_main
 from workloadlang.plan.model import CacheModel, Plan
 from workloadlang.plan.prefix import END_TOKENS, GEN_PROMPT_TOKENS, HEADER_TOKENS
 from workloadlang.plan.dryrun import render_plan
@@ -148,11 +149,11 @@ def test_the_lru_figures_do_not_change_the_plan_hash():
 def test_wl_plan_prints_both_hit_rates_and_the_json_has_them(capsys, tmp_path):
     f = tmp_path / "w.wl"
     f.write_text(CONTEXTS)
-    assert cli.main(["plan", str(f), "--salt", "s", "--cache-tokens", "192",
+    assert wl_main(["plan", str(f), "--salt", "s", "--cache-tokens", "192",
                      "--cache-block", "16"]) == 0
     out = capsys.readouterr().out
     assert "LRU cached" in out and "LRU 192 / 16" in out and "LRU: a cache of 192 tokens" in out
-    assert cli.main(["plan", str(f), "--salt", "s", "--cache-tokens", "192", "--cache-block",
+    assert wl_main(["plan", str(f), "--salt", "s", "--cache-tokens", "192", "--cache-block",
                      "16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["totals"]["lru_cached_tokens"] == 192
@@ -165,7 +166,7 @@ def test_wl_plan_prints_both_hit_rates_and_the_json_has_them(capsys, tmp_path):
                                    ["--cache-tokens", "0"]])
 def test_bad_cache_flags_are_usage_errors(capsys, flags):
     try:
-        code = cli.main(["plan", "abort-sim", *flags])
+        code = wl_main(["plan", "abort-sim", *flags])
     except SystemExit as e:  # argparse's own usage error
         code = e.code
     assert code == 2

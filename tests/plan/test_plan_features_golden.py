@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_plan_golden import SALT, check_golden
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 
 FEATURES = Path(__file__).parents[1] / "golden" / "plan-features"
 
@@ -19,7 +19,7 @@ FEATURES = Path(__file__).parents[1] / "golden" / "plan-features"
 def test_feature_dry_run_matches_golden(capsys, monkeypatch, name: str):
     # from the repository's root: the spans (and so the hash) hold the path as given
     monkeypatch.chdir(FEATURES.parent.parent.parent)
-    code = cli.main(["plan", f"tests/golden/plan-features/{name}.wl", "--salt", SALT, "--full"])
+    code = wl_main(["plan", f"tests/golden/plan-features/{name}.wl", "--salt", SALT, "--full"])
     out = capsys.readouterr()
     assert code == 0 and out.err == "", out.err
     check_golden(FEATURES / f"{name}.txt", out.out)

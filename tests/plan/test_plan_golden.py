@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 from workloadlang.plan.model import Plan
 from workloadlang.plan.assemble import plan_hash
 from workloadlang.resources import bundled_workloads
@@ -39,7 +39,7 @@ def at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def wl_plan(capsys: pytest.CaptureFixture[str], name: str, *extra: str) -> str:
-    code = cli.main(["plan", name, "--salt", SALT, *NEEDED.get(name, []), *extra])
+    code = wl_main(["plan", name, "--salt", SALT, *NEEDED.get(name, []), *extra])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert out.err == ""

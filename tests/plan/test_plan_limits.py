@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang import api, cli
+from workloadlang import api
+from workloadlang.cli.main import main as wl_main
 from workloadlang.diagnostics import Diagnostic, WorkloadError
 from workloadlang.plan.limits import Limits
 
@@ -95,7 +96,7 @@ def test_a_single_request_over_the_token_limit_is_refused():
     ["cache-pressure", "--kv-size", "1000000000000"],
 ])
 def test_bundled_workloads_with_huge_params_exit_2(capsys, args: list[str]):
-    assert cli.main(["plan", *args]) == 2
+    assert wl_main(["plan", *args]) == 2
     err = capsys.readouterr().err
     assert "error[WL408]" in err and "Traceback" not in err
 
@@ -103,8 +104,8 @@ def test_bundled_workloads_with_huge_params_exit_2(capsys, args: list[str]):
 def test_the_limit_flags_reach_the_planner(capsys, tmp_path: Path):
     f = tmp_path / "w.wl"
     f.write_text('workload w { session s { repeat 30 { user "x"; reply 1 } } }')
-    assert cli.main(["plan", str(f), "--max-requests", "29"]) == 2
+    assert wl_main(["plan", str(f), "--max-requests", "29"]) == 2
     assert "error[WL408]" in capsys.readouterr().err
-    assert cli.main(["plan", str(f), "--max-requests", "30"]) == 0
-    assert cli.main(["plan", str(f), "--max-request-tokens", "10"]) == 2
-    assert cli.main(["plan", str(f), "--max-total-tokens", "100"]) == 2
+    assert wl_main(["plan", str(f), "--max-requests", "30"]) == 0
+    assert wl_main(["plan", str(f), "--max-request-tokens", "10"]) == 2
+    assert wl_main(["plan", str(f), "--max-total-tokens", "100"]) == 2

@@ -26,7 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workloadlang import api, cli
+from workloadlang import api
+from workloadlang.cli.main import main as wl_main
 from workloadlang.plan import synth
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.prefix import GEN_PROMPT_TOKENS
@@ -68,7 +69,7 @@ def plan_text(text: str, salt: str) -> Plan:
 def cli_json(name: str, salt: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(["plan", name, f"--salt={salt}", "--json", *FLAGS.get(name, [])]) == 0
+        assert wl_main(["plan", name, f"--salt={salt}", "--json", *FLAGS.get(name, [])]) == 0
     return out.getvalue()
 
 

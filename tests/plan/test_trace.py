@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from runhelp import wl_run
-from workloadlang import api, cli, tracefile
+from workloadlang import api, tracefile
+from workloadlang.cli.main import main as wl_main
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.plan.assemble import finish_requests  # noqa: F401  (the pass under test)
 from workloadlang.plan.lru import Lru, generated_run, order, path_runs
@@ -113,13 +114,13 @@ BAD = {
 def test_a_bad_trace_is_a_diagnostic_with_its_line(tmp_path: Path, capsys, name: str):
     lines, said = BAD[name]
     p = write(tmp_path, lines)
-    assert cli.main(["plan", "mooncake", "--trace", str(p)]) == 2
+    assert wl_main(["plan", "mooncake", "--trace", str(p)]) == 2
     err = capsys.readouterr().err
     assert "error[WL409]" in err and said in err and "Traceback" not in err, err
 
 
 def test_a_missing_trace_file_exits_2(capsys, tmp_path: Path):
-    assert cli.main(["plan", "mooncake", "--trace", str(tmp_path / "nope.jsonl")]) == 2
+    assert wl_main(["plan", "mooncake", "--trace", str(tmp_path / "nope.jsonl")]) == 2
     assert "cannot read the trace file" in capsys.readouterr().err
 
 
@@ -234,7 +235,7 @@ def test_the_plan_hash_follows_the_traces_content_not_its_path(tmp_path: Path):
 
 
 def test_wl_plan_shows_send_times_and_the_trace(capsys):
-    assert cli.main(["plan", "mooncake", "--trace", str(SLICE), "--limit", "5", "--salt", "s",
+    assert wl_main(["plan", "mooncake", "--trace", str(SLICE), "--limit", "5", "--salt", "s",
                      "--cache-tokens", "1M", "--cache-block", "512"]) == 0
     out = capsys.readouterr().out
     assert "send at" in out and "LRU cached" in out and "(mooncake, 1,000 records, 5 taken" in out

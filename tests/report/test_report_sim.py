@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang.cli import main
+from workloadlang.cli.main import main
 from workloadlang.report import load_results, write_report
 
 # Small params: every run takes a second or two on the simulator.
