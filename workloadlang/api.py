@@ -3,18 +3,21 @@
     source = load("agent-sim")                 # a bundled name or a path
     wl = parse_checked(source)                  # ir.Workload, or WorkloadError
     plan = make_plan(wl, source, {"sessions": "2"}, salt="s1", env={"max_context": 32768})
+    runs = plan_runs(wl, source, PlanOptions(sweep="sessions=1,2,4"))  # a sweep's points
     async with open_engine("http://127.0.0.1:8000/v1") as engine:
         plan = make_plan(wl, source, {}, env={"max_context": engine.info.max_context})
         results = await run_workload(plan, engine, sink, RunOptions(time_budget_s=60))
 
-Input: workload text and its name; an engine's URL. Output: `ir.Workload`, `Plan`, `Results`.
+A rate search (`RateSearch`) plans its points one at a time, each value from how the runs
+before it went. Input: workload text and its name; an engine's URL. Output: `ir.Workload`,
+`Plan`, `Results`.
 Errors are `WorkloadError` carrying `Diagnostic`s (`EndpointError` for an engine that cannot be
 used); nothing here prints.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Collection, Mapping
 
@@ -28,17 +31,21 @@ from workloadlang.parse import parse
 from workloadlang.plan.model import Plan
 from workloadlang.plan.assemble import build_plan
 from workloadlang.plan.draws import fresh_salt
+from workloadlang.plan import sweeppoints
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import CacheModel
+from workloadlang.plan.sweeppoints import SweepError
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
 from workloadlang.run.errors import EndpointError  # noqa: F401 (raised by open_engine)
 from workloadlang.run.runoptions import RunOptions
 from workloadlang.theory import cache_theory
 
-if TYPE_CHECKING:
-    from workloadlang.run.link import EngineLink
+if TYPE_CHECKING:  # `wl plan` imports this module: these only when used
+    from workloadlang.ratesearch import SearchSpec, Tried
     from workloadlang.run.calibrate import Calibration
+    from workloadlang.run.link import EngineLink
+    from workloadlang.sweepresults import SweepResults
     from workloadlang.run.runner import Measured, Shared
 
 
@@ -99,7 +106,7 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
     its messages take text from, plan.
     `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
     figures the plan carries (`--cache-tokens`); `budget`: what the plan counts against, when
-    not a budget of its own (a sweep's points share one: `cli.common.plan_points`)."""
+    not a budget of its own (a sweep's points share one: `plan_runs`)."""
     env = {"max_context": None, **(env or {})}
     params, diags = resolve_params(wl, overrides, env)
     errors = [d for d in diags if d.severity == "error"]
@@ -132,6 +139,146 @@ def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict
 
 def warnings(wl: ir.Workload, flags: Collection[str] = ()) -> list[Diagnostic]:
     return [d for d in check(wl, flags) if d.severity != "error"]
+
+
+# ---------------------------------------------------------------- sweeps and rate searches
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What to plan a workload with, beyond its text: the params set (`overrides`: name ->
+    text, as on the command line), the sweep asked for (`NAME=V1,V2,...`; None: the file's own
+    `sweep [...]` of a param not set, if any), the salt (None: a fresh one), the planner's size
+    limits and the LRU cache whose figures the plans carry (`--cache-tokens`)."""
+
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    sweep: str | None = None
+    salt: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    cache: CacheModel | None = None
+
+
+@dataclass(frozen=True)
+class PlannedRuns:
+    """The plans of a run: one (`swept` None), or one per value of the param swept, in order
+    (`swept`: the param and its values as given)."""
+
+    swept: tuple[str, list[str]] | None
+    plans: list[Plan]
+
+
+def sweep_of(wl: ir.Workload, options: PlanOptions) -> tuple[str, list[str]] | None:
+    """The param `options` sweep `wl` over and its values (`plan.sweeppoints.points`), or None.
+    Raises `SweepError` for a sweep that cannot be run (a usage error)."""
+    return sweeppoints.points(wl, options.overrides, options.sweep)
+
+
+def plan_runs(wl: ir.Workload, source: Source, options: PlanOptions,
+              env: Mapping[str, Any] | None = None, *, keep_all: bool = True) -> PlannedRuns:
+    """The plans of `wl` (`make_plan`): one, or one per point of its sweep (`sweep_of`), each
+    with its own salt (`plan.sweeppoints.salts`), all planned into one budget (together within
+    the limits). `keep_all` False: of the points after the first, only what a row of `wl plan`
+    lists (`plan.sweeppoints.row_only`). Raises `SweepError`, `WorkloadError`."""
+    swept = sweep_of(wl, options)
+    salt = options.salt or fresh_salt()
+    if swept is None:
+        return PlannedRuns(None, [make_plan(wl, source, options.overrides, salt=salt, env=env,
+                                            limits=options.limits, cache=options.cache)])
+    name, budget, plans = swept[0], Budget(options.limits), []
+    for i, (v, s) in enumerate(zip(swept[1], sweeppoints.salts(salt, name, swept[1]))):
+        budget.next_point(f"{name}={v}")
+        plan = make_plan(wl, source, {**options.overrides, name: v}, salt=s, env=env,
+                         limits=options.limits, cache=options.cache, budget=budget)
+        plans.append(plan if keep_all or not i else sweeppoints.row_only(plan))
+    return PlannedRuns(swept, plans)
+
+
+def check_runs(wl: ir.Workload, options: PlanOptions,
+               env: Mapping[str, Any] | None = None) -> None:
+    """Raises `SweepError` for a sweep `options` ask for that cannot be run, `WorkloadError`
+    when the params of the run (of each point of a sweep) do not resolve (`check_params`):
+    what `plan_runs` would refuse before it plans anything, checked without an engine."""
+    swept = sweep_of(wl, options)
+    for point in [{}] if swept is None else [{swept[0]: v} for v in swept[1]]:
+        check_params(wl, {**options.overrides, **point}, env)
+
+
+def check_params(wl: ir.Workload, overrides: Mapping[str, str],
+                 env: Mapping[str, Any] | None = None) -> None:
+    """Raises `WorkloadError` when the params `overrides` sets do not resolve (a bad value, a
+    value out of range), before an engine is reached. A param that needs the engine's context
+    limit while `env` does not know it (WL407) leaves the params to `make_plan`, which learns
+    it from the engine."""
+    _, diags = resolve_params(wl, overrides, {"max_context": None, **(env or {})})
+    if any(d.code == "WL407" for d in diags):
+        return
+    errors = [d for d in diags if d.severity == "error"]
+    if errors:
+        raise WorkloadError(errors)
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    """A point of a rate search: the value tried, as the command line would give it, and its
+    plan."""
+
+    value: float
+    text: str
+    plan: Plan
+
+
+class RateSearch:
+    """A rate search's points (`wl run --search`), planned one at a time: `next_point` plans the
+    value `ratesearch.next_value` asks for from how the points before it went (its salt
+    `point_salt` of the search's), `record` tells how a point's run went, `results` is the
+    search's `SweepResults` (points in the order of their values, with the `Search`)."""
+
+    def __init__(self, wl: ir.Workload, source: Source, options: PlanOptions,
+                 spec: "SearchSpec", env: Mapping[str, Any] | None = None):
+        self.wl, self.source, self.options, self.spec, self.env = wl, source, options, spec, env
+        self.salt = options.salt or fresh_salt()
+        self.tried: list["Tried"] = []
+        self.points: list[tuple[float, str, Results]] = []
+
+    def next_point(self) -> SearchPoint | None:
+        """The next point to run, planned; None when the search is done. Raises
+        `WorkloadError` when its plan cannot be made."""
+        from workloadlang.ratesearch import next_value
+
+        spec = self.spec
+        v = next_value(self.tried, spec.low, spec.high, spec.precision, spec.whole,
+                       spec.max_runs)
+        if v is None:
+            return None
+        text = spec.text(v)
+        plan = make_plan(self.wl, self.source, {**self.options.overrides, spec.param: text},
+                         salt=sweeppoints.point_salt(self.salt, spec.param, text), env=self.env,
+                         limits=self.options.limits, cache=self.options.cache)
+        return SearchPoint(v, text, plan)
+
+    def record(self, point: SearchPoint, results: Results) -> None:
+        """How `point`'s run went (`ratesearch.sustained`)."""
+        from workloadlang.ratesearch import Tried, sustained
+
+        self.tried.append(Tried(value=point.value, sustained=sustained(results)))
+        self.points.append((point.value, point.text, results))
+
+    def results(self) -> "SweepResults":
+        """The search's results file: the points by value, the `Search`; exit code 130 when a
+        run was interrupted, 0 when a value was sustained, 1 when not even the lowest was."""
+        from workloadlang.ratesearch import outcome
+        from workloadlang.sweepresults import SweepResults
+
+        spec = self.spec
+        found = outcome(spec.param, spec.low, spec.high, spec.precision, self.tried,
+                        spec.max_runs)
+        points = sorted(self.points, key=lambda p: p[0])
+        code = (ExitCode.INTERRUPTED if any(p[2].exit_code == ExitCode.INTERRUPTED
+                                            for p in points)
+                else ExitCode.OK if found.highest is not None else ExitCode.GATE)
+        return SweepResults(workload=self.wl.name, param=spec.param,
+                            values=[p[1] for p in points], points=[p[2] for p in points],
+                            salt=self.salt, exit_code=code, search=found)
 
 
 # ---------------------------------------------------------------- running a plan

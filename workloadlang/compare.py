@@ -30,6 +30,14 @@ class NotComparable(Exception):
     """A refusal, with the one-line reason shown to the user."""
 
 
+@dataclass(frozen=True)
+class CompareRequest:
+    """`wl compare A B`: the paths of the two results files, A the baseline."""
+
+    a: str
+    b: str
+
+
 # ---------------------------------------------------------------- loading
 
 
@@ -240,14 +248,15 @@ def compare_text(a: Results, b: Results, path_a: str, path_b: str) -> tuple[str,
     return "\n".join(parts), ExitCode.OK
 
 
-def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
-    """Input: `args.a`, `args.b` (results file paths); streams (default stdout/stderr).
+def compare_command(request: CompareRequest, out: IO[str] | None = None,
+                    err: IO[str] | None = None) -> int:
+    """Input: the two results files' paths; streams (default stdout/stderr).
     Output: the exit code (0 no regression, 1 regressed, 2 not comparable); the report on `out`,
     a one-line refusal on `err`."""
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        a, b = load_any(args.a), load_any(args.b)
+        a, b = load_any(request.a), load_any(request.b)
         pairs = point_pairs(a, b)
         for _, x, y in pairs:
             reason = why_not_comparable(x, y)
@@ -260,7 +269,7 @@ def compare_command(args: Any, out: IO[str] | None = None, err: IO[str] | None =
     for value, x, y in pairs:
         if value is not None:
             out.write(f"══ {a.param} = {value} ══\n")
-        text, code = compare_text(x, y, args.a, args.b)
+        text, code = compare_text(x, y, request.a, request.b)
         out.write(text + ("\n" if value is not None else ""))
         codes.append(code)
     if len(pairs) > 1 or pairs[0][0] is not None:

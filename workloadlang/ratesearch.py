@@ -6,8 +6,9 @@ points tried so far, each with whether its run sustained the load (`sustained`: 
 attainment reached the SLOs' and the run was complete). Output: the next value to try
 (`next_value`, None when the search is done) and, at the end, `Search`: the highest value
 sustained below the lowest one that was not (so one lucky point above a failure does not
-count), with every point tried. Pure: no run, no clock; `wl run --search` runs the points
-(docs/cli.md "Rate search").
+count), with every point tried. `spec_of` checks a search asked for against the workload
+(`SearchSpec`). Pure: no run, no clock; `api.RateSearch` plans the points and `wl run --search`
+runs them (docs/cli.md "Rate search").
 
 The steps: try LOW (not sustained: nothing is, the search ends); double while sustained, up
 to HIGH (sustained at HIGH: the range's top, the search ends); then halve the interval between
@@ -17,10 +18,12 @@ sustained (for an `int` param, until they are 1 apart), or `max_runs` runs were 
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from workloadlang import ir
 from workloadlang.results import Results
 
 
@@ -65,6 +68,44 @@ def parse_range(text: str) -> tuple[str, float, float]:
         raise SearchError(f"--search {text}: LOW must be above 0 and under HIGH (a rate of 0 "
                           "sends nothing)")
     return name.strip().replace("-", "_"), low, high
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """A rate search asked for, checked against its workload: the param searched, its range
+    (`low` above 0, under `high`), whether it takes whole numbers, how fine (`precision`, a
+    share of the value) and at most how many runs."""
+
+    param: str
+    low: float
+    high: float
+    whole: bool = False
+    precision: float = 0.05
+    max_runs: int = 12
+
+    def text(self, value: float) -> str:
+        """A value as the command line would give it (`12`, `10.5`)."""
+        return str(int(value)) if self.whole else f"{value:g}"
+
+
+def spec_of(wl: ir.Workload, overrides: Mapping[str, str], text: str, precision: float = 0.05,
+            max_runs: int = 12) -> SearchSpec:
+    """`NAME=LOW..HIGH` (`--search`) for `wl` with the params `overrides` sets. Output: the
+    `SearchSpec`. Raises `SearchError`: the range's shape (`parse_range`), no number param of
+    that name, the param also set, a workload with no SLOs (no rate is judged sustained)."""
+    name, low, high = parse_range(text)
+    params = {p.name: p for p in wl.params}
+    p = params.get(name)
+    if p is None or p.is_list or p.type not in ("int", "float"):
+        known = ", ".join(n for n, q in params.items() if q.type in ("int", "float")) or "none"
+        raise SearchError(f"--search {name}: not a number param of this workload (its number "
+                          f"params: {known})")
+    if name in overrides:
+        raise SearchError(f"--search {name}: the param is also set on the command line")
+    if not wl.slo:
+        raise SearchError(f"--search: workload `{wl.name}` declares no SLOs, so no rate can be "
+                          "judged sustained: add `slo { ttft = 2s, tpot = 50ms }`")
+    return SearchSpec(name, low, high, p.type == "int", precision, max_runs)
 
 
 def sustained(res: Results) -> bool:

@@ -231,3 +231,36 @@ def test_a_fresh_salt_is_drawn_in_one_place() -> None:
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                if isinstance(node, ast.FunctionDef) and node.name == "fresh_salt"]
     assert defined == ["workloadlang.plan.draws.fresh_salt"]
+
+
+def argparse_uses(path: Path) -> list[str]:
+    """Where a module imports argparse, names its `Namespace`, or reads `getattr(args, ...)`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name == "argparse"]
+        elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            found.append("from argparse import ...")
+        elif isinstance(node, ast.Name) and node.id == "Namespace" or \
+                isinstance(node, ast.Attribute) and node.attr == "Namespace":
+            found.append(f"Namespace (line {node.lineno})")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "getattr" and node.args and \
+                isinstance(node.args[0], ast.Name) and node.args[0].id == "args":
+            found.append(f"getattr(args, ...) (line {node.lineno})")
+    return found
+
+
+def test_the_command_line_stays_in_cli() -> None:
+    """argparse and its `Namespace` stay in `cli/`: every command turns its arguments into a
+    typed request there (`cli/requests.py`, `compare.CompareRequest`, `report.ReportRequest`,
+    `scale.workers.Workers`, `api.PlanOptions`), and what it calls takes those. The
+    simulator's own command line (`sim/`) and `__main__.py` entry points aside; nowhere does a
+    function read `getattr(args, ...)`."""
+    leaks = []
+    for name, path in modules().items():
+        uses = argparse_uses(path)
+        if under(name, ["workloadlang.cli", "workloadlang.sim"]) or path.name == "__main__.py":
+            uses = [u for u in uses if u.startswith("getattr")]
+        leaks += [f"{name}: {u}" for u in uses]
+    assert not leaks, leaks

@@ -165,17 +165,15 @@ def test_the_points_of_a_sweep_count_together_against_the_limits(tmp_path, capsy
 
 
 def test_the_dry_run_of_a_sweep_keeps_the_rows_of_the_points_after_the_first(tmp_path):
-    from types import SimpleNamespace
+    from workloadlang import api
 
-    from workloadlang.cli.common import load_and_plan_sweep
-
-    wl = tmp_path / "p.wl"
-    wl.write_text(PRESSURE)
-    args = SimpleNamespace(workload=str(wl), param=[], sweep=None, salt="s", format="text",
-                           max_requests=50_000, max_request_tokens=10**7,
-                           max_total_tokens=10**10, cache_tokens=None, cache_block=None)
-    _, _, swept, rows = load_and_plan_sweep(args, [], {"max_context": None}, keep_all=False)
-    _, _, _, plans = load_and_plan_sweep(args, [], {"max_context": None})
+    path = tmp_path / "p.wl"
+    path.write_text(PRESSURE)
+    source = api.load(str(path))
+    wl, options = api.parse_checked(source), api.PlanOptions(salt="s")
+    listed = api.plan_runs(wl, source, options, keep_all=False)
+    swept, rows = listed.swept, listed.plans
+    plans = api.plan_runs(wl, source, options).plans
     assert swept == ("sessions", ["1", "2", "4"]) and len(rows[0].requests) == 2
     assert [len(p.requests) for p in rows[1:]] == [0, 0]
     assert [p.totals for p in rows] == [p.totals for p in plans]

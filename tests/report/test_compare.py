@@ -6,12 +6,12 @@ import io
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from workloadlang.compare import compare_command, fmt_delta, gate_changes, headline, load_results
+from workloadlang.compare import (CompareRequest, compare_command, fmt_delta, gate_changes,
+                                  headline, load_results)
 from workloadlang.gates import GateResult, ScopeResult
 from workloadlang.results import ErrorDetail, Record
 from workloadlang.results import Results
@@ -70,7 +70,7 @@ def run(tmp_path: Path, a: Results | str, b: Results | str) -> tuple[int, str, s
     pa = a if isinstance(a, str) else write(tmp_path, "a.json", a)
     pb = b if isinstance(b, str) else write(tmp_path, "b.json", b)
     out, err = io.StringIO(), io.StringIO()
-    code = compare_command(SimpleNamespace(a=pa, b=pb), out, err)
+    code = compare_command(CompareRequest(a=pa, b=pb), out, err)
     return code, out.getvalue(), err.getvalue()
 
 

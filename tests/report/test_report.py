@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang.report import data, report_command, sample, tables, write_report
+from workloadlang.report import (ReportRequest, data, report_command, sample, tables,
+                                 write_report)
 from workloadlang.report.render import ReportError, charts, render_html, run_labels
 
 EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>&amp;"
@@ -445,8 +446,7 @@ def test_report_command_reads_results_files(tmp_path, capsys):
         p.write_text(res.to_json())
         paths.append(str(p))
     out = tmp_path / "r.html"
-    args = types.SimpleNamespace(results=paths, output=str(out))
-    assert report_command(args) == 0
+    assert report_command(ReportRequest(results=tuple(paths), output=str(out))) == 0
     html = out.read_text()
     assert "before: mean of 3 conversations" in html and "<th>after</th>" in html
     assert "report:" in capsys.readouterr().err
@@ -455,17 +455,15 @@ def test_report_command_reads_results_files(tmp_path, capsys):
 def test_report_command_refuses_bad_input(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    args = types.SimpleNamespace(results=[str(bad)], output=str(tmp_path / "r.html"))
-    assert report_command(args) == 2
+    assert report_command(ReportRequest((str(bad),), str(tmp_path / "r.html"))) == 2
     assert "wl report: error:" in capsys.readouterr().err
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(sample.perf().to_json())
     b.write_text(sample.abort().to_json())
-    args = types.SimpleNamespace(results=[str(a), str(b)], output=str(tmp_path / "r.html"))
-    assert report_command(args) == 2
+    assert report_command(ReportRequest((str(a), str(b)), str(tmp_path / "r.html"))) == 2
     assert "different workloads" in capsys.readouterr().err
-    assert report_command(types.SimpleNamespace(results=[str(tmp_path / "none.json")],
-                                                output=str(tmp_path / "r.html"))) == 2
+    assert report_command(ReportRequest((str(tmp_path / "none.json"),),
+                                        str(tmp_path / "r.html"))) == 2
 
 
 def test_write_report_takes_results_objects(tmp_path):

@@ -125,6 +125,29 @@ def share(text: str) -> float:
     return value
 
 
+def worker_count(text: str) -> int:
+    """An argparse type: a whole number of workers, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of workers, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def add_scale_args(p: argparse.ArgumentParser) -> None:
+    """`wl run`'s `--workers` and `--ray` (`scale.workers.Workers`)."""
+    from workloadlang.scale.workers import INSTALL_HINT
+
+    p.add_argument("--workers", type=worker_count, metavar="N",
+                   help="shard the run by session over N Ray workers, merged into one result "
+                        f"(needs Ray: {INSTALL_HINT}; docs/scale-out.md)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="the Ray cluster to run the workers on (default: a local Ray instance "
+                        "started for the run)")
+
+
 def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", default="http://localhost:8000/v1",
                    help="OpenAI-compatible base URL (default: %(default)s)")
@@ -156,7 +179,6 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-isolation", action="store_true",
                    help="send the requests marked `isolated` with the others (a load test: "
                         "the verdicts that read them may then be unknown)")
-    from workloadlang.scale.workers import add_scale_args
     from workloadlang.sim import add_sim_arguments
 
     add_scale_args(p)  # --workers, --ray

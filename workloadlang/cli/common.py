@@ -1,24 +1,30 @@
-"""What the `wl` commands share: loading and planning a workload from the command line, showing
-its diagnostics, and one-line errors.
+"""What the `wl` commands share: loading, checking and planning a workload from the command
+line, showing its diagnostics, and one-line errors.
 
-Input: parsed arguments and the param flags. Output: `api.Source`, `Plan`; diagnostics on stderr
-(or JSON on stdout); `UsageError` for what the command line got wrong (exit 2).
+Input: a `PlanRequest` (the workload, its param flags, the sweep, the salt, the limits).
+Output: `Prepared` (checked before any engine is reached), `api.PlannedRuns`; diagnostics on
+stderr (or JSON on stdout); `UsageError` for what the command line got wrong (exit 2).
 """
 
 from __future__ import annotations
 
 import difflib
 import sys
-from typing import Any, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from workloadlang import api
-from workloadlang.cli.arguments import DEFAULT_CACHE_BLOCK, command_flags
+from workloadlang import api, ir
+from workloadlang.cli.arguments import command_flags
+from workloadlang.cli.requests import PlanRequest, SearchRequest, UsageError
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json, render_text
 from workloadlang.results import ExitCode
 
+if TYPE_CHECKING:
+    from workloadlang.ratesearch import SearchSpec
 
-class UsageError(Exception):
-    pass
+__all__ = ["Prepared", "UsageError", "eprint", "load", "param_overrides", "plan_runs",
+           "prepare", "show_diags", "workload_help"]
 
 
 def eprint(*a: Any) -> None:
@@ -76,52 +82,66 @@ def load(target: str, fmt: str) -> api.Source:
         raise SystemExit(ExitCode.USAGE)
 
 
-def load_and_plan(args, extra: Sequence[str], env: dict[str, Any]):
-    source, wl, _, plans = load_and_plan_sweep(args, extra, env)
-    return source, wl, plans[0]
+@dataclass(frozen=True)
+class Prepared:
+    """A workload read, checked and given its params, ready to plan: its source, the checked
+    workload, what to plan it with (the salt drawn), a rate search asked for, how diagnostics
+    are shown."""
+
+    source: api.Source
+    wl: ir.Workload
+    options: api.PlanOptions
+    search: SearchSpec | None = None
+    format: str = "text"
 
 
-def load_and_plan_sweep(args, extra: Sequence[str], env: dict[str, Any], *,
-                        keep_all: bool = True):
-    """The workload and its plans: one, or one per value of the param swept (`--sweep`, or
-    the file's `sweep [...]`), the points planned into one budget (together within the
-    limits). `keep_all` False: of a sweep's points after the first, only what a row lists
-    (`sweeppoints.row_only`). Output: (source, workload, (param, values) or None, plans)."""
-    from workloadlang.plan import sweeppoints
+@contextmanager
+def reported(source: api.Source, fmt: str) -> Iterator[None]:
+    """A workload's diagnostics shown (exit 2); a sweep or search that cannot be run:
+    `UsageError`."""
+    from workloadlang.ratesearch import SearchError
 
-    source = load(args.workload, getattr(args, "format", "text"))
     try:
-        wl = api.parse_checked(source, command_flags())
-        overrides = param_overrides(wl, extra, args.param or [])
-        swept = sweeppoints.points(wl, overrides, getattr(args, "sweep", None))
-        salt = args.salt or api.fresh_salt()
-        limits, cache = plan_limits(args), cache_model(args)
-        plans = [api.make_plan(wl, source, overrides, salt=salt, env=env, limits=limits,
-                               cache=cache)] if swept is None else \
-            plan_points(wl, source, overrides, swept, salt, env, limits, cache, keep_all)
-    except sweeppoints.SweepError as e:
+        yield
+    except (api.SweepError, SearchError) as e:
         raise UsageError(str(e)) from None
     except WorkloadError as e:
-        show_diags(e.diagnostics, source, getattr(args, "format", "text"))
-        raise SystemExit(ExitCode.USAGE)
-    return source, wl, swept, plans
+        show_diags(e.diagnostics, source, fmt)
+        raise SystemExit(ExitCode.USAGE) from None
 
 
-def plan_points(wl, source: api.Source, overrides: dict[str, str],
-                swept: tuple[str, list[str]], salt: str, env: dict[str, Any], limits: Any,
-                cache: Any, keep_all: bool) -> list:
-    """A sweep's plans, one per point with its own salt (`sweeppoints.salts`), planned into one
-    budget; `keep_all` False: after the first, what a row lists (`sweeppoints.row_only`)."""
-    from workloadlang.plan import sweeppoints
-    from workloadlang.plan.limits import Budget
+def prepare(request: PlanRequest, search: SearchRequest | None = None) -> Prepared:
+    """Everything of `wl plan` and `wl run` that needs no engine, before any is reached: the
+    workload loaded, parsed and checked, its param flags read, the salt drawn, the sweep or
+    the rate `search` asked for checked, the params' values checked (`api.check_runs`; a
+    search's at its low end). Output: `Prepared`. Exits 2 with the diagnostics; raises
+    `UsageError`."""
+    source = load(request.workload, request.format)
+    env = {"max_context": request.max_context}
+    with reported(source, request.format):
+        wl = api.parse_checked(source, command_flags())
+        options = api.PlanOptions(
+            overrides=param_overrides(wl, request.flags, request.pairs), sweep=request.sweep,
+            salt=request.salt or api.fresh_salt(), limits=request.limits, cache=request.cache)
+        spec = None
+        if search is None:
+            api.check_runs(wl, options, env)
+        else:
+            from workloadlang.ratesearch import spec_of
 
-    name, budget, plans = swept[0], Budget(limits), []
-    for i, (v, s) in enumerate(zip(swept[1], sweeppoints.salts(salt, name, swept[1]))):
-        budget.next_point(f"{name}={v}")
-        plan = api.make_plan(wl, source, {**overrides, name: v}, salt=s, env=env,
-                             limits=limits, cache=cache, budget=budget)
-        plans.append(plan if keep_all or not i else sweeppoints.row_only(plan))
-    return plans
+            spec = spec_of(wl, options.overrides, search.range, search.precision, search.runs)
+            api.check_params(wl, {**options.overrides, spec.param: spec.text(spec.low)}, env)
+    return Prepared(source, wl, options, spec, request.format)
+
+
+def plan_runs(prepared: Prepared, env: dict[str, Any], *,
+              keep_all: bool = True) -> api.PlannedRuns:
+    """The plans of a prepared workload (`api.plan_runs`: one, or a sweep's points);
+    `keep_all` False: of a sweep's points after the first, what a row of `wl plan` lists.
+    Exits 2 with the diagnostics of a plan that cannot be made."""
+    with reported(prepared.source, prepared.format):
+        return api.plan_runs(prepared.wl, prepared.source, prepared.options, env,
+                             keep_all=keep_all)
 
 
 def span_text(text: str, span: Any) -> str:
@@ -176,36 +196,3 @@ def workload_help(argv: Sequence[str]) -> str | None:
         except WorkloadError:
             return f"{source.name} does not parse: `wl check {word}` says why."
     return None
-
-
-def config_error(exc: ValueError, prefix: str = "") -> str:
-    """A simulator configuration error in one line, naming the flag (pydantic's errors name the
-    field: `device_tokens` is `--device-tokens`)."""
-    from pydantic import ValidationError
-
-    if not isinstance(exc, ValidationError):
-        return str(exc)
-    first = exc.errors()[0]
-    field = str(first["loc"][0]) if first["loc"] else ""
-    flag = f"--{prefix}{field.replace('_', '-')}" if field and field != "faults" else \
-        f"--{prefix}fault"
-    return f"{flag}: {first['msg'].lower()}, got {first.get('input')!r}"
-
-
-def plan_limits(args) -> Any:
-    from workloadlang.plan.limits import Limits
-
-    return Limits(requests=args.max_requests, request_tokens=args.max_request_tokens,
-                  total_tokens=args.max_total_tokens)
-
-
-def cache_model(args) -> Any:
-    """The LRU cache of `--cache-tokens` / `--cache-block`, or None."""
-    from workloadlang.plan.model import CacheModel
-
-    if args.cache_tokens is None:
-        if args.cache_block is not None:
-            raise UsageError("--cache-block needs --cache-tokens")
-        return None
-    return CacheModel(tokens=args.cache_tokens, block=args.cache_block or DEFAULT_CACHE_BLOCK)
-

@@ -15,10 +15,11 @@ import sys
 from typing import Sequence
 
 from workloadlang import api
-from workloadlang.cli.common import (UsageError, config_error, eprint, load_and_plan_sweep,
-                                     show_diags, workload_help)
+from workloadlang.cli import requests
 from workloadlang.cli.arguments import (add_plan_args, add_plan_view_args, add_run_args,
-                                      command_flags, port_number)
+                                        command_flags, port_number)
+from workloadlang.cli.common import (UsageError, eprint, plan_runs, prepare, show_diags,
+                                     workload_help)
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
 from workloadlang.results import ExitCode
 
@@ -26,22 +27,32 @@ from workloadlang.results import ExitCode
 # ---------------------------------------------------------------- commands
 
 
-def cmd_check(args, extra) -> int:
+def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
+    no_extra(extra)
+    return check_command(requests.check_request(args))
+
+
+def no_extra(extra: list[str]) -> None:
+    """A command that takes no param flags: the words argparse left are an error."""
     if extra:
         raise UsageError(f"unexpected arguments: {' '.join(extra)}")
+
+
+def check_command(request: requests.CheckRequest) -> int:
+    """`wl check`: each file's diagnostics (or `FILE: ok`). Output: 2 when one has an error."""
     status = ExitCode.OK
     all_diags = []
-    for target in args.workloads:
+    for target in request.workloads:
         source, diags = check_one(target)
         status = max(status, status_of(diags))
         all_diags += diags
-        if args.format == "text" and diags:
+        if request.format == "text" and diags:
             show_diags(diags, source, "text")
-        if args.format == "text" and status_of(diags) == ExitCode.OK:
+        if request.format == "text" and status_of(diags) == ExitCode.OK:
             warned = len(diags)
             print(f"{source.name}: ok" + (f" ({warned} warning{'s' if warned > 1 else ''})"
                                           if warned else ""))
-    if args.format == "json":
+    if request.format == "json":
         print(render_json(all_diags))
     return status
 
@@ -62,23 +73,28 @@ def check_one(target: str) -> tuple[api.Source, list[Diagnostic]]:
         return (source if e.text is None else api.Source(name=target, text=e.text)), e.diagnostics
 
 
-def cmd_plan(args, extra) -> int:
+def cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
+    return plan_command(requests.plan_request(args, extra))
+
+
+def plan_command(request: requests.PlanRequest) -> int:
+    """`wl plan`: the dry-run (or the plan's JSON) of one run or of a sweep's points."""
     from workloadlang.plan.dryrun import render_plan
 
-    env = {"max_context": args.max_context}
-    _, _, swept, plans = load_and_plan_sweep(args, extra, env, keep_all=args.json)
+    env = {"max_context": request.max_context}
+    runs = plan_runs(prepare(request), env, keep_all=request.json)
     # the plans live until the command ends: out of the collector's scans, which would walk
     # every object of a 50,000-request plan again and again while the dry-run is made
     gc.freeze()
-    if swept is not None:
-        return print_sweep_plans(swept, plans, args)
-    plan = plans[0]
-    if args.json:  # bytes straight out where it can: a 50,000-request plan's JSON is 100 MB
+    if runs.swept is not None:
+        return print_sweep_plans(runs.swept, runs.plans, request)
+    plan = runs.plans[0]
+    if request.json:  # bytes straight out where it can: a 50,000-request plan's JSON is 100 MB
         from workloadlang.plan.assemble import PLAN_JSON
 
         write_bytes(PLAN_JSON.dump_json(plan, indent=2) + b"\n")
     else:
-        print(render_plan(plan, full=args.full), end="")
+        print(render_plan(plan, full=request.full), end="")
     return ExitCode.OK
 
 
@@ -93,7 +109,8 @@ def write_bytes(data: bytes) -> None:
     out.flush()
 
 
-def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
+def print_sweep_plans(swept: tuple[str, list[str]], plans: list,
+                      request: requests.PlanRequest) -> int:
     """`wl plan` of a sweep: a row per point, then the first point's dry-run (or, with
     `--json`, every plan in a JSON object)."""
     from tabulate import tabulate
@@ -102,7 +119,7 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     from workloadlang.plan.dryrun import render_plan
 
     name, values = swept
-    if args.json:
+    if request.json:
         from workloadlang.plan.assemble import PLAN_JSON
 
         head = json.dumps({"param": name, "values": values}, indent=2)[:-2]
@@ -120,11 +137,11 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list, args) -> int:
     base = sweeppoints.sweep_salt(plans[0].salt, name, values[0])
     print(f"\nthe first run ({name}={values[0]}, salt {plans[0].salt}); `wl plan ... --salt "
           f"{base}/{name}=VALUE {flag} VALUE` shows another:\n")
-    print(render_plan(plans[0], full=args.full), end="")
+    print(render_plan(plans[0], full=request.full), end="")
     return ExitCode.OK
 
 
-def cmd_list(args, extra) -> int:
+def cmd_list(args: argparse.Namespace, extra: list[str]) -> int:
     from tabulate import tabulate
 
     from workloadlang.resources import bundled_workloads
@@ -141,40 +158,40 @@ def cmd_list(args, extra) -> int:
     return ExitCode.OK
 
 
-def cmd_run(args, extra) -> int:
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from workloadlang.cli.run import run_command
 
-    return run_command(args, extra)
+    return run_command(requests.run_request(args, extra))
 
 
-def cmd_compare(args, extra) -> int:
-    from workloadlang.compare import compare_command
+def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
+    from workloadlang.compare import CompareRequest, compare_command
 
-    return compare_command(args)
-
-
-def cmd_report(args, extra) -> int:
-    from workloadlang.report import report_command
-
-    if extra:
-        raise UsageError(f"unexpected arguments: {' '.join(extra)}")
-    return report_command(args)
+    return compare_command(CompareRequest(a=args.a, b=args.b))
 
 
-def cmd_sim(args, extra) -> int:
-    from workloadlang.sim import config_from_args, serve
+def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
+    from workloadlang.report import ReportRequest, report_command
 
-    if extra:
-        raise UsageError(f"unexpected arguments: {' '.join(extra)}")
+    no_extra(extra)
+    return report_command(ReportRequest(results=tuple(args.results), output=args.output))
+
+
+def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
+    no_extra(extra)
+    return serve_command(requests.serve_request(args))
+
+
+def serve_command(request: requests.ServeRequest) -> int:
+    """`wl sim serve`: the simulator on `host:port` until Ctrl-C; 2 when it cannot listen."""
+    from workloadlang.sim import serve
+
+    eprint(f"simulator on http://{request.host}:{request.port}/v1 (preset {request.preset}); "
+           "Ctrl-C stops")
     try:
-        cfg = config_from_args(args)
-    except ValueError as exc:
-        raise UsageError(config_error(exc)) from None
-    eprint(f"simulator on http://{args.host}:{args.port}/v1 (preset {args.sim_preset or 'default'}); Ctrl-C stops")
-    try:
-        serve(cfg, host=args.host, port=args.port)
+        serve(request.sim, host=request.host, port=request.port)
     except OSError as exc:
-        eprint(f"error: cannot listen on {args.host}:{args.port}: {exc}")
+        eprint(f"error: cannot listen on {request.host}:{request.port}: {exc}")
         return ExitCode.USAGE
     return ExitCode.OK
 

@@ -1,9 +1,9 @@
 """`wl run`: the command line wired to the simulator, the engine, the run and the views.
 
-Input: parsed args plus the param flags. Output: files (`--records`, `--output`, `--report`),
-the live view or plain lines and the summary on stdout, and the exit code (docs/cli.md).
-`add_run_args` adds the options to the parser (cheap: nothing of the runner is imported until
-a run starts).
+Input: a `RunRequest` (cli/requests.py). Output: files (`--records`, `--output`, `--report`),
+the live view or plain lines and the summary on stdout, and the exit code (docs/cli.md). The
+workload is read, checked and its params resolved before the simulator starts or the engine
+is reached (and planned then too when `--max-context` says the context limit).
 """
 
 from __future__ import annotations
@@ -17,98 +17,77 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from pydantic import SecretStr
-
-from workloadlang.cli.common import config_error, eprint, load_and_plan_sweep
+from workloadlang.api import PlannedRuns
+from workloadlang.cli.common import Prepared, UsageError, eprint, plan_runs, prepare
 from workloadlang.cli.outputs import Delivery, JsonlWriter, Tee, deliver, redacted
+from workloadlang.cli.requests import RunRequest
 from workloadlang.redact import mentions, redact
 from workloadlang.results import ExitCode
 
 
-class KeyNotSet(Exception):
-    """`--api-key-env NAME` names a variable that is not set."""
-
-
-def api_key(args) -> SecretStr | None:
-    if args.api_key:
-        return SecretStr(args.api_key)
-    if args.api_key_env:
-        value = os.environ.get(args.api_key_env)
-        if not value:
-            raise KeyNotSet(f"--api-key-env {args.api_key_env}: not set")
-        return SecretStr(value)
-    return None
-
-
-def start_sim(args, workload: str, stack: ExitStack) -> str:
+def start_sim(request: RunRequest, stack: ExitStack) -> str:
     """Start the simulator `--sim` asks for, stopped when `stack` closes. Output: its base URL.
     It serves from a child process (POSIX): in this process it would share the interpreter lock
     with the client measuring it, and the client's socket reader would see its first tokens
     late (docs/simulator.md, `start_in_process`)."""
-    from workloadlang.sim import PRESETS, config_from_args, start_in_process, start_in_thread
-
-    if args.sim_preset is None:
-        args.sim_preset = workload if workload in PRESETS else "default"
     from workloadlang.scale.workers import sim_host
+    from workloadlang.sim import start_in_process, start_in_thread
 
-    cfg = config_from_args(args)
+    cfg = request.sim
     start = start_in_process if os.name == "posix" else start_in_thread
-    handle = stack.enter_context(start(cfg, host=sim_host(args)))
+    handle = stack.enter_context(start(cfg, host=sim_host(request.workers)))
     faults = ", ".join(f.name for f in cfg.faults)
-    print(f"simulator: {handle.base_url} (preset {args.sim_preset}"
+    print(f"simulator: {handle.base_url} (preset {request.sim_preset}"
           + (f", faults {faults}" if faults else "") + ")", file=sys.stderr)
     return handle.base_url
 
 
-def run_command(args, extra) -> int:
-    problem = preflight(args)
+def run_command(request: RunRequest) -> int:
+    """`wl run`: the arguments checked, the workload read, checked and (when the engine's
+    context limit is not needed, `--max-context` given) planned, then the simulator started
+    or the engine reached, the runs made and their files written. Output: the exit code."""
+    problem = preflight(request)
     if problem:
         eprint(f"wl run: error: {problem}")
         return ExitCode.USAGE
-    spec = None
-    if args.search:  # checked before the simulator starts or the engine is reached
-        from workloadlang.cli.search import prepare
-
-        spec = prepare(args, extra)
+    if request.search is not None and request.plan.sweep:
+        raise UsageError("--search and --sweep: run one or the other")
+    # checked before the simulator starts or the engine is reached
+    prepared = prepare(request.plan, request.search)
+    runs = None if prepared.search is not None or request.plan.max_context is None else \
+        plan_runs(prepared, {"max_context": request.plan.max_context})
     with ExitStack() as stack:
         try:
-            key = api_key(args)
-        except KeyNotSet as e:
-            eprint(f"wl run: error: {e}")
-            return ExitCode.USAGE
-        try:
-            base = start_sim(args, args.workload, stack) if args.sim else args.base_url.rstrip("/")
-        except ValueError as e:
-            eprint(f"wl run: error: {config_error(e, 'sim-')}")
-            return ExitCode.USAGE
+            base = start_sim(request, stack) if request.sim is not None else \
+                request.base_url.rstrip("/")
         except RuntimeError as e:  # the simulator could not listen or start
             eprint(f"wl run: error: {e}")
             return ExitCode.ENDPOINT
         try:
-            return asyncio.run(main_async(args, extra, base, key, spec))
+            return asyncio.run(main_async(request, prepared, base, runs))
         except KeyboardInterrupt:
             return ExitCode.INTERRUPTED
 
 
-def preflight(args) -> str | None:
+def preflight(request: RunRequest) -> str | None:
     """What is wrong with `wl run`'s arguments before anything is sent (exit 2), or None: the
     endpoint URL, the files to write (their folder exists and is writable, none is a folder,
     two flags do not name one file, none overwrites an input), the engine log to read, and a
-    sharded run's options (`scale.workers`: Ray installed)."""
+    sharded run's workers (`scale.workers`: Ray installed)."""
     from workloadlang.scale import workers
 
-    problem = workers.problem(args)
+    problem = workers.problem(request.workers)
     if problem:
         return problem
-    if not args.sim:
-        problem = check_base_url(args.base_url)
+    if request.sim is None:
+        problem = check_base_url(request.base_url)
         if problem:
             return problem
-    inputs = {os.path.realpath(p) for p in (args.workload, args.engine_log)
+    inputs = {os.path.realpath(p) for p in (request.plan.workload, request.engine_log)
               if p and os.path.exists(p)}
     seen: dict[str, str] = {}
-    for flag, path in (("--output", args.output), ("--records", args.records),
-                       ("--report", args.report)):
+    for flag, path in (("--output", request.output), ("--records", request.records),
+                       ("--report", request.report)):
         if path is None:
             continue
         problem = check_output_path(path)
@@ -120,7 +99,7 @@ def preflight(args) -> str | None:
         if real in inputs:
             return f"{flag} {path}: that is an input of this run; it would be overwritten"
         seen[real] = flag
-    return check_engine_log(args.engine_log)
+    return check_engine_log(request.engine_log)
 
 
 def is_device(path: str) -> bool:
@@ -167,38 +146,49 @@ def check_engine_log(path: str | None) -> str | None:
         return f"--engine-log {path}: {exc.strerror or exc}"
 
 
-async def main_async(args, extra, base: str, key: SecretStr | None, spec=None) -> int:
+async def main_async(request: RunRequest, prepared: Prepared, base: str,
+                     runs: PlannedRuns | None) -> int:
+    """The engine reached, then the runs: the plans (`runs`, or made now with the engine's
+    context limit), a sweep's points in order, or a rate search's one at a time. Output: the
+    exit code."""
     from workloadlang import api
     from workloadlang.scale import ScaleError
 
+    key = request.api_key
     secret = key.get_secret_value() if key is not None else None
     writer: JsonlWriter | None = None
-    points, searched = [], None
+    points, searched, swept = [], None, None
     try:
-        async with api.open_engine(base, key, model=args.model, max_context=args.max_context,
-                                   cached_zero_when_absent=args.cached_zero_when_absent,
-                                   idle_timeout_s=args.idle_timeout, sim=bool(args.sim)) as engine:
+        async with api.open_engine(base, key, model=request.model,
+                                   max_context=request.plan.max_context,
+                                   cached_zero_when_absent=request.cached_zero_when_absent,
+                                   idle_timeout_s=request.idle_timeout_s,
+                                   sim=request.sim is not None) as engine:
             for note in engine.info.notes:
                 eprint(f"note: {redact(note, secret)}")
             env = {"max_context": engine.info.max_context}
-            if spec is not None:
+            if prepared.search is not None:
                 from workloadlang.cli.search import run_search
 
-                writer = JsonlWriter(args.records)
+                writer = JsonlWriter(request.records)
+                search = api.RateSearch(prepared.wl, prepared.source, prepared.options,
+                                        prepared.search, env)
                 searched = await run_search(
-                    spec, args, env, lambda plan: run_one(plan, engine, args, writer, secret),
+                    search, prepared.source,
+                    lambda plan: run_one(plan, engine, request, writer, secret),
                     lambda param, value, i: writer.write(
                         {"type": "sweep_point", "param": param, "value": value, "index": i}))
                 plans = []
             else:
-                _, _, swept, plans = load_and_plan_sweep(args, extra, env)
-                writer = JsonlWriter(args.records)
+                runs = runs or plan_runs(prepared, env)
+                swept, plans = runs.swept, runs.plans
+                writer = JsonlWriter(request.records)
             for i, plan in enumerate(plans):
                 if swept is not None:  # the records of each point follow their marker
                     writer.write({"type": "sweep_point", "param": swept[0],
                                   "value": swept[1][i], "index": i})
                     print(f"── sweep {swept[0]}={swept[1][i]} ({i + 1} of {len(plans)}) ──")
-                results = await run_one(plan, engine, args, writer, secret)
+                results = await run_one(plan, engine, request, writer, secret)
                 points.append(results)
                 if results.exit_code == ExitCode.INTERRUPTED:
                     break  # what was measured is kept; the points after it are not run
@@ -212,14 +202,14 @@ async def main_async(args, extra, base: str, key: SecretStr | None, spec=None) -
         if writer is not None:
             writer.close()
     if searched is not None:
-        return finish_sweep(None, [], args, writer, searched)
+        return finish_sweep(None, [], request, writer, searched)
     if swept is None:
-        deliveries = [d for d in (writer.delivery, *write_outputs(points[0], args)) if d]
+        deliveries = [d for d in (writer.delivery, *write_outputs(points[0], request)) if d]
         return report_deliveries(deliveries, points[0].exit_code)
-    return finish_sweep(swept, points, args, writer)
+    return finish_sweep(swept, points, request, writer)
 
 
-async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
+async def run_one(plan, engine, request: RunRequest, writer: JsonlWriter, secret: str | None):
     """Run one plan through the API with its own view. Output: its results (redacted: what is
     written and printed from here on). Raises `EndpointError` when the engine could not be
     used."""
@@ -227,37 +217,37 @@ async def run_one(plan, engine, args, writer: JsonlWriter, secret: str | None):
     from workloadlang.console import make_view
     from workloadlang.scale.workers import runner_for
 
-    view = make_view(plan, args.viz, Redacting(sys.stdout, secret))
+    view = make_view(plan, request.viz, Redacting(sys.stdout, secret))
     view.start()
-    options = api.RunOptions(time_budget_s=args.time_budget, isolation=not args.no_isolation)
-    task = asyncio.ensure_future(runner_for(args)(plan, engine, Tee(writer, view, secret),
-                                                  options))
+    options = api.RunOptions(time_budget_s=request.time_budget_s, isolation=request.isolation)
+    task = asyncio.ensure_future(runner_for(request.workers)(
+        plan, engine, Tee(writer, view, secret), options))
     install_interrupt(task)
     try:
         results = await task
     finally:
         view.stop()
-    if args.engine_log:
+    if request.engine_log:
         from workloadlang.enginelog.annotate import annotate_results, summary_line
 
-        eprint(redact(summary_line(annotate_results(results, args.engine_log)), secret))
+        eprint(redact(summary_line(annotate_results(results, request.engine_log)), secret))
     results = redacted(results, secret)
     view.summary(results)
     return results
 
 
-def finish_sweep(swept: tuple[str, list[str]] | None, points: list, args, writer: JsonlWriter,
-                 result=None) -> int:
+def finish_sweep(swept: tuple[str, list[str]] | None, points: list, request: RunRequest,
+                 writer: JsonlWriter, result=None) -> int:
     """A sweep's results file (`--output`; `--report`: its curves) and table; the exit code
     of its worst point (a rate search's `result` given whole: its own exit code)."""
     from workloadlang import sweepresults
     from workloadlang.plan.sweeppoints import sweep_salt
 
     if result is None:
-        result = sweepresults.SweepResults(workload=points[0].workload, param=swept[0],
-                                    values=swept[1][:len(points)], points=points,
-                                    salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),
-                                    exit_code=sweepresults.worst_exit([p.exit_code for p in points]))
+        result = sweepresults.SweepResults(
+            workload=points[0].workload, param=swept[0], values=swept[1][:len(points)],
+            points=points, salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),
+            exit_code=sweepresults.worst_exit([p.exit_code for p in points]))
         print(f"\n── sweep {swept[0]}: {len(points)} of {len(swept[1])} runs ──")
     else:
         print(f"\n── search {result.param}: {len(result.points)} runs ──")
@@ -265,12 +255,12 @@ def finish_sweep(swept: tuple[str, list[str]] | None, points: list, args, writer
     if result.search is not None:
         print(sweepresults.search_line(result))
     deliveries = [writer.delivery]
-    if args.output:
+    if request.output:
         text = result.to_json()
-        deliveries.append(deliver("--output", args.output,
+        deliveries.append(deliver("--output", request.output,
                                   lambda p: Path(p).write_text(text, encoding="utf-8")))
-    if args.report:
-        deliveries.append(write_html(result, args.report))
+    if request.report:
+        deliveries.append(write_html(result, request.report))
     return report_deliveries([d for d in deliveries if d], result.exit_code)
 
 
@@ -289,15 +279,15 @@ class Redacting:
         return getattr(self.stream, name)
 
 
-def write_outputs(results, args) -> tuple[Delivery | None, Delivery | None]:
+def write_outputs(results, request: RunRequest) -> tuple[Delivery | None, Delivery | None]:
     """`--output` and `--report` written (or to a fallback): where each went."""
     output = report = None
-    if args.output:
+    if request.output:
         text = results.to_json()
-        output = deliver("--output", args.output,
+        output = deliver("--output", request.output,
                          lambda p: Path(p).write_text(text, encoding="utf-8"))
-    if args.report:
-        report = write_html(results, args.report)
+    if request.report:
+        report = write_html(results, request.report)
     return output, report
 
 

@@ -1,7 +1,7 @@
 """`wl report`: results JSON files -> one self-contained HTML report with charts.
 
     write_report([results], "report.html")          # what `wl run --report` calls
-    report_command(args)                            # `wl report A.json [B.json ...] -o out.html`
+    report_command(ReportRequest(("a.json", "b.json"), "out.html"))  # `wl report a.json b.json`
 
 Input: `Results` (a run's summary JSON, `workloadlang.results.Results`) of one workload;
 several overlay on the charts (before / after). Output: an HTML file with no scripts and no
@@ -11,8 +11,18 @@ network access needed to open it. See docs/report.md.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """`wl report`: the results files (of one workload; several overlay, each labelled by its
+    file's name) and the HTML file to write."""
+
+    results: tuple[str, ...]
+    output: str = "report.html"
 
 
 def load_results(path: str | Path) -> Any:
@@ -49,17 +59,17 @@ def write_report(results_list: Sequence[Any], path: str | Path,
     return out
 
 
-def report_command(args: Any) -> int:
-    """`wl report RESULTS.json [...] -o report.html`. Input: `args.results` (paths) and
-    `args.output`. Output: exit code 0, or 2 for unreadable or mismatched results."""
+def report_command(request: ReportRequest) -> int:
+    """`wl report RESULTS.json [...] -o report.html`. Input: the results files' paths and the
+    output's. Output: exit code 0, or 2 for unreadable or mismatched results."""
     from pydantic import ValidationError
 
     from workloadlang.report.render import ReportError
     from workloadlang.results import ExitCode
 
     try:
-        runs = [load_results(p) for p in args.results]
-        out = write_report(runs, args.output, labels=[Path(p).stem for p in args.results])
+        runs = [load_results(p) for p in request.results]
+        out = write_report(runs, request.output, labels=[Path(p).stem for p in request.results])
     except (OSError, ValidationError, ValueError, ReportError) as e:
         print(f"wl report: error: {first_line(e)}", file=sys.stderr)
         return ExitCode.USAGE
@@ -73,4 +83,4 @@ def first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-__all__ = ["load_results", "report_command", "write_report"]
+__all__ = ["ReportRequest", "load_results", "report_command", "write_report"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workloadlang.report import report_command
+from workloadlang.report import ReportRequest, report_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,7 +14,8 @@ def main(argv: list[str] | None = None) -> int:
                                  description="results JSON files -> one HTML report")
     ap.add_argument("results", nargs="+", help="results JSON files (wl run --output) of one workload")
     ap.add_argument("-o", "--output", default="report.html", help="the HTML file to write")
-    return report_command(ap.parse_args(argv))
+    args = ap.parse_args(argv)
+    return report_command(ReportRequest(results=tuple(args.results), output=args.output))
 
 
 if __name__ == "__main__":

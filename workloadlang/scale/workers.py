@@ -1,49 +1,38 @@
-"""`wl run`'s options for a sharded run, and what the command does with them.
+"""The workers a run asks for (`wl run --workers N [--ray ADDRESS]`), and what that means.
 
-Input: the `wl run` parser (`add_scale_args`), its parsed args. Output: `--workers N` and
-`--ray ADDRESS`; why they cannot be used (`problem`: Ray not installed, exit 2); the function
-that runs the plan (`runner_for`: `api.run_workload`, or the run on Ray workers); the address the
-embedded simulator listens on (`sim_host`). Ray is imported only when `--workers` is given.
+Input: `Workers` (how many, on which Ray cluster). Output: why they cannot be used (`problem`:
+Ray not installed, exit 2); the function that runs the plan (`runner_for`: `api.run_workload`,
+or the run on Ray workers); the address the embedded simulator listens on (`sim_host`). Ray is
+imported only when workers are asked for.
 """
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
 from workloadlang.scale import ScaleError
 
-__all__ = ["ScaleError", "add_scale_args", "problem", "runner_for", "sim_host"]
+__all__ = ["INSTALL_HINT", "ScaleError", "Workers", "problem", "runner_for", "sim_host"]
 
 INSTALL_HINT = "pip install 'workloadlang[ray]'"
 
 
-def worker_count(text: str) -> int:
-    """An argparse type: a whole number of workers, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of workers, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
+@dataclass(frozen=True)
+class Workers:
+    """`count` Ray workers to shard the run over (None: the run in this process), on the Ray
+    cluster at `address` (None: a local Ray instance started for the run)."""
+
+    count: int | None = None
+    address: str | None = None
 
 
-def add_scale_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=worker_count, metavar="N",
-                   help="shard the run by session over N Ray workers, merged into one result "
-                        f"(needs Ray: {INSTALL_HINT}; docs/scale-out.md)")
-    p.add_argument("--ray", metavar="ADDRESS",
-                   help="the Ray cluster to run the workers on (default: a local Ray instance "
-                        "started for the run)")
-
-
-def problem(args: argparse.Namespace) -> str | None:
-    """Why the sharded-run options cannot be used, or None."""
-    if args.ray and not args.workers:
+def problem(workers: Workers) -> str | None:
+    """Why the workers asked for cannot be used, or None."""
+    if workers.address and not workers.count:
         return "--ray needs --workers N"
-    if not args.workers:
+    if not workers.count:
         return None
     try:
         import ray  # noqa: F401
@@ -53,19 +42,19 @@ def problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def sim_host(args: argparse.Namespace) -> str:
+def sim_host(workers: Workers) -> str:
     """The address `--sim` listens on: every interface when the workers may run on other
-    machines (`--ray`), else the loopback."""
-    return "0.0.0.0" if args.workers and args.ray else "127.0.0.1"
+    machines (a Ray cluster's address given), else the loopback."""
+    return "0.0.0.0" if workers.count and workers.address else "127.0.0.1"
 
 
-def runner_for(args: argparse.Namespace) -> Callable[..., Any]:
-    """Output: `api.run_workload`, or with `--workers` the run on Ray workers; both called as
+def runner_for(workers: Workers) -> Callable[..., Any]:
+    """Output: `api.run_workload`, or with workers the run on Ray workers; both called as
     `(plan, engine, sink, options)`."""
-    if not args.workers:
+    if not workers.count:
         from workloadlang import api
 
         return api.run_workload
     from workloadlang.scale import ray_run
 
-    return partial(ray_run.run, workers=args.workers, address=args.ray)
+    return partial(ray_run.run, workers=workers.count, address=workers.address)
