@@ -1,6 +1,7 @@
 """The reference docs and the code stay in step: every flag `wl` accepts is in docs/cli.md,
 every exit code is in docs/cli.md and the README, every diagnostic code the code can emit has
-its section in docs/diagnostics.md (and no section is for a code nothing emits).
+its section in docs/diagnostics.md (and no section is for a code nothing emits), every module
+of the package has its room in docs/architecture.md (and every room is there once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLI_MD = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 DIAGNOSTICS_MD = (ROOT / "docs" / "diagnostics.md").read_text(encoding="utf-8")
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+ARCHITECTURE_MD = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 
 
 def subcommands(parser: argparse.ArgumentParser, prefix: str = "wl"):
@@ -74,3 +76,20 @@ def test_the_performance_page_stays_short():
     """docs/performance.md is read whole: under 250 lines (condense, do not append)."""
     lines = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) < 250, len(lines)
+
+
+def rooms_table() -> list[str]:
+    """The rows of docs/architecture.md's table of rooms."""
+    section = ARCHITECTURE_MD.split("\n## Rooms\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| `")]
+
+
+def test_every_module_has_its_room_and_every_room_is_there_once():
+    rows = rooms_table()
+    rooms = [row.split(" | ")[0] for row in rows]
+    assert len(rooms) == len(set(rooms)), sorted(r for r in rooms if rooms.count(r) > 1)
+    text = "\n".join(rows)
+    package = ROOT / "workloadlang"
+    missing = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in text]
+    assert not missing, f"modules without a room in docs/architecture.md: {missing}"
