@@ -264,3 +264,36 @@ def test_the_command_line_stays_in_cli() -> None:
             uses = [u for u in uses if u.startswith("getattr")]
         leaks += [f"{name}: {u}" for u in uses]
     assert not leaks, leaks
+
+
+def module_names_bound(tree: ast.Module, name: str, path: Path) -> set[str]:
+    """The names a module binds at its top to modules of the package (`from workloadlang
+    import ir`, `from workloadlang.plan import limits`, `import workloadlang.x as x`)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known, bound = modules(), set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            bound |= {a.asname or a.name for a in node.names if f"{base}.{a.name}" in known}
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname for a in node.names if a.asname and a.name in known}
+    return bound
+
+
+def test_no_parameter_shadows_a_module() -> None:
+    """No function takes a parameter named like a module its module imports (a `limits`
+    parameter next to `from workloadlang import limits` hides the module in that function)."""
+    shadows = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound = module_names_bound(tree, name, path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                params = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+                shadows += [f"{name}:{node.lineno} {p.arg}" for p in params
+                            if p is not None and p.arg in bound]
+    assert not shadows, shadows
