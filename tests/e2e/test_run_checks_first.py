@@ -62,3 +62,22 @@ def test_a_param_that_needs_the_engines_context_limit_waits_for_the_engine(capsy
     assert main(["run", "perf-sim", "--base-url", url, "--no-viz", "--salt", "s"]) == 3
     err = capsys.readouterr().err
     assert "WL407" not in err and "endpoint error" in err
+
+
+def test_the_api_checks_what_it_would_refuse_without_an_engine():
+    """`api.check_runs`: what `plan_runs` refuses before it plans (a sweep that cannot run, a
+    point's param out of range), checked without an engine; a param that needs the engine's
+    context limit is left to the plan."""
+    from workloadlang import api
+    from workloadlang.diagnostics import WorkloadError
+
+    wl = api.parse_checked(api.load("agent-sim"))
+    api.check_runs(wl, api.PlanOptions(sweep="sessions=1,2"))
+    with pytest.raises(WorkloadError, match="out of its range"):
+        api.check_runs(wl, api.PlanOptions(sweep="sessions=1,0"))
+    with pytest.raises(api.SweepError, match="the param is also set"):
+        api.check_runs(wl, api.PlanOptions(overrides={"sessions": "2"}, sweep="sessions=1,2"))
+    perf = api.parse_checked(api.load("perf-sim"))
+    api.check_runs(perf, api.PlanOptions())  # `$max_context` unknown: not refused here
+    with pytest.raises(WorkloadError, match="WL407|context limit"):
+        api.plan_runs(perf, api.load("perf-sim"), api.PlanOptions())

@@ -83,3 +83,41 @@ def test_a_search_file_reports_the_answer_and_each_points_verdict() -> None:
     assert "goodput against rate" in html  # the curve of each figure against the rate
     back = SweepResults.model_validate_json(s.to_json().replace('"schema"', '"schema_"', 1))
     assert back.search == s.search
+
+
+def test_the_api_plans_a_search_point_by_point_without_a_command_line() -> None:
+    """`api.RateSearch`: each value `next_value` asks for planned with its own salt, from how
+    the points before it went; the results file with the `Search` and its exit code."""
+    from workloadlang import api
+
+    source = api.load("chat-rate")
+    wl = api.parse_checked(source)
+    options = api.PlanOptions(overrides={"users": "2", "length": "4s", "warm": "1s"}, salt="s")
+    spec = ratesearch.spec_of(wl, options.overrides, "rate=2..16", max_runs=3)
+    search = api.RateSearch(wl, source, options, spec)
+    tried = []
+    while (p := search.next_point()) is not None:
+        assert p.plan.params["rate"] == p.value and p.plan.params["users"] == 2
+        assert p.plan.salt == f"s/rate={p.text}"
+        tried.append(p.text)
+        search.record(p, point(p.value, 10 if p.value <= 4 else 3))  # sustains up to 4
+    assert tried == ["2", "4", "8"]  # doubled while sustained, at most 3 runs
+    res = search.results()
+    assert res.values == ["2", "4", "8"] and res.salt == "s" and res.exit_code == 0
+    assert res.search.highest == 4 and res.search.stopped.startswith("3 runs made")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("users=1..4", "declares no SLOs"), ("nope=1..4", "not a number param"),
+    ("users=4..1", "under HIGH"),
+])
+def test_a_search_is_checked_against_its_workload(text: str, said: str) -> None:
+    from workloadlang import api
+
+    wl = api.parse_checked(api.load("chat-rate"))
+    if said == "declares no SLOs":
+        wl = wl.model_copy(update={"slo": None})
+    with pytest.raises(SearchError, match=said):
+        ratesearch.spec_of(wl, {}, text)
+    with pytest.raises(SearchError, match="also set"):
+        ratesearch.spec_of(wl, {"rate": "4"}, "rate=1..4")
