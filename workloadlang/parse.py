@@ -21,7 +21,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic, WorkloadError, error, sort_diagnostics
 from workloadlang.evaluate import split_number
-from workloadlang.syntax import parser, syntax_diagnostic, token_span
+from workloadlang.syntax import parse_tree, parser, syntax_diagnostic, token_span
 
 __all__ = ["FLAGS", "parse", "parser"]
 
@@ -51,7 +51,7 @@ def _syntax_tree(text: str, filename: str) -> Any:
     if too_large:
         raise WorkloadError([too_large])
     try:
-        tree = parser().parse(text)
+        tree = parse_tree(text)
     except UnexpectedInput as exc:
         raise WorkloadError([syntax_diagnostic(exc, text, filename)]) from None
     deep = bounds.too_deep(tree, filename)

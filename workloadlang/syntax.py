@@ -1,14 +1,17 @@
 """The grammar's parser and its syntax errors.
 
-Input: `.wl` text (through `parser()`, the process-wide Lark LALR parser over
-`grammars/workload.lark`) and, for an error, Lark's exception with the text and the file's name.
-Output: Lark's tree (to `workloadlang.parse`, which lowers it to the IR) or one `Diagnostic`
-(WL101-WL105) that names what was expected in human terms, with a did-you-mean for a misspelt
-keyword and where an unclosed `{` was opened.
+Input: `.wl` text. Output: Lark's tree of it (`parse_tree`, to `workloadlang.parse`, which lowers
+it to the IR), or, for a syntax error, Lark's exception, which `syntax_diagnostic` turns into one
+`Diagnostic` (WL101-WL105) that names what was expected in human terms, with a did-you-mean for
+a misspelt keyword and where an unclosed `{` was opened.
 
-Keywords are reserved only where they can stand (`_WordsInContext`): a word means what the
-parser can take where it stands. The Lark parser is built once per process and its tables are
-cached on disk by Lark (`cache=True`), so start-up stays fast.
+Keywords are reserved only where they can stand: a word means what the parser can take where it
+stands (`_candidates`). The parse steps Lark's interactive parser through the text
+(`parse_interactive(text).iter_parse()`) and types each keyword by what the parser lists next
+(`choices`), or, where that guess failed, by trying each type on a copy (`copy`, `feed_token`):
+Lark's documented surface only (docs/architecture.md, "The parser and Lark"). The Lark parser is
+built once per process and its tables are cached on disk by Lark (`cache=True`), so start-up
+stays fast.
 """
 
 from __future__ import annotations
@@ -17,76 +20,144 @@ import functools
 import re
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark import Lark, Token
+from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
-from lark.lexer import Lexer
-from lark.parsers.lalr_analysis import Shift
 
 from workloadlang import ir
 from workloadlang.diagnostics import Diagnostic, closest, error
 from workloadlang.resources import read_grammar
+
+if TYPE_CHECKING:  # where Lark's API reference documents it; `lark` does not re-export it
+    from lark.parsers.lalr_interactive_parser import InteractiveParser
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @functools.lru_cache(maxsize=1)
 def parser() -> Lark:
-    """The process-wide Lark parser (LALR tables loaded from Lark's on-disk cache when present)."""
-    lark = Lark(read_grammar(), parser="lalr", lexer="basic", propagate_positions=True,
+    """The process-wide Lark parser (LALR tables loaded from Lark's on-disk cache when present).
+    Its own `parse` reserves every keyword everywhere: parse with `parse_tree`."""
+    return Lark(read_grammar(), parser="lalr", lexer="basic", propagate_positions=True,
                 maybe_placeholders=True, cache=True)
-    keywords = {t.name: t.pattern.value for t in lark.terminals
-                if t.pattern.type == "str" and _WORD.fullmatch(t.pattern.value)}
-    lark.parser.lexer = _WordsInContext(lark.parser.lexer, keywords)
-    return lark
 
 
-class _WordsInContext(Lexer):
-    """Lark's basic lexer, plus context: a word means what the parser can take where it stands.
+def parse_tree(text: str) -> Tree:
+    """Lark's tree of `text`, each word typed where it stands (`_candidates`); raises Lark's
+    `UnexpectedInput` (an `UnexpectedToken` carries the parser at the failure, as from Lark's
+    own `parse`, so its `accepts` names what fits)."""
+    words = _ByChoices()
+    try:
+        return _parse(text, words)
+    except UnexpectedToken as exc:
+        if exc.token is not words.doubt:
+            raise  # every word before it was typed as `_ByTrial` types it: the same error
+    # the word it stopped at may be typed otherwise where it stands: type each word exactly
+    return _parse(text, _ByTrial())
+
+
+def _parse(text: str, words: _ByChoices | _ByTrial) -> Tree:
+    """Lark's tree of `text`, its words typed by `words`; raises Lark's `UnexpectedInput`."""
+    cursor = parser().parse_interactive(text)
+    try:
+        for _ in _typed(cursor, words):
+            pass
+    except UnexpectedToken as exc:
+        exc.interactive_parser = cursor  # what Lark's own `parse` leaves on the error
+        raise
+    return cursor.resume_parse()
+
+
+def _typed(cursor: InteractiveParser, words: _ByChoices | _ByTrial) -> Iterator[Token]:
+    """Each token of the text of the interactive parser `cursor` (`parse_interactive(text)`)
+    before `cursor` takes it, a keyword or a call typed by `words` where it stands. Raises Lark's
+    `UnexpectedInput` where the text stops being the language."""
+    keywords = _keywords()
+    taken = None
+    for tok in cursor.iter_parse():  # yields each token, then feeds it to `cursor`
+        if taken is not None:
+            words.taken(taken)
+        if tok.type == "CALL" or tok.type in keywords:
+            tok.type = words.type_of(cursor, tok)
+        yield tok
+        taken = tok
+
+
+def _candidates(tok: Token) -> tuple[str, ...]:
+    """The types a keyword or call `tok` may take, in order of preference.
 
     The lexer reads every word whole (`integer` is never `int` + `eger`) and types a keyword as
     that keyword. Keywords are reserved only where they can stand, so a keyword the parser cannot
-    shift here (after the reductions it implies) becomes a NAME when a name can: a param, label
-    or option may be called `settle`, `label` or `max_tokens`. Likewise `if(` is a call only
-    where an expression can start; in statement position it is the keyword `if`.
-    """
-
-    def __init__(self, inner: Lexer, keywords: dict[str, str]):
-        self.inner = inner
-        self.keywords = keywords  # terminal name -> the word
-        self.by_word = {word: name for name, word in keywords.items()}
-
-    def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
-        for tok in self.inner.lex(lexer_state, parser_state):
-            if tok.type in self.keywords or tok.type == "CALL":
-                tok = self.in_context(tok, parser_state.parse_conf.states,
-                                      parser_state.state_stack)
-            yield tok
-
-    def in_context(self, tok: Token, states: dict, stack: list[int]) -> Token:
-        if _can_shift(states, stack, tok.type):
-            return tok
-        for other in (self.by_word.get(tok.value), "NAME"):
-            if other and other != tok.type and _can_shift(states, stack, other):
-                return Token.new_borrow_pos(other, tok.value, tok)
-        return tok  # a syntax error either way: report the token as lexed
+    shift where it stands (after the reductions it implies) becomes a NAME when a name can: a
+    param, label or option may be called `settle`, `label` or `max_tokens`. Likewise `if(` is a
+    call only where an expression can start; in statement position it is the keyword `if`.
+    Where none fits it is a syntax error either way, reported on the token as lexed."""
+    others = (_keywords_by_word().get(tok.value), "NAME")
+    return (tok.type, *(t for t in others if t and t != tok.type))
 
 
-def _can_shift(states: dict, state_stack: list[int], terminal: str) -> bool:
-    """Whether the LALR parser (`states`: its action table) would shift `terminal` now, after
-    the reductions it implies."""
-    stack = list(state_stack)
-    while True:
-        action = states[stack[-1]].get(terminal)
-        if action is None:
+class _ByChoices:
+    """Types a word by the parser's table alone: the first candidate with an action where the
+    parser stands (`choices`). An LALR table may list a terminal that then fails, after the
+    reductions it implies, where another candidate would not: a guess (`doubt`) that only
+    matters if the parse stops at it. A parse that does not is the one `_ByTrial` gives, at the
+    cost of Lark's own `parse`."""
+
+    def __init__(self) -> None:
+        self.doubt: Token | None = None  # the last word typed by a guess
+
+    def type_of(self, cursor: InteractiveParser, tok: Token) -> str:
+        choices = cursor.choices()
+        listed = [t for t in _candidates(tok) if t in choices]
+        if listed in ([], [tok.type]):
+            return tok.type
+        self.doubt = tok
+        return listed[0]
+
+    def taken(self, tok: Token) -> None:
+        """Nothing to follow: `type_of` reads the parse's own parser."""
+
+
+class _ByTrial:
+    """Types a word exactly: the first candidate that a copy of the parser takes. The copies are
+    of a parser of its own (`recognizer`, given the tokens the parse takes), since a copy shares
+    its values and a trial may change them: the recognizer's tree is never read."""
+
+    def __init__(self) -> None:
+        self.recognizer = parser().parse_interactive()
+
+    def type_of(self, cursor: InteractiveParser, tok: Token) -> str:
+        choices = self.recognizer.choices()
+        listed = [t for t in _candidates(tok) if t in choices]
+        if listed in ([], [tok.type]):
+            return tok.type  # nothing else may stand here: the token as lexed, right or wrong
+        return next((t for t in listed if self.takes(tok, t)), tok.type)
+
+    def takes(self, tok: Token, type_: str) -> bool:
+        """Whether the recognizer can be fed `tok` as a `type_` (a copy of it is)."""
+        try:
+            self.recognizer.copy(deepcopy_values=False).feed_token(
+                Token.new_borrow_pos(type_, tok.value, tok))
+        except UnexpectedToken:
             return False
-        if action[0] is Shift:
-            return True
-        rule = action[1]
-        if rule.expansion:
-            del stack[-len(rule.expansion):]
-        stack.append(states[stack[-1]][rule.origin.name][1])
+        return True
+
+    def taken(self, tok: Token) -> None:
+        self.recognizer.feed_token(tok)
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords() -> dict[str, str]:
+    """Terminal name -> the word, for each keyword of the grammar (a literal that is a word)."""
+    return {name: p.value for name, p in _patterns().items()
+            if p.type == "str" and _WORD.fullmatch(p.value)}
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords_by_word() -> dict[str, str]:
+    """The word -> its keyword's terminal name."""
+    return {word: name for name, word in _keywords().items()}
 
 
 # ---------------------------------------------------------------- syntax errors
@@ -156,22 +227,29 @@ def _misspelt_previous(exc: UnexpectedToken, text: str) -> tuple[Token, str] | N
     """(token, keyword) when one of the few names just before the error is probably a misspelt
     keyword that was possible there: `sesion main {` fails at `main`, and `g: overal ttft{x}`
     at `{`, but the mistake is `sesion` or `overal`."""
-    recent: deque[tuple[list[int], Token]] = deque(maxlen=_LOOKBACK)
-    try:
-        cursor = parser().parse_interactive(text)
-        for tok in cursor.iter_parse():  # yields each token before feeding it
-            if tok.start_pos >= exc.token.start_pos:
-                break
-            recent.append((list(cursor.parser_state.state_stack), tok))
-    except UnexpectedInput:
-        pass  # the lexer may fail on the error token itself before yielding it: the same error
-    states = cursor.parser_state.parse_conf.states
-    for stack, tok in reversed(recent):
-        possible = {t for t in states[stack[-1]] if t.isupper() and _can_shift(states, stack, t)}
-        keyword = tok.type == "NAME" and _keyword_like(tok.value, possible - {"NAME"})
+    # each name with a copy of the parser as it stood before it; `accepts` feeds no values, so
+    # the copies may share them with the parser that goes on
+    recent: deque[tuple[Token, InteractiveParser | None]] = deque(maxlen=_LOOKBACK)
+    for cursor, tok in _tokens_before(text, exc.token.start_pos):
+        recent.append((tok, cursor.copy(deepcopy_values=False) if tok.type == "NAME" else None))
+    for tok, before in reversed(recent):
+        keyword = before is not None and _keyword_like(tok.value, before.accepts() - {"NAME"})
         if keyword:
             return tok, keyword
     return None
+
+
+def _tokens_before(text: str, end: int) -> Iterator[tuple[InteractiveParser, Token]]:
+    """(the interactive parser just before the token, the token) for each token of `text` that
+    starts before the offset `end`, typed exactly (`_ByTrial`)."""
+    cursor = parser().parse_interactive(text)
+    try:
+        for tok in _typed(cursor, _ByTrial()):
+            if tok.start_pos >= end:
+                return
+            yield cursor, tok
+    except UnexpectedInput:
+        return  # the lexer may fail on the error token itself before yielding it: the same error
 
 
 SELECTOR_KEYWORDS = {"_FIRST": "`first N` (the first N of the selection)",
@@ -187,12 +265,7 @@ def _selector_keyword(exc: UnexpectedToken, text: str) -> Token | None:
     if exc.token.type not in ("_COMMA", "_RBRACE"):
         return None
     last = None
-    try:
-        for tok in parser().parse_interactive(text).iter_parse():
-            if tok.start_pos >= exc.token.start_pos:
-                break
-            last = tok
-    except UnexpectedInput:
+    for _, last in _tokens_before(text, exc.token.start_pos):
         pass
     if last is None or last.type not in SELECTOR_KEYWORDS:
         return None

@@ -159,6 +159,61 @@ def test_no_private_name_of_httpx_or_httpcore_is_used() -> None:
     assert not found, found
 
 
+# the modules of Lark that its API reference documents (docs/classes.rst: `lark.Lark`,
+# `lark.Token`, `lark.Tree`, `lark.exceptions`, the interactive parser's module)
+LARK_DOCUMENTED = {"lark", "lark.exceptions", "lark.parsers.lalr_interactive_parser"}
+# what Lark keeps inside its parser: the frontend, its lexer, the LALR state and table
+LARK_INTERNALS = {"parser", "lexer", "lexer_conf", "lexer_thread", "lexer_state", "parser_state",
+                  "parse_conf", "parse_table", "state_stack", "value_stack", "states",
+                  "callbacks", "position", "grammar", "rules", "options"}
+
+
+def lark_uses(tree: ast.AST) -> list[str]:
+    """What a module's `tree` takes from Lark beyond its documented surface: an import from an
+    undocumented module or of a private name, a private attribute (`x._y`) or one of the parser's
+    internals (`LARK_INTERNALS`), read or assigned."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            for a in node.names:
+                where = module or a.name
+                if where.split(".")[0] == "lark" and (where not in LARK_DOCUMENTED
+                                                      or a.name.startswith("_")):
+                    found.append(f"import {where}" + (f": {a.name}" if module else ""))
+        elif isinstance(node, ast.Attribute) and (node.attr in LARK_INTERNALS or (
+                node.attr.startswith("_") and not node.attr.startswith("__"))):
+            found.append(f".{node.attr} (line {node.lineno})")
+    return found
+
+
+def test_lark_is_used_through_its_documented_surface() -> None:
+    """The modules that import Lark (the parser) reach it through its documented API: the
+    `Lark` object's `parse_interactive`, `lex` and terminals, the interactive parser's
+    `iter_parse`, `feed_token`, `choices`, `accepts`, `copy`, `resume_parse`, tokens and
+    exceptions; never its parser's lexer, state stack or parse table (docs/architecture.md)."""
+    found = {}
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "lark" in
+               {(getattr(n, "module", None) or a.name).split(".")[0] for a in n.names}
+               for n in ast.walk(tree)):
+            found[name] = lark_uses(tree)
+    assert "workloadlang.syntax" in found
+    assert not any(found.values()), found
+
+
+def test_the_lark_check_sees_what_it_forbids() -> None:
+    """The check above finds each kind of reach past Lark's surface."""
+    reach = ("from lark.parsers.lalr_analysis import Shift\nfrom lark.lexer import Lexer\n"
+             "lark.parser.lexer = wrapped\nstack = cursor.parser_state.state_stack\n"
+             "terms = lark._terminals_dict\n")
+    assert sorted(lark_uses(ast.parse(reach))) == sorted([
+        "import lark.parsers.lalr_analysis: Shift", "import lark.lexer: Lexer",
+        ".lexer (line 3)", ".parser (line 3)", ".state_stack (line 4)",
+        ".parser_state (line 4)", "._terminals_dict (line 5)"])
+
+
 def test_exit_codes_are_one_enum_in_the_results_contract() -> None:
     """`results.ExitCode` is the one place exit codes are declared: no other enum of them and
     no `EXIT_*` constant anywhere in the package."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,27 @@ def test_keywords_are_names_where_a_name_is_expected():
     assert (gate.name, gate.verdict, gate.severity) == ("warn", "error", "warn")
 
 
+def test_a_keyword_the_table_lists_but_cannot_take_is_a_name():
+    """After an expression, Lark's LALR table lists every keyword that may follow an expression
+    anywhere (`probe` ends a reply's expression); in a params block `probe` can only be the next
+    param's name, and is."""
+    text = 'workload w { params { a: int = 1\n probe: int = 2 }\n session s { reply $probe } }'
+    wl = parse(text, "t.wl")
+    assert [p.name for p in wl.params] == ["a", "probe"]
+    assert wl.sessions[0].body[0].max_tokens.name == "probe"
+
+
+def test_a_syntax_error_after_a_keyword_read_as_a_name_is_reported_there():
+    """The word is typed by what the parser can take after the reductions it implies, so the
+    error is the name's missing `:`, not the keyword."""
+    text = "workload w { params { c: int = $a probe d: int = 1 } }"
+    with pytest.raises(WorkloadError) as info:
+        parse(text, "t.wl")
+    (diag,) = info.value.diagnostics
+    assert diag.message == "unexpected name `d`; expected `:`"
+    assert (diag.span.line, diag.span.col) == (1, 41)
+
+
 def test_if_call_and_if_statement():
     text = """workload w { params { t: bool = false } session s {
       if not($t) { user "a" } else if $t { user "b" } else { user "c" }
@@ -217,6 +240,16 @@ def test_syntax_error_is_a_workload_error_with_one_diagnostic():
 
 def test_parser_is_built_once():
     assert parser() is parser()
+
+
+def test_lark_is_pinned_below_its_next_major_version():
+    """pyproject bounds Lark to the versions whose interactive parser syntax.py is written for,
+    and the Lark installed is one of them (a new major version is read before it is taken)."""
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    (spec,) = re.findall(r'"lark([^"]*)"', pyproject)
+    assert spec == ">=1.2.1,<2"
+    installed = tuple(int(p) for p in version("lark").split(".")[:2])
+    assert (1, 2) <= installed < (2, 0), version("lark")
 
 
 def test_grammar_terminals_all_have_readable_names():
