@@ -85,8 +85,8 @@ def test_a_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path):
 
 def test_the_limits_are_far_above_the_bundled_workloads():
     from workloadlang.parse import parser
-    from workloadlang.syntax import parse_tree
     from workloadlang.resources import bundled_workloads
+    from workloadlang.syntax import parse_tree
 
     for _, path in bundled_workloads():
         text = path.read_text(encoding="utf-8")
