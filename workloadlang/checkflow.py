@@ -2,8 +2,8 @@
 (`workloadlang.check`): what the source alone shows about a session's conversation and its
 waits, so that `wl check` finds it and not only `wl plan`.
 
-Input: each `ir.Session`'s statements, through the checker it is mixed into (`FlowChecks`:
-`err`, `diags`, `wl`). Output: the checker's diagnostics:
+Input: each `ir.Session`'s statements of the checker's workload (`FlowChecks`, given the
+`checkexpr.Checker`). Output: the checker's diagnostics:
 
 - WL430: a `tool` message that answers no call whatever the params: on its first run no call of
   the conversation's last assistant turn can be left unanswered (`Pending`: how many calls may
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from workloadlang import ir
+from workloadlang.checkexpr import Checker
 from workloadlang.diagnostics import warning
 from workloadlang.evaluate import constant
 
@@ -47,20 +48,23 @@ class Pending:
 
 
 class FlowChecks:
-    """The flow checks of `check._Checker` (see the module)."""
+    """The flow checks (see the module), adding to the diagnostics of `checker`."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.c = checker
 
     def check_flow(self) -> None:
         """Every session's tool results, `keep` indexes and waits; WL410 when no session sends
         anything."""
-        for s in self.wl.sessions:
+        for s in self.c.wl.sessions:
             self.calls(s.body, Pending(), report=True)
             self.keeps(s.body)
             self.waits(s)
-        if self.wl.sessions and not any(
+        if self.c.wl.sessions and not any(
                 s.trace is not None or any(isinstance(st, REQUESTS) for st in _all(s.body))
-                for s in self.wl.sessions):
-            self.err("WL410", "no session sends a request: a conversation is sent by `reply`, "
-                     "`probe` or `resend`", self.wl.sessions[0].span,
+                for s in self.c.wl.sessions):
+            self.c.err("WL410", "no session sends a request: a conversation is sent by `reply`, "
+                     "`probe` or `resend`", self.c.wl.sessions[0].span,
                      "end a turn with `reply N` (or `probe`) to send the messages before it")
 
     # -- tool results
@@ -82,7 +86,7 @@ class FlowChecks:
                 return state
             if state.high == 0:
                 if report:
-                    self.err("WL430", "this `tool` message answers no tool call: no call of the "
+                    self.c.err("WL430", "this `tool` message answers no tool call: no call of the "
                              "conversation's last assistant turn can be left unanswered here",
                              s.span, "a `tool` message follows `assistant call NAME { ... }` or "
                              "`reply N call NAME { ... }`, one per call")
@@ -131,7 +135,7 @@ class FlowChecks:
                 continue
             k, n = constant(s.keep.index), constant(s.count)
             if _whole(k) and _whole(n) and k >= n:
-                self.err("WL431", f"`keep {k:g}` names no branch: the spawn has {n:g} (0 to "
+                self.c.err("WL431", f"`keep {k:g}` names no branch: the spawn has {n:g} (0 to "
                          f"{n - 1:g})", s.keep.span)
 
     # -- waits
@@ -140,12 +144,12 @@ class FlowChecks:
         """WL236 for each `wait` no request of the session follows: in its phase, or at all."""
         for wait, phase in trailing_waits(s.body):
             if phase is None:
-                self.diags.append(warning(
+                self.c.diags.append(warning(
                     "WL236", f"this `wait` is the last thing session `{s.name}` does: no "
                     "request follows it, so it waits for nothing", wait.span,
                     "put a request after it, or remove it"))
             else:
-                self.diags.append(warning(
+                self.c.diags.append(warning(
                     "WL236", f"this `wait` ends phase `{phase}` of session `{s.name}`: no "
                     "request of the session follows it in the phase, so it is counted after "
                     "the phase's barrier (every session done with the phase), before the "

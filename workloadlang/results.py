@@ -343,10 +343,12 @@ def read_results(path: str | Path) -> Results:
         raise ResultsFileError(f"{path} is not JSON or was cut short ({e}); a run killed while "
                                "writing it leaves such a file, its --records JSONL has every "
                                "completed request") from None
-    return _results_of(data, str(path))
+    return results_of(data, str(path))
 
 
-def _results_of(data: Any, path: str) -> Results:
+def results_of(data: Any, path: str) -> Results:
+    """The `Results` of a results file's decoded JSON `data` (`path`: the file, for messages).
+    Raises `ResultsFileError` with a one-line reason when it is not a results file."""
     if not isinstance(data, dict):
         raise ResultsFileError(f"{path} is not a workloadlang results file (not a JSON object)")
     if "schema" in data:

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ValidationError
 from tabulate import tabulate
 
 from workloadlang.headline import fmt_value, headline
-from workloadlang.results import Results, ResultsFileError, _results_of, read_results
 from workloadlang.ratesearch import Search
+from workloadlang.results import Results, ResultsFileError, read_results, results_of
 
 SCHEMA = "workloadlang.sweep/1"
 
@@ -60,7 +60,7 @@ def read_any(path: str | Path) -> Results | SweepResults:
     try:
         return SweepResults.model_validate(
             {**{k: v for k, v in data.items() if k != "schema"}, "points": [
-                _results_of(p, str(path)) for p in data.get("points", [])]})
+                results_of(p, str(path)) for p in data.get("points", [])]})
     except ValidationError as e:
         raise ResultsFileError(f"{path} is not a valid sweep results file "
                                f"({e.error_count()} problem(s))") from None

@@ -3,7 +3,8 @@ the results contract at the bottom imports nothing of the runner; no stage impor
 (none of the language, the planner, the gates, the report or compare imports `run/`; `run/`
 imports no gate, view or command; the wire client imports nothing of the runner; the sharded run
 sits between the API and the command line); no module over 600 lines; the executor's core class
-under 250; no module named like a standard-library one."""
+under 250; no module named like a standard-library one; no private name taken from another
+module, no mixins without a declared interface; Lark and httpx through their public surface."""
 
 from __future__ import annotations
 
@@ -76,19 +77,21 @@ def test_there_is_no_import_circle() -> None:
 
 LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.bounds",
          "workloadlang.evaluate", "workloadlang.kinds", "workloadlang.parse",
-         "workloadlang.syntax", "workloadlang.check", "workloadlang.checkparams",
-         "workloadlang.declared", "workloadlang.selector", "workloadlang.plan",
-         "workloadlang.results", "workloadlang.theory", "workloadlang.gates",
-         "workloadlang.compare", "workloadlang.report", "workloadlang.console",
-         "workloadlang.enginelog", "workloadlang.redact", "workloadlang.stamps",
-         "workloadlang.resources", "workloadlang.tracefile", "workloadlang.headline",
-         "workloadlang.sweepresults", "workloadlang.latency", "workloadlang.ratesearch"]
+         "workloadlang.syntax", "workloadlang.check", "workloadlang.checkexpr",
+         "workloadlang.checkparams", "workloadlang.checkparts", "workloadlang.declared",
+         "workloadlang.selector", "workloadlang.plan", "workloadlang.results",
+         "workloadlang.theory", "workloadlang.gates", "workloadlang.compare",
+         "workloadlang.report", "workloadlang.console", "workloadlang.enginelog",
+         "workloadlang.redact", "workloadlang.stamps", "workloadlang.resources",
+         "workloadlang.tracefile", "workloadlang.headline", "workloadlang.sweepresults",
+         "workloadlang.latency", "workloadlang.ratesearch"]
 
 # the language stage: source -> checked IR, and what it defines for the stages above (selectors)
 LANGUAGE = ["workloadlang.ir", "workloadlang.irexpr", "workloadlang.diagnostics",
             "workloadlang.bounds", "workloadlang.evaluate", "workloadlang.kinds",
             "workloadlang.parse", "workloadlang.syntax", "workloadlang.check",
-            "workloadlang.checkparams", "workloadlang.checksessions", "workloadlang.declared",
+            "workloadlang.checkexpr", "workloadlang.checkparams", "workloadlang.checksessions",
+            "workloadlang.checkflow", "workloadlang.checkparts", "workloadlang.declared",
             "workloadlang.selector", "workloadlang.tracefile"]
 
 
@@ -157,6 +160,72 @@ def test_no_private_name_of_httpx_or_httpcore_is_used() -> None:
                                                               "http"):
                     found.append(f"{name}: {base.id}.{node.attr}")
     assert not found, found
+
+
+def private_reach(path: Path, name: str) -> list[str]:
+    """Each private name (`_x`, not a dunder) that the module `name` at `path` takes from
+    another module of the package: imported (`from workloadlang.m import _x`), or read off a
+    module it imported (`m._x`)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known = modules()
+    private = lambda n: n.startswith("_") and not n.startswith("__")  # noqa: E731
+    found: list[str] = []
+    aliases: dict[str, str] = {}  # a local name -> the package module it is
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            aliases.update({(a.asname or a.name): a.name for a in node.names
+                            if a.asname and a.name in known})
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            if base not in known:
+                continue
+            found += [f"{name}: from {base} import {a.name}" for a in node.names
+                      if private(a.name)]
+            aliases.update({(a.asname or a.name): f"{base}.{a.name}" for a in node.names
+                            if f"{base}.{a.name}" in known})
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and private(node.attr) and \
+                isinstance(node.value, ast.Name) and node.value.id in aliases:
+            found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_takes_a_private_name_of_another() -> None:
+    """A name shared between modules is public: no module of the package imports a `_name`
+    from another, or reads one off a module it imported."""
+    found = [f for name, path in modules().items() for f in private_reach(path, name)]
+    assert not found, found
+
+
+def test_the_private_name_check_sees_what_it_forbids(tmp_path: Path) -> None:
+    """The check above finds an import of a private name, relative or absolute, and a private
+    name read off an imported module."""
+    path = tmp_path / "m.py"
+    path.write_text("from workloadlang.checkparams import sweep_text, _hidden\n"
+                    "from . import results as r\nfrom .parse import _Lower\n"
+                    "import workloadlang.syntax as syn\n"
+                    "x = r._results_of(1) + syn._WORD\ny = r.read_results\n", encoding="utf-8")
+    assert sorted(private_reach(path, "workloadlang.m")) == sorted([
+        "workloadlang.m: from workloadlang.checkparams import _hidden",
+        "workloadlang.m: from workloadlang.parse import _Lower",
+        "workloadlang.m: workloadlang.results._results_of",
+        "workloadlang.m: workloadlang.syntax._WORD"])
+
+
+def test_a_class_of_several_bases_declares_its_interface() -> None:
+    """No mixins without a declared interface: a class with more than one base is a
+    `typing.Protocol` (parts of a whole are collaborators given what they need, as the
+    checker's are a `checkexpr.Checker`)."""
+    mixed = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and len(node.bases) > 1 and not any(
+                    ast.unparse(b).rpartition(".")[2] == "Protocol" for b in node.bases):
+                mixed.append(f"{name}.{node.name}({', '.join(map(ast.unparse, node.bases))})")
+    assert not mixed, mixed
 
 
 # the modules of Lark that its API reference documents (docs/classes.rst: `lark.Lark`,
