@@ -181,6 +181,24 @@ def test_plan_speed_runs_small(capsys) -> None:
     assert 0 < m["median"] <= m["max"] and m["cpu"] >= 0
 
 
+def test_parse_speed_runs_small(tmp_path: Path) -> None:
+    """Every bundled workload, the large one (agent-sim's session written out 3 times) and the
+    same with a misspelt keyword, which ends in its diagnostic."""
+    from bench import parse_speed
+    from workloadlang.resources import bundled_workloads
+
+    out = tmp_path / "parse.json"
+    assert parse_speed.main(["--repeat", "1", "--copies", "3", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["workload"] for r in rows[:-2]] == [name for name, _ in bundled_workloads()]
+    agent = next(r for r in rows if r["workload"] == "agent-sim")
+    assert rows[-2]["kb"] > agent["kb"] and rows[-1]["kb"] > rows[-2]["kb"]
+    assert all(0 < r["best_ms"] <= r["median_ms"] for r in rows)
+    diags = parse_speed.parse_or_diagnose(parse_speed.misspelt(parse_speed.large_workload(3)),
+                                          "x.wl")()
+    assert [d.hint for d in diags] == ["did you mean `session`?"]
+
+
 def test_install_size_runs_small(tmp_path: Path, monkeypatch) -> None:
     """On this test environment (no install): its site-packages, its distributions, and one
     command timed (the whole table starts two simulator runs)."""
