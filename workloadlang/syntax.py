@@ -20,7 +20,7 @@ import functools
 import re
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -57,7 +57,7 @@ def parse_tree(text: str) -> Tree:
     return _parse(text, _ByTrial())
 
 
-def _parse(text: str, words: _ByChoices | _ByTrial) -> Tree:
+def _parse(text: str, words: _Words) -> Tree:
     """Lark's tree of `text`, its words typed by `words`; raises Lark's `UnexpectedInput`."""
     cursor = parser().parse_interactive(text)
     try:
@@ -69,7 +69,7 @@ def _parse(text: str, words: _ByChoices | _ByTrial) -> Tree:
     return cursor.resume_parse()
 
 
-def _typed(cursor: InteractiveParser, words: _ByChoices | _ByTrial) -> Iterator[Token]:
+def _typed(cursor: InteractiveParser, words: _Words) -> Iterator[Token]:
     """Each token of the text of the interactive parser `cursor` (`parse_interactive(text)`)
     before `cursor` takes it, a keyword or a call typed by `words` where it stands. Raises Lark's
     `UnexpectedInput` where the text stops being the language."""
@@ -95,6 +95,16 @@ def _candidates(tok: Token) -> tuple[str, ...]:
     Where none fits it is a syntax error either way, reported on the token as lexed."""
     others = (_keywords_by_word().get(tok.value), "NAME")
     return (tok.type, *(t for t in others if t and t != tok.type))
+
+
+class _Words(Protocol):
+    """How a parse types each keyword or call where it stands (`_ByChoices`, `_ByTrial`)."""
+
+    def type_of(self, cursor: InteractiveParser, tok: Token) -> str:
+        """The type of `tok` (one of `_candidates`), the parse's parser `cursor` before it."""
+
+    def taken(self, tok: Token) -> None:
+        """The parse's parser took `tok` (typed)."""
 
 
 class _ByChoices:
