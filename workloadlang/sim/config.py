@@ -23,16 +23,18 @@ FaultName = Literal[
     "duplicate_blocks",
     "error_rate",
     "slow_prefill",
+    "corrupt_restored",
 ]
 FAULT_NAMES: tuple[str, ...] = FaultName.__args__  # type: ignore[attr-defined]
-_VALUED = {"evict_over_concurrency", "error_rate", "slow_prefill"}
+_VALUED = {"evict_over_concurrency", "error_rate", "slow_prefill", "corrupt_restored"}
 
 
 class FaultSpec(BaseModel):
     """One fault (or behaviour) switched on, optionally scoped to some sessions.
 
     `value`: the fault's number (N for evict_over_concurrency, P for error_rate, the factor for
-    slow_prefill), else None.
+    slow_prefill, the position a corrupted reply diverges from for corrupt_restored), else
+    None.
     `sessions`: empty = every request; otherwise only requests whose `X-WL-Session` header
     matches one entry (exactly, by base name before `#`, or as an fnmatch glob), or whose
     `X-WL-Request` (the planned request id) matches one exactly or as a glob.
@@ -56,6 +58,9 @@ class FaultSpec(BaseModel):
             raise ValueError("evict_over_concurrency must be >= 0")
         if self.name == "slow_prefill" and not 0.0 < float(self.value or 0) <= 1000.0:
             raise ValueError("slow_prefill must be within (0, 1000]")
+        if self.name == "corrupt_restored" and (not float(self.value or 0).is_integer()
+                                                or (self.value or 0) < 0):
+            raise ValueError("corrupt_restored must be a whole position >= 0")
         return self
 
     def applies_to(self, session: str | None, request: str | None = None) -> bool:
@@ -97,6 +102,9 @@ class SimConfig(BaseModel):
 
     `*_ctx_scale`: per-token cost grows as cost x (1 + position / scale); 0 disables growth.
     `effective_context`: the needle window in tokens (None = max_model_len).
+    `eviction`, `evict_first`: the device tier's eviction order (`sim/order.py`);
+    `idle_ttl_s`: a block unused for this long is dropped (0: never); `prefill_abort`,
+    `decode_abort`: what a request cut during its prefill / its decode leaves cached.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -113,6 +121,11 @@ class SimConfig(BaseModel):
     decode_us_per_token: float = Field(100.0, ge=0)
     decode_ctx_scale: float = Field(0.0, ge=0)
     first_token_us: float = Field(0.0, ge=0)
+    eviction: Literal["lru", "fifo", "lfu"] = "lru"
+    evict_first: Literal["tail", "head"] = "tail"
+    idle_ttl_s: float = Field(0.0, ge=0)
+    prefill_abort: Literal["drop", "keep"] = "drop"
+    decode_abort: Literal["keep", "prompt", "drop"] = "keep"
     slots: int = Field(4, ge=1)
     think_tokens: int = Field(1000, ge=0)
     seed: int = 0
@@ -203,13 +216,23 @@ _FIELD_HELP = {
     "decode_ctx_scale": "decode cost grows as (1 + context / scale); 0 = flat",
     "first_token_us": "what any request costs before its first token besides its prefill "
                       "(scheduling, the first decode step), us; not in the reported prefill time",
+    "eviction": "device eviction order: lru, fifo or lfu (fewest hits first)",
+    "evict_first": "within a sequence, evict its tail or its head first",
+    "idle_ttl_s": "a cached block unused for this many seconds is dropped; 0 = never",
+    "prefill_abort": "a request cut during its prefill: drop (cache nothing) or keep the "
+                     "blocks prefilled before the cut",
+    "decode_abort": "a request cut during its decode: keep (prompt and generated), prompt, "
+                    "or drop",
     "slots": "concurrent request slots (more requests queue FIFO)",
     "think_tokens": "reasoning tokens emitted when thinking is on",
     "seed": "seed for error injection and reply text",
     "emission_log": "keep the write time of every token of the last N requests "
                     "(GET /sim/emissions; 0 = none)",
 }
-_FIELD_TYPES = {"model": str, "effective_context": int, "seed": int}
+_FIELD_TYPES = {"model": str, "effective_context": int, "seed": int, "eviction": str,
+                "evict_first": str, "prefill_abort": str, "decode_abort": str}
+_FIELD_CHOICES = {"eviction": ("lru", "fifo", "lfu"), "evict_first": ("tail", "head"),
+                  "prefill_abort": ("drop", "keep"), "decode_abort": ("keep", "prompt", "drop")}
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -225,7 +248,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None
         kind = _FIELD_TYPES.get(name) or type(getattr(defaults, name))
         group.add_argument(
             f"--{prefix}{name.replace('_', '-')}", dest=f"sim_{name}", type=kind, default=None,
-            metavar=name.upper(), help=help_text,
+            metavar=name.upper(), help=help_text, choices=_FIELD_CHOICES.get(name),
         )
     group.add_argument(
         f"--{prefix}fault", dest="sim_fault", action="append", default=None,

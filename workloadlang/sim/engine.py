@@ -7,8 +7,10 @@ Output: a `Job` whose `Simulator.run` async generator yields batches of
 
 Lifecycle: prepare (validate, render, plan) -> queue for a slot -> match the prefix cache (pin)
 -> prefill (sleep) -> insert the prompt's full blocks (pinned) -> decode -> finalize (insert the
-generated blocks, unpin). A cancellation in the queue or in prefill caches nothing new; a
-cancellation while decoding is an abort: prompt + generated-so-far stay cached (unpinned).
+generated blocks, unpin). A cancellation in the queue caches nothing new; one in prefill caches
+nothing new either, or (`prefill_abort="keep"`) the blocks prefilled before it; a cancellation
+while decoding is an abort: prompt + generated-so-far stay cached (unpinned), or as
+`decode_abort` says (the prompt only, or nothing).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import itertools
 import random
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import Any, AsyncIterator, Optional
 
@@ -85,6 +87,8 @@ class Job:
     no_timings: bool = False
     drop_aborted: bool = False
     slow: float = 1.0  # the slow_prefill factor
+    corrupt_at: Optional[int] = None  # corrupt_restored: where a restored reply diverges
+    since: int = 0  # the cache's placements when the job matched (its own blocks come after)
     state: str = "queued"  # queued | prefill | decode | done | cancelled
     finished: bool = False
     slot_held: bool = False
@@ -207,6 +211,11 @@ def wants_thinking(body: dict) -> bool:
     )
 
 
+def _position(fault: FaultSpec | None) -> Optional[int]:
+    """A corrupt_restored fault's position (None when none applies)."""
+    return None if fault is None or fault.value is None else int(fault.value)
+
+
 def _factor(fault: FaultSpec | None) -> float:
     """A slow_prefill fault's factor (1.0 when none applies)."""
     return float(fault.value) if fault is not None and fault.value is not None else 1.0
@@ -217,7 +226,10 @@ class Simulator:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.cache = PrefixCache(config.block_size, config.device_tokens, config.host_tokens)
+        self.cache = PrefixCache(config.block_size, config.device_tokens, config.host_tokens,
+                                 eviction=config.eviction,
+                                 tail_first=config.evict_first == "tail",
+                                 idle_ttl_s=config.idle_ttl_s)
         self.renderer = Renderer(config.block_size)
         self.slots = SlotPool(config.slots)
         self.counters = SimCounters()
@@ -295,8 +307,9 @@ class Simulator:
             no_report=on("no_cached_report"),
             omit_zero=on("omit_cached_when_zero"),
             no_timings=on("no_timings"),
-            drop_aborted=on("drop_aborted"),
+            drop_aborted=on("drop_aborted") or cfg.decode_abort == "drop",
             slow=_factor(cfg.fault("slow_prefill", session, request_id)),
+            corrupt_at=_position(cfg.fault("corrupt_restored", session, request_id)),
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -335,8 +348,11 @@ class Simulator:
             self.cache.evict_unpinned()
             counters.concurrency_evictions += 1
         hashes = job.rendered.state.hashes
+        job.since = self.cache.placements
         match = self.cache.match(hashes)
         job.pinned = match.pinned
+        if match.restored and job.corrupt_at is not None:
+            job.plan = replace(job.plan, diverge_at=job.corrupt_at)
         bs, n = cfg.block_size, job.n_prompt
         job.cached = min(match.blocks * bs, (n - 1) // bs * bs)
         job.restored_tokens = match.restored * bs
@@ -412,8 +428,10 @@ class Simulator:
             self.active -= 1
         if job.state in ("queued", "prefill"):
             self.counters.cancelled += 1
+            if job.state == "prefill" and self.config.prefill_abort == "keep":
+                self._keep_prefilled(job)
             job.state = "cancelled"
-            self.cache.release(job.pinned)
+            self.cache.release(job.pinned, job.since)
             job.pinned = []
             return
         aborted = job.state != "done"
@@ -426,14 +444,26 @@ class Simulator:
         else:
             self.counters.completed += 1
         if aborted and job.drop_aborted:
-            self.cache.release(job.pinned)
+            self.cache.release(job.pinned, job.since)
             job.pinned = []
             self.cache.drop(list(job.rendered.state.hashes) + self._generated_hashes(job))
             return
-        if job.prompt_complete:
+        keep_generated = not (aborted and self.config.decode_abort == "prompt")
+        if job.prompt_complete and keep_generated:
             job.pinned = job.pinned + self.cache.insert(self._generated_hashes(job), job.units)
-        self.cache.release(job.pinned)
+        self.cache.release(job.pinned, job.since)
         job.pinned = []
+
+    def _keep_prefilled(self, job: Job) -> None:
+        """A job cut during its prefill keeps the full blocks prefilled before the cut: the
+        share of its uncached positions its prefill's time so far covers (chunked prefill)."""
+        cost = job.prefill_cost
+        done = 1.0 if cost <= 0 else (perf_counter() - job.t_slot) / cost
+        hashes, bs = job.rendered.state.hashes, self.config.block_size
+        upto = job.cached + int(min(1.0, max(0.0, done)) * (job.n_prompt - job.cached))
+        rest = hashes[len(job.pinned):upto // bs]
+        if rest:
+            job.pinned = job.pinned + self.cache.insert(rest, job.units)
 
     # -------------------------------------------------------------- admin
 

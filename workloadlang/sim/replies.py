@@ -34,6 +34,10 @@ CONTENT_WORDS: tuple[str, ...] = tuple(
     lighter this works because every outcome maps to exactly one case
     """.split()
 )
+GARBLED_WORDS: tuple[str, ...] = tuple(
+    "quux zorp blarg fnord wibble grault plugh xyzzy thud garply waldo fred".split()
+)
+"""Words no reply plan draws: what a corrupted context generates (`corrupt_restored`)."""
 _CHUNK = 256
 
 
@@ -110,13 +114,21 @@ class ReplyPlan:
     content_n: int
     answer: list = field(default_factory=list)
     finish_reason: str = "length"
+    diverge_at: int | None = None  # from this word on, other words (a corrupted context)
 
     @property
     def total(self) -> int:
         return self.reasoning_n + (len(self.answer) if self.answer else self.content_n)
 
     def words(self) -> Iterator[tuple[str, str]]:
-        """Yield ("reasoning", word) pairs, then ("content", word) pairs."""
+        """Yield ("reasoning", word) pairs, then ("content", word) pairs; from `diverge_at` on,
+        each word is another one (`GARBLED_WORDS`)."""
+        for i, pair in enumerate(self._planned()):
+            if self.diverge_at is not None and i >= self.diverge_at:
+                pair = (pair[0], GARBLED_WORDS[(i + self.seed) % len(GARBLED_WORDS)])
+            yield pair
+
+    def _planned(self) -> Iterator[tuple[str, str]]:
         for w in reply_words(self.seed, REASONING_WORDS, self.reasoning_n):
             yield "reasoning", w
         content = self.answer or reply_words(self.seed + 1, CONTENT_WORDS, self.content_n)
