@@ -206,8 +206,9 @@ class Reply(Node):
 
 
 class Probe(Node):
-    """`probe [MAX] [as NAME] [label L] [options {..}]`: a prefill-only request (max_tokens 1 unless
-    given); its reply is never appended."""
+    """`probe [MAX] [as NAME] [label L] [options {..}] [expect cached]`: a prefill-only request
+    (max_tokens 1 unless given); its reply is never appended. `expect_cached`: its prompt was
+    sent before this run, so a cache that kept it serves all of it but its last token."""
 
     kind: Literal["probe"] = "probe"
     max_tokens: Expr | None = None
@@ -215,6 +216,7 @@ class Probe(Node):
     label: str | None = None
     options: tuple[Option, ...] = ()
     isolated: bool = False
+    expect_cached: bool = False
     span: Span
 
 

@@ -325,11 +325,14 @@ class _Lower(Transformer):
                 else ir.Expect(what="needle", span=span))
         return _Clause("expect", node, span)
 
+    def expect_cached(self, meta: Any, c: list) -> _Clause:
+        return _Clause("expect cached", True, self.span(meta))
+
     def probe(self, meta: Any, c: list) -> ir.Probe:
         f = self.gather(c[1:])
         return ir.Probe(max_tokens=c[0], name=f.get("as"), label=f.get("label"),
                         options=_flat(f.get("options", [])), isolated=f.get("isolated", False),
-                        span=self.span(meta))
+                        expect_cached=f.get("expect cached", False), span=self.span(meta))
 
     def resend(self, meta: Any, c: list) -> ir.Resend:
         f = self.gather(c[2:])

@@ -242,11 +242,11 @@ def finish_requests(b: Builder, concurrency: int, cache: CacheModel | None,
     ids = [d.fields["id"] for d in b.drafts]
     out = []
     for i, (e, lru_n) in enumerate(zip(expect, lru_tokens)):
-        f = b.drafts[i].fields
+        f, warm = b.drafts[i].fields, b.drafts[i].warm
         b.drafts[i] = None  # type: ignore[call-overload]  # its fields go into the request
         cap = max(0, f["prompt_tokens"] - 1)
-        most = None if e.most is None else min(e.most, cap)
-        expected = min(e.tokens, cap)
+        most = None if e.most is None or warm else min(e.most, cap)
+        expected = cap if warm else min(e.tokens, cap)
         # built unvalidated (the walk made every value with its type) with one shared set of
         # fields: a validated model and its own fields set cost 2 KB more per request
         out.append(PRequest.model_construct(

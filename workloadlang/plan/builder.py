@@ -83,7 +83,8 @@ class Draft:
     trace request), `candidates` the requests to name first as its prefix's source, `resend_of`
     the request it re-sends, `generated` the tokens its reply leaves in a cache, `lane` the
     parallel branches it is in (its group's requests in other branches of a fork run beside
-    it)."""
+    it), `warm` that its prompt was sent before the run (`probe ... expect cached`): a cache
+    that kept it serves all of it but its last token."""
 
     fields: dict[str, Any]
     group: str
@@ -91,6 +92,7 @@ class Draft:
     resend_of: str | None
     generated: int
     lane: Lane = ()
+    warm: bool = False
 
 
 class Builder:

@@ -197,7 +197,7 @@ def stmt_probe(b: Builder, s: ir.Probe, ctx: Ctx, conv: Conv) -> None:
     max_tokens = 1 if s.max_tokens is None else tokens(b, s.max_tokens, ctx, "max_tokens")
     in_bounds(b, "max_tokens", max_tokens, s.span)
     add_request(b, s, ctx, conv, kind="probe", max_tokens=max_tokens, abort=None, kept="drop",
-                options=options_value(b, s.options, ctx), expect=())
+                options=options_value(b, s.options, ctx), expect=(), warm=s.expect_cached)
 
 
 def stmt_resend(b: Builder, s: ir.Resend, ctx: Ctx, conv: Conv) -> None:
@@ -438,9 +438,10 @@ def request_id(b: Builder, ctx: Ctx, label: str) -> str:
 
 def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort, kept,
                 options, expect, resend_of: str | None = None, group: str | None = None,
-                send_at: float | None = None) -> str:
+                send_at: float | None = None, warm: bool = False) -> str:
     """Draft one request sending `conv` as it is now (`group`: who it runs in order with, by
-    default its session; `send_at`: its planned send time). Output: its id."""
+    default its session; `send_at`: its planned send time; `warm`: its prompt was sent before
+    the run). Output: its id."""
     label = getattr(s, "label", None) or ctx.label or kind
     rid = request_id(b, ctx, label)
     budget = getattr(s, "max_tokens", None)
@@ -469,7 +470,7 @@ def add_request(b: Builder, s, ctx: Ctx, conv: Conv, *, kind, max_tokens, abort,
     candidates = tuple(c for c in dict.fromkeys((conv.last_request, last_in_lane)) if c)
     b.by_id[rid] = len(b.drafts)
     b.drafts.append(Draft(fields, group or ctx.session, candidates, resend_of, generated,
-                          ctx.lane))
+                          ctx.lane, warm))
     b.last_in_lane[lane], b.frontier[lane] = rid, (rid,)
     conv.last_request, conv.new_tokens, conv.needs = rid, 0, ()
     name = fields["name"]
