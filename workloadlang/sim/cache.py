@@ -221,6 +221,11 @@ class PrefixCache:
         restored = 0
         if len(pinned) < len(hashes) and self.host:
             for h in hashes[len(pinned):]:
+                if h in self.resident:  # past a restored block, a block still on the device
+                    self._pins_in[h] += 1
+                    self.order.hit((h,))
+                    pinned.append(h)
+                    continue
                 units = self._host_pop(h)
                 if units is None:
                     break
@@ -241,19 +246,22 @@ class PrefixCache:
     def insert(self, hashes: list, units: int = 1) -> list:
         """Insert (or pin, when present) each of `hashes` in order, pinned for the caller.
 
-        Stops at the first block that cannot be placed (every resident block pinned).
-        Output: the hashes pinned, to pass to `release` later.
+        The blocks already on the device are pinned first, so placing the others never evicts
+        one of them. Stops at the first block that cannot be placed (every resident block
+        pinned). Output: the hashes pinned, to pass to `release` later.
         """
+        present = [h for h in hashes if h in self.resident]
+        self._pins_in.update(present)
+        self.order.hit(present)
+        ahead = set(present)
         pinned: list = []
-        for h in hashes:
-            if h in self.resident:
-                self._pins_in[h] += 1
-                self.order.hit((h,))
-            else:
+        for i, h in enumerate(hashes):
+            if h not in ahead:
                 u = self._host_pop(h)
                 if not self._place(h, units):
                     if u is not None:
                         self._to_host(h, u)
+                    self._pins_out.update(x for x in hashes[i:] if x in ahead)
                     break
                 self.counters.inserted += 1
             pinned.append(h)

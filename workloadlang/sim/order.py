@@ -72,6 +72,11 @@ class FifoOrder(LruOrder):
         new = [h for h in hashes if h in fresh]
         super().released(new, fresh)
 
+    def victim(self, pinned: Callable[[int], bool]) -> int | None:
+        """The first placed unpinned block; pinned ones keep their place (a skip does not make
+        a block younger)."""
+        return next((h for h in self.blocks if not pinned(h)), None)
+
 
 class LfuOrder(LruOrder):
     """Fewest hits first, least recently used among equals (see the module)."""

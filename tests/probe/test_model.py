@@ -1,0 +1,54 @@
+"""The probe's hypothesis caches agree with the simulator's cache, block for block: for random
+request sequences over a few units, every eviction order, either end first, with and without a
+host tier, the blocks the model serves each request are the simulator's. The simulator is the
+probe's ground truth; this holds the model the probe fits to it (and to any engine of the same
+family) to the same semantics."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workloadlang.probe.model import Hypothesis, Prompt, replay
+from workloadlang.sim.cache import PrefixCache
+
+# prompts: a shared head unit, contexts of their own, contexts that extend another one
+SHAPES = {
+    "a": (("head", 2), ("a", 5)),
+    "b": (("head", 2), ("b", 3)),
+    "c": (("c", 6),),
+    "d": (("c", 6), ("d", 2)),
+    "e": (("e", 9),),
+    "f": (("head", 2), ("a", 5), ("f", 4)),
+}
+
+
+def hashes(units) -> list:
+    return [hash((key, i)) for key, n in units for i in range(n)]
+
+
+def sim_serve(cache: PrefixCache, prompt: Prompt) -> int:
+    """One request as the simulator's engine makes it: match, insert the rest, insert the
+    answer's blocks, release. Output: the blocks served."""
+    hs = hashes(prompt.units)
+    since = cache.placements
+    m = cache.match(hs)
+    pinned = m.pinned + cache.insert(hs[len(m.pinned):])
+    answer = [hash((f"{prompt.units[-1][0]}#answer", i)) for i in range(prompt.dead)]
+    pinned += cache.insert(answer)
+    cache.release(pinned, since)
+    return min(m.blocks, prompt.cap)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(SHAPES)), st.integers(0, 2)), min_size=1,
+                max_size=30),
+       st.sampled_from(["lru", "fifo", "lfu"]), st.sampled_from(["tail", "head"]),
+       st.integers(8, 30), st.integers(0, 12))
+def test_the_model_serves_what_the_simulator_serves(seq, policy, end, device, host):
+    sim = PrefixCache(1, device, host, eviction=policy, tail_first=end == "tail")
+    prompts = [Prompt(SHAPES[name], cap=sum(n for _, n in SHAPES[name]), dead=dead)
+               for name, dead in seq]
+    expected = [sim_serve(sim, p) for p in prompts]
+    got, _ = replay(Hypothesis(policy, end, device, host), prompts)
+    assert got == expected

@@ -1,0 +1,291 @@
+"""Hypothesis caches: what a block cache with a given eviction order and capacity would have
+served each request the probe sent.
+
+Input: the requests in the order they were sent (`Prompt`: the chain of units its prompt is made
+of, each unit a run of blocks that only ever appear together, head first; the blocks its answer
+left behind) and a `Hypothesis` (eviction order, which end of a sequence goes first, device and
+host capacity in blocks). Output: per request the blocks it would have been served, and where
+each unit is at the end (`Cache.where`).
+
+The families are the ones engines use (docs/probe.md): LRU (vLLM, SGLang), FIFO, LFU with LRU
+among equals (SGLang's `lfu`), each tail- or head-first within a sequence; a host tier that
+takes what the device evicts and drops its oldest arrival, a match past the device restoring
+from it. Blocks that share their unit, tier and history are one segment, so a request costs a
+few operations per unit, not one per block: the probe fits capacities by simulating many
+hypotheses over the same requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+POLICIES = ("lru", "fifo", "lfu")
+ENDS = ("tail", "head")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A request as the model sees it: `units` ((key, blocks), head first: a key is the same
+    text in every prompt that holds it, after the same units), `cap`: the most blocks the
+    engine reports served (all but the last token), `dead`: blocks its answer left (cached,
+    never matched again)."""
+
+    units: tuple[tuple[str, int], ...]
+    cap: int
+    dead: int = 0
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    policy: str  # lru | fifo | lfu
+    end: str  # tail | head: which end of a sequence is evicted first
+    device: int  # blocks
+    host: int = 0  # blocks
+
+
+@dataclass
+class Seg:
+    """Blocks [start, end) of one unit with one history. `pos`: the unit's first block's place
+    in its prompt (orders a request's blocks among themselves); `used`, `placed`: request
+    numbers; `arrival`: on the host, when it came."""
+
+    unit: str
+    start: int
+    end: int
+    pos: int
+    host: bool = False
+    used: int = 0
+    placed: int = 0
+    hits: int = 1
+    arrival: int = 0
+    pinned: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Cache:
+    """One hypothesis, run request by request (`serve`)."""
+
+    hyp: Hypothesis
+    segs: dict[str, list[Seg]] = field(default_factory=dict)
+    device_used: int = 0
+    host_used: int = 0
+    now: int = 0
+    arrivals: int = 0
+
+    # ---------------------------------------------------------------- a request
+
+    def serve(self, prompt: Prompt) -> int:
+        """Serve one request: match (restoring from the host), insert the rest and the answer's
+        blocks, release. Output: the blocks the engine would report served."""
+        self.now += 1
+        matched, pos, broken, held = 0, 0, False, []
+        for key, blocks in prompt.units:
+            got = 0 if broken else self._match(key, blocks, pos, held)
+            matched += got
+            broken = broken or got < blocks
+            pos += blocks
+        self._fill(prompt.units, held)
+        if prompt.dead:  # the answer's blocks: the same answer to the same prompt is the same
+            self._fill(((f"{prompt.units[-1][0]}#answer", prompt.dead),), held, pos)
+        for s in held:
+            s.pinned = False
+        return min(matched, prompt.cap)
+
+    def _match(self, key: str, blocks: int, pos: int, held: list) -> int:
+        """The unit's leading present blocks (a host one restored), pinned. Output: how many."""
+        have = 0
+        while have < blocks:
+            s = next((x for x in self.segs.get(key, ()) if x.start == have), None)
+            if s is None:
+                break
+            self._take(s, held, blocks)
+            have = s.end
+        return min(have, blocks)
+
+    def _split(self, s: Seg, at: int) -> None:
+        """Cut `s` at block `at` (when inside it): the blocks from `at` on keep its history."""
+        if s.start < at < s.end:
+            rest = Seg(s.unit, at, s.end, s.pos, s.host, s.used, s.placed, s.hits, s.arrival,
+                       s.pinned)
+            s.end = at
+            self.segs[s.unit].append(rest)
+
+    def _take(self, s: Seg, held: list, upto: int | None = None) -> None:
+        """A request uses segment `s` (up to block `upto`; restored first when it is on the
+        host): a hit, pinned."""
+        if upto is not None:
+            self._split(s, upto)
+        if s.host:
+            self._restore(s)
+        s.used = self.now
+        s.hits += 1
+        s.pinned = True
+        held.append(s)
+
+    def _restore(self, s: Seg) -> None:
+        self.host_used -= s.size
+        s.host, s.placed = False, self.now
+        s.pinned = True
+        self._room(s.size)
+        self.device_used += s.size
+
+    def _fill(self, units, held: list, pos: int = 0) -> None:
+        """Cache the blocks of `units` the match did not reach, as the engine inserts a prompt:
+        what is on the device is pinned first, then in order what is on the host comes back
+        and what is nowhere is placed (as one new segment per gap; fewer blocks when the device
+        is full of pinned ones)."""
+        for key, blocks in units:
+            for s in list(self.segs.get(key, ())):
+                if not s.pinned and not s.host and s.start < blocks:
+                    self._take(s, held, blocks)
+        for key, blocks in units:
+            self._insert(key, blocks, pos, held)
+            pos += blocks
+
+    def _insert(self, key: str, blocks: int, pos: int, held: list) -> None:
+        at = 0
+        while at < blocks:
+            s = next((x for x in self.segs.get(key, ()) if x.start <= at < x.end), None)
+            if s is not None:
+                if s.host and not s.pinned:
+                    self._take(s, held, blocks)
+                at = s.end
+                continue
+            upto = min([x.start for x in self.segs.get(key, ()) if x.start > at] + [blocks])
+            room = self._room(upto - at)
+            if room <= 0:
+                return
+            s = Seg(key, at, at + room, pos, used=self.now, placed=self.now, pinned=True)
+            self.segs.setdefault(key, []).append(s)
+            self.device_used += room
+            held.append(s)
+            at += room
+
+    def _present(self, key: str) -> list[tuple[int, int]]:
+        return sorted((s.start, s.end) for s in self.segs.get(key, ()))
+
+    # ---------------------------------------------------------------- eviction
+
+    def _room(self, want: int) -> int:
+        """Evict unpinned device blocks until `want` fit (or none is left to evict). Output:
+        how many of `want` fit."""
+        free = self.hyp.device - self.device_used
+        while free < want:
+            victim = self._victim()
+            if victim is None:
+                break
+            free += self._evict(victim, want - free)
+        return max(0, min(want, free))
+
+    def _victim(self) -> Seg | None:
+        best, best_key = None, None
+        for segs in self.segs.values():
+            for s in segs:
+                if s.host or s.pinned:
+                    continue
+                k = self._key(s)
+                if best_key is None or k < best_key:
+                    best, best_key = s, k
+        return best
+
+    def _key(self, s: Seg) -> tuple:
+        """The eviction order of a segment's first victim block (smallest goes first)."""
+        tail = self.hyp.end == "tail"
+        edge = s.pos + (s.end - 1 if tail else s.start)
+        within = -edge if tail else edge
+        if self.hyp.policy == "fifo":
+            return (s.placed, within)
+        if self.hyp.policy == "lfu":
+            return (s.hits, s.used, within)
+        return (s.used, within)
+
+    def _evict(self, s: Seg, need: int) -> int:
+        """Move up to `need` blocks from the victim end of `s` to the host. Output: moved."""
+        k = min(need, s.size)
+        tail = self.hyp.end == "tail"
+        a, b = (s.end - k, s.end) if tail else (s.start, s.start + k)
+        if k == s.size:
+            self.segs[s.unit].remove(s)
+        elif tail:
+            s.end -= k
+        else:
+            s.start += k
+        self.device_used -= k
+        self._to_host(Seg(s.unit, a, b, s.pos, host=True, used=s.used, placed=s.placed,
+                          hits=s.hits))
+        return k
+
+    def _to_host(self, s: Seg) -> None:
+        if self.hyp.host <= 0:
+            self._forget(s.unit)
+            return
+        self.arrivals += 1
+        s.arrival = self.arrivals
+        while self.host_used + s.size > self.hyp.host:
+            old = min((x for segs in self.segs.values() for x in segs if x.host),
+                      key=lambda x: x.arrival, default=None)
+            if old is None:
+                break
+            self._drop_host(old, self.host_used + s.size - self.hyp.host)
+        room = self.hyp.host - self.host_used
+        if room < s.size:  # of blocks evicted together, the last ones to arrive stay
+            if self.hyp.end == "tail":
+                s.end = s.start + max(0, room)
+            else:
+                s.start = s.end - max(0, room)
+        if s.size > 0:
+            self.segs.setdefault(s.unit, []).append(s)
+            self.host_used += s.size
+        self._forget(s.unit)
+
+    def _drop_host(self, s: Seg, need: int) -> None:
+        """Drop up to `need` blocks of host segment `s`, first arrived first (its victim end)."""
+        k = min(need, s.size)
+        if k == s.size:
+            self.segs[s.unit].remove(s)
+        elif self.hyp.end == "tail":
+            s.end -= k
+        else:
+            s.start += k
+        self.host_used -= k
+        self._forget(s.unit)
+
+    def _forget(self, unit: str) -> None:
+        if not self.segs.get(unit, True):
+            del self.segs[unit]
+
+    # ---------------------------------------------------------------- where things are
+
+    def where(self, key: str, blocks: int) -> tuple[int, int]:
+        """Of the unit's leading blocks that a match would reach: (on the device, on the host)."""
+        dev = host = have = 0
+        for s in sorted(self.segs.get(key, ()), key=lambda s: s.start):
+            if s.start != have or have >= blocks:
+                break
+            dev, host = (dev, host + s.size) if s.host else (dev + s.size, host)
+            have = s.end
+        return dev, host
+
+
+def _gaps(present: list[tuple[int, int]], blocks: int) -> Iterable[tuple[int, int]]:
+    """The ranges of [0, blocks) that `present` does not cover."""
+    at = 0
+    for a, b in present:
+        if a > at:
+            yield at, min(a, blocks)
+        at = max(at, b)
+        if at >= blocks:
+            return
+    if at < blocks:
+        yield at, blocks
+
+
+def replay(hyp: Hypothesis, prompts: list[Prompt]) -> tuple[list[int], Cache]:
+    """Serve every prompt in order under `hyp`. Output: the blocks served to each, the cache."""
+    cache = Cache(hyp)
+    return [cache.serve(p) for p in prompts], cache
