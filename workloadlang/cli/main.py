@@ -144,17 +144,21 @@ def print_sweep_plans(swept: tuple[str, list[str]], plans: list,
 def cmd_list(args: argparse.Namespace, extra: list[str]) -> int:
     from tabulate import tabulate
 
-    from workloadlang.resources import bundled_workloads
+    from workloadlang.resources import bundled_workloads, probe_workloads
 
-    rows = []
-    for name, path in bundled_workloads():
-        source = api.Source(name=f"{name}.wl", text=path.read_text(encoding="utf-8"))
-        wl = api.parse_checked(source)
-        params = ", ".join(
-            p.name + ("" if p.default is not None else " (required)") for p in wl.params)
-        rows.append([name, wl.doc, params])
-    print(tabulate(rows, headers=["workload", "what it measures", "params"], tablefmt="simple",
-                   maxcolwidths=[None, 50, 60]))
+    for title, found in (("workload", bundled_workloads()),
+                         ("wl probe's experiment", probe_workloads())):
+        rows = []
+        for name, path in found:
+            source = api.Source(name=f"{name}.wl", text=path.read_text(encoding="utf-8"))
+            wl = api.parse_checked(source)
+            params = ", ".join(
+                p.name + ("" if p.default is not None else " (required)") for p in wl.params)
+            rows.append([name, wl.doc, params])
+        if title != "workload":
+            print()
+        print(tabulate(rows, headers=[title, "what it measures", "params"], tablefmt="simple",
+                       maxcolwidths=[None, 50, 60]))
     return ExitCode.OK
 
 

@@ -34,6 +34,7 @@ class Prompt:
     units: tuple[tuple[str, int], ...]
     cap: int
     dead: int = 0
+    answer: str = ""  # which answer (a greedy answer to the same prompt is the same)
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ class Cache:
             broken = broken or got < blocks
             pos += blocks
         self._fill(prompt.units, held)
-        if prompt.dead:  # the answer's blocks: the same answer to the same prompt is the same
-            self._fill(((f"{prompt.units[-1][0]}#answer", prompt.dead),), held, pos)
+        if prompt.dead:
+            self._fill(((f"{prompt.units[-1][0]}#answer{prompt.answer}", prompt.dead),), held,
+                       pos)
         for s in held:
             s.pinned = False
         return min(matched, prompt.cap)
@@ -289,3 +291,14 @@ def replay(hyp: Hypothesis, prompts: list[Prompt]) -> tuple[list[int], Cache]:
     """Serve every prompt in order under `hyp`. Output: the blocks served to each, the cache."""
     cache = Cache(hyp)
     return [cache.serve(p) for p in prompts], cache
+
+
+def eviction_order(cache: Cache, keys: Iterable[str]) -> list[str]:
+    """Of the units `keys` that have blocks on the device, the order `cache`'s hypothesis would
+    evict them in (by each one's first victim block), first to go first."""
+    ranked = []
+    for key in keys:
+        segs = [s for s in cache.segs.get(key, ()) if not s.host]
+        if segs:
+            ranked.append((min(cache._key(s) for s in segs), key))
+    return [key for _, key in sorted(ranked)]

@@ -1,0 +1,324 @@
+"""Capacity, tiers and eviction order, from `probes/capacity` run twice.
+
+Input: the lab and the granularity's `Grain`. Output: `Fill` (the contexts, the reads and
+their tiers, the fitted capacities and eviction order) for the card's properties
+(`capacity_props.py`) and for the experiments after it.
+
+The first run fills contexts in rounds, each round a quarter more, and after each round reads
+back one context used in every round (the shared prefix) and, for each eviction order (LRU,
+FIFO, LFU), the context that order would evict first (as the probe's own model of the engine,
+without evictions, ranks them); it stops at the first read not served whole. Reads served whole move nothing out, so until that read the cache holds what
+was sent. Three contexts are touched first so that the three orders' first victims differ:
+which read fails tells the orders apart. The second run reads every context back in the order
+the fitting order would evict them, last victim first, again until the first one not served
+whole: what it reads whole is what the cache keeps, and the price of each read (device or host)
+splits it between the tiers. Then every (order, end) hypothesis is fitted to all the counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from workloadlang.probe.fit import Fit, fit_all
+from workloadlang.probe.granularity import Grain, answer_blocks, answer_key
+from workloadlang.probe.lab import Lab
+from workloadlang.probe.model import Cache, Hypothesis, Prompt, eviction_order
+from workloadlang.probe.prices import Tiers, classify
+from workloadlang.results import Record
+
+MAX_CONTEXTS = 512
+ANSWER = 16  # tokens of each greedy answer: compared cold, from the device, from the host
+GROWTH = 0.25  # each round fills this share more contexts
+ENDLESS = 1 << 40  # blocks: a model cache that never evicts
+PREFER = ("lru", "fifo", "lfu")  # which order's walk to take when several fit as well
+
+
+@dataclass
+class Fill:
+    """What the capacity runs found (see the module). `context`: a context's prompt tokens;
+    `kept`: (tag, cached tokens, tier) of each read of the walk, in its order, up to the first
+    one not served whole; `stopped`: the first run met a read not served whole (else the cache
+    kept everything sent); `fits`: the hypotheses that explain every count."""
+
+    salt: str
+    filler: int = 0
+    context: int = 0
+    tags: list[str] = field(default_factory=list)
+    shared: str = ""  # the context every round uses again (the shared prefix)
+    sends: list[str] = field(default_factory=list)  # the first run's, in order
+    reads: list[str] = field(default_factory=list)  # the walk's, in order
+    hydrated: int = 0  # contexts filled
+    stopped: bool = False
+    stop_tag: str | None = None
+    nominated: dict[str, set[str]] = field(default_factory=dict)
+    walk_policy: str = "lru"
+    records: list[Record] = field(default_factory=list)
+    walk: list[Record] = field(default_factory=list)
+    tag: dict[int, str] = field(default_factory=dict)  # id(record) -> the context it sent
+    runs: int = 0
+    kept: list[tuple[str, int, str]] = field(default_factory=list)
+    tiers: Tiers = field(default_factory=Tiers)
+    fits: list[Fit] = field(default_factory=list)
+    device_blocks: int | None = None  # the device's share from the prices (with a host tier)
+    device_spread: int = 0  # its uncertainty, blocks
+    guess: int = 0  # the direct reading of the total, blocks
+    first: int = 0  # the ledger's index of the first capacity request
+    notes: list[str] = field(default_factory=list)
+
+
+def filler_size(lab: Lab, grain: Grain) -> int:
+    """A context's filler: a sixteenth of the context limit, between 256 tokens (and 16
+    blocks) and 8,192."""
+    limit = lab.max_context or 16384
+    size = max(256, 16 * (grain.block or 1), min(8192, limit // 16))
+    return min(size, max(16, limit - 64 - grain.overhead))
+
+
+def kept_ratio(context: int, grain: Grain) -> float:
+    """The least share of a read's expected tokens that counts as served whole: half a block
+    (at least one token) below what a whole context is served."""
+    b = grain.block or 1
+    full = (context - 1) // b * b
+    return max(0.0, (full - max(0.5, b / 2)) / max(1, context - 1))
+
+
+async def measure(lab: Lab, grain: Grain, salt: str) -> Fill:
+    """Both runs and the analysis (see the module)."""
+    fill = Fill(salt=salt, filler=filler_size(lab, grain))
+    fill.context = fill.filler + grain.overhead + 2  # the tag and the space after it
+    fill.first = len(lab.ledger)
+    sends = fill.sends = design(fill, lab, grain)
+    worst = fill.context * (fill.hydrated + 1) + len(sends) * (grain.block or 1)
+    ratio = kept_ratio(fill.context, grain)
+    params = {"order": "given", "context_tokens": fill.filler, "sends": sends, "reads": [],
+              "kept": f"{ratio:.6f}", "answer_tokens": ANSWER}
+    fill.records = await run(fill, lab, grain, params, worst)
+    stop = next((r for r in fill.records if r.hit is False), None)
+    fill.stopped, fill.stop_tag = stop is not None, fill.tag[id(stop)] if stop else None
+    if not fill.stopped:
+        return fill
+    walk = fill.reads = walk_order(fill, lab, grain)
+    params.update(sends=[], reads=walk)
+    fill.walk = await run(fill, lab, grain, params,
+                          fill.context + len(walk) * (grain.block or 1))
+    analyse(fill, lab, grain)
+    if len({f.end for f in fill.fits}) > 1 and len({f.policy for f in fill.fits}) == 1:
+        await settle_end(fill, lab, grain)
+    return fill
+
+
+# ---------------------------------------------------------------- the design
+
+def design(fill: Fill, lab: Lab, grain: Grain) -> list[str]:
+    """The first run's sends (see the module): three contexts and their touches, then rounds
+    of new contexts each followed by every order's next victim, while the budget allows."""
+    caches = {p: endless(p, lab.ledger) for p in PREFER}
+    limit = budget_contexts(lab, fill)
+    sends: list[str] = []
+
+    def send(tag: str) -> None:
+        sends.append(tag)
+        unit = blocks_of(fill.context, grain)
+        for cache in caches.values():
+            cache.serve(Prompt(((tag, unit),), cap=unit))
+
+    fill.shared = f"s{fill.salt}"
+    fill.tags.append(fill.shared)
+    send(fill.shared)  # the prefix in use: sent again every round
+    first = [new_tag(fill) for _ in range(3)]
+    for tag in first:
+        send(tag)
+    for tag in (first[1], first[1], first[1], first[2], first[0]):
+        send(tag)  # LRU's first victim: first[1]; FIFO's: first[0]; LFU's: first[2]
+    while len(fill.tags) < limit:
+        victims = next_victims(caches, fill)
+        for _ in range(min(limit - len(fill.tags), max(1, math.ceil(len(fill.tags) * GROWTH)))):
+            send(new_tag(fill))
+        send(fill.shared)
+        for tag, orders in victims.items():
+            fill.nominated.setdefault(tag, set()).update(orders)
+            send(tag)
+    fill.hydrated = len(fill.tags)
+    return sends
+
+
+def next_victims(caches: dict[str, Cache], fill: Fill) -> dict[str, list[str]]:
+    """Each order's first victim among the contexts but the shared one (FIFO's, LRU's, LFU's,
+    once each)."""
+    out: dict[str, list[str]] = {}
+    tags = [t for t in fill.tags if t != fill.shared]
+    for policy in ("fifo", "lru", "lfu"):
+        ranked = eviction_order(caches[policy], tags)
+        if ranked:
+            out.setdefault(ranked[0], []).append(policy)
+    return out
+
+
+def budget_contexts(lab: Lab, fill: Fill) -> int:
+    """How many contexts the first run may fill: what the token budget allows (half of what
+    is left: the other experiments need the rest), at most `MAX_CONTEXTS`."""
+    left = lab.tokens_left
+    if left is None:
+        return MAX_CONTEXTS
+    return max(3, min(MAX_CONTEXTS, int(left * 0.5) // max(1, fill.context)))
+
+
+def new_tag(fill: Fill) -> str:
+    """A context's tag: its own first word, so no two contexts share a block."""
+    tag = f"k{len(fill.tags)}{fill.salt}"
+    fill.tags.append(tag)
+    return tag
+
+
+def endless(policy: str, ledger: list[Prompt]) -> Cache:
+    """A model cache of `policy` that never evicts, having served `ledger`."""
+    cache = Cache(Hypothesis(policy, "tail", ENDLESS))
+    for p in ledger:
+        cache.serve(p)
+    return cache
+
+
+def blocks_of(tokens: int, grain: Grain) -> int:
+    return tokens // (grain.block or 1)
+
+
+# ---------------------------------------------------------------- the walk
+
+def walk_order(fill: Fill, lab: Lab, grain: Grain) -> list[str]:
+    """Every context, in the order the order that failed first would evict them, its last
+    victim first (the contexts the first run's failed read filled again come first)."""
+    orders = sorted(fill.nominated.get(fill.stop_tag or "", {"lru"}), key=PREFER.index)
+    fill.walk_policy = orders[0] if orders else "lru"
+    cache = Cache(Hypothesis(fill.walk_policy, "tail", ENDLESS))
+    for p, r in zip(lab.ledger, ledger_records(fill, lab)):
+        if r is not None and r.hit is False:
+            cache.segs.pop(p.units[-1][0], None)  # not served whole: it was filled again
+        cache.serve(p)
+    return list(reversed(eviction_order(cache, fill.tags)))
+
+
+def ledger_records(fill: Fill, lab: Lab) -> list[Record | None]:
+    """The records beside `lab.ledger`: None before the capacity runs."""
+    sent = [r for r in fill.records + fill.walk if not r.skipped and r.prompt_tokens]
+    return [None] * fill.first + sent
+
+
+async def run(fill: Fill, lab: Lab, grain: Grain, params: dict, worst: int) -> list[Record]:
+    """One capacity run: its records, each mapped to the context it sent (`fill.tag`), and
+    the sent ones added to the ledger. Each run's records get ids of their own
+    (`capacity#N/...`): the runs' plans name their requests alike."""
+    fill.runs += 1
+    records = await lab.run("capacity", params, fill.salt, worst_tokens=worst)
+    for r in records:
+        fill.tag[id(r)] = (params["sends"] if r.label == "send" else params["reads"])[r.index]
+        r.id = f"capacity#{fill.runs}/{r.id}"
+    lab.ledger.extend(prompts(fill, records, grain))
+    return records
+
+
+def prompts(fill: Fill, records: list[Record], grain: Grain) -> list[Prompt]:
+    """The sent requests as the hypothesis caches see them."""
+    out = []
+    head = blocks_of(grain.head, grain)
+    for r in records:
+        if r.skipped or r.prompt_tokens is None:
+            continue
+        n = blocks_of(r.prompt_tokens, grain)
+        units = ((("head", head),) if head else ()) + ((fill.tag[id(r)], n - head),)
+        out.append(Prompt(units, cap=blocks_of(r.prompt_tokens - 1, grain),
+                          dead=answer_blocks(r, grain), answer=answer_key(r)))
+    return out
+
+
+# ---------------------------------------------------------------- the analysis
+
+def analyse(fill: Fill, lab: Lab, grain: Grain) -> None:
+    """What the walk kept and at what price, the device's share, and the fitted hypotheses."""
+    fill.tiers = classify([r for r in fill.walk if r.hit is True],
+                          [r for r in fill.records if r.hit is True])
+    for r in fill.walk:
+        if r.skipped:
+            break
+        tier = fill.tiers.tier.get(r.id, "device" if r.hit else "none")
+        fill.kept.append((fill.tag[id(r)], r.cached_tokens or 0, tier if r.hit else "partial"))
+        if not r.hit:
+            break
+    b = grain.block or 1
+    fill.guess = sum(c for _, c, _ in fill.kept) // b + dead_blocks(fill, grain)
+    if fill.tiers.host:
+        device = [c for _, c, tier in fill.kept if tier == "device"]
+        split = [(r, fill.tiers.restored.get(r.id, 0.0)) for r in fill.walk
+                 if fill.tiers.tier.get(r.id) == "split"]
+        part = sum((1 - share) * (r.cached_tokens or 0) for r, share in split)
+        fill.device_blocks = int((sum(device) + part) // b) + dead_blocks(fill, grain)
+        fill.device_spread = max(1, len(split)) and int(
+            fill.context / b * 4 * fill.tiers.spread_s
+            / max(1e-9, (fill.tiers.host_s or 0) - (fill.tiers.device_s or 0)))
+    served = served_so_far(fill, grain)
+    reach = blocks_of(fill.context, grain)
+    before = sum({k: n for p in lab.ledger[:fill.first] for k, n in p.units}.values())
+    fill.fits = fit_all(lab.ledger, served, fill.guess, reach, fill.device_blocks, before)
+
+
+async def settle_end(fill: Fill, lab: Lab, grain: Grain) -> None:
+    """Both ends of a sequence explain the counts (the first victims went whole): fill one
+    context of half the size, which evicts part of the next victim, and read that one back: a
+    cache that evicts tails first serves its head, one that evicts heads first serves nothing.
+    Then fit again."""
+    by_end = {f.end: f for f in fill.fits}
+    nudge, half = f"h{fill.salt}", max(1, fill.filler // 2)
+    base = served_so_far(fill, grain)
+    probe = Prompt(((nudge, blocks_of(half + grain.overhead + 2, grain)),),
+                   cap=blocks_of(half + grain.overhead + 1, grain))
+    target = telling_read(fill, lab, grain, by_end, probe)
+    if target is None:
+        return
+    params = {"order": "given", "context_tokens": half, "sends": [nudge], "reads": [],
+              "kept": "0.5", "answer_tokens": ANSWER}
+    extra = await run(fill, lab, grain, params, half + grain.overhead + 8)
+    fill.records += extra
+    params.update(context_tokens=fill.filler, sends=[], reads=[target],
+                  kept=f"{kept_ratio(fill.context, grain):.6f}")
+    back = await run(fill, lab, grain, params, fill.context + 8)
+    fill.walk += back
+    served = base + [None if r.cached_tokens is None else r.cached_tokens // (grain.block or 1)
+                     for r in extra + back if not r.skipped and r.prompt_tokens]
+    before = sum({k: n for p in lab.ledger[:fill.first] for k, n in p.units}.values())
+    fill.fits = fit_all(lab.ledger, served, fill.guess, blocks_of(fill.context, grain),
+                        fill.device_blocks, before)
+
+
+def telling_read(fill: Fill, lab: Lab, grain: Grain, by_end: dict, probe: Prompt) -> str | None:
+    """The context the two ends' hypotheses serve differently after `probe`: the one tail-first
+    serves part of and head-first none of (None when there is none)."""
+    unit = blocks_of(fill.context, grain)
+    caches = {}
+    for end, f in by_end.items():
+        cache = Cache(Hypothesis(f.policy, end, f.low if fill.device_blocks is None
+                                 else fill.device_blocks,
+                                 0 if fill.device_blocks is None else f.low - fill.device_blocks))
+        for p in lab.ledger:
+            cache.serve(p)
+        cache.serve(probe)
+        caches[end] = cache
+    for tag in fill.tags:
+        tail, head = (sum(caches[e].where(tag, unit)) for e in ("tail", "head"))
+        if 0 < tail < unit and head == 0:
+            return tag
+    return None
+
+
+def served_so_far(fill: Fill, grain: Grain) -> list[int | None]:
+    b = grain.block or 1
+    return [None] * fill.first + [None if r.cached_tokens is None else r.cached_tokens // b
+                                  for r in fill.records + fill.walk
+                                  if not r.skipped and r.prompt_tokens]
+
+
+def dead_blocks(fill: Fill, grain: Grain) -> int:
+    """The blocks the kept contexts' answers left (one greedy answer per context)."""
+    if not fill.kept:
+        return 0
+    gen = next((r for r in fill.walk if not r.skipped), None)
+    return len(fill.kept) * (answer_blocks(gen, grain) if gen else 0)

@@ -1,0 +1,190 @@
+"""Granularity: the unit the cache matches in, from `probes/granularity`.
+
+Input: the lab. Output: `Grain` (the block size, what every prompt shares with the one before
+it, the template's tokens around a prompt's text, the cold prefill's price) and the card's
+`granularity` property.
+
+Prompts of chosen sizes are sent cold, then again: the second send is served up to the cache's
+unit below the whole prompt, so the served counts are multiples of the block size and their
+greatest common divisor is it (the sizes are chosen so that the multiples they give have no
+common factor). A cache that serves all but the last token of every prompt matches tokens.
+Two prompts that share a prefix and then differ tell whether a prefix different prompts share
+is served, or only whole prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from workloadlang.card import Property
+from workloadlang.probe.lab import Lab
+from workloadlang.probe.model import Prompt
+from workloadlang.results import Record
+
+SIZES = (301, 517, 734, 951, 1166, 1381)
+SHARED, TAIL = 700, 50
+
+
+@dataclass
+class Grain:
+    """What the granularity experiment found. `block`: tokens per block (1: tokens; None:
+    unknown); `head`: tokens of any prompt served from the one before it (the chat template's
+    start); `overhead`: a prompt's tokens besides its text; `counts`: the engine reports cached
+    tokens; `fixed_s`: what a request costs besides its prefill; `cold_tps`: the cold
+    prefill's speed (tokens per second of the engine's prefill time, else of the TTFT);
+    `server_time`: that speed is from the engine's own prefill time."""
+
+    block: int | None = None
+    head: int = 0
+    overhead: int = 0
+    counts: bool = True
+    fixed_s: float = 0.0
+    cold_tps: float | None = None
+    server_time: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def blocks(self, tokens: int) -> int:
+        """Full blocks of `tokens` (the cached part of a prompt of that many)."""
+        return tokens // (self.block or 1)
+
+
+async def measure(lab: Lab, salt: str) -> tuple[Grain, Property]:
+    """Run the experiment (see the module). Output: what it found, the card's property."""
+    limit = lab.max_context or 1 << 30
+    sizes = [n for n in SIZES if n + 64 < limit] or [max(16, limit // 4)]
+    params = {"sizes": sizes, "shared_tokens": min(SHARED, limit // 2), "tail_tokens": TAIL}
+    worst = 2 * sum(sizes) + 2 * (params["shared_tokens"] + TAIL) + 64 * len(sizes)
+    records = await lab.run("granularity", params, salt, worst_tokens=worst)
+    grain = analyse(records, sizes)
+    lab.ledger.extend(prompts(records, grain, salt))
+    return grain, card_property(records, grain)
+
+
+def analyse(records: list[Record], sizes: list[int]) -> Grain:
+    """Output: the `Grain` the records show."""
+    by = {(r.label, r.index): r for r in records if r.error is None and not r.skipped}
+    cold = [by[("cold", i)] for i in range(len(sizes)) if ("cold", i) in by]
+    again = [by[("again", i)] for i in range(len(sizes)) if ("again", i) in by]
+    grain = Grain()
+    grain.counts = bool(again) and all(r.cached_tokens is not None for r in again + cold)
+    grain.overhead = round(statistics.median(
+        [r.prompt_tokens - n for r, n in zip(cold, sizes) if r.prompt_tokens] or [0]))
+    price(grain, cold, again)
+    if not grain.counts:
+        grain.notes.append("the engine reports no cached tokens")
+        return grain
+    grain.head = min((r.cached_tokens or 0) for r in cold[1:]) if len(cold) > 1 else 0
+    grain.block = block_size(again)
+    return grain
+
+
+def block_size(again: list[Record]) -> int | None:
+    """The block size the re-sends show: 1 when each was served all but its last token, else
+    the greatest common divisor of what they were served, when every one is the whole blocks
+    below its prompt; None when they fit neither."""
+    served = [(r.cached_tokens or 0, (r.prompt_tokens or 1) - 1) for r in again]
+    if all(c == full for c, full in served):
+        return 1
+    b = 0
+    for c, _ in served:
+        b = math.gcd(b, c)
+    if b <= 1 or any(c != full // b * b for c, full in served):
+        return None
+    return b
+
+
+def price(grain: Grain, cold: list[Record], again: list[Record]) -> None:
+    """The cold prefill's speed: over the engine's own prefill time when it reports one, else
+    over the TTFT beyond what a served re-send took (a request's cost besides its prefill)."""
+    server = [r for r in cold if r.server_prefill_ms]
+    grain.server_time = len(server) == len(cold) and bool(cold)
+    if grain.server_time:
+        grain.fixed_s = 0.0
+        grain.cold_tps = speed([(uncached(r), r.server_prefill_ms / 1000) for r in cold])
+        return
+    fixed = [r.ttft_s for r in again if r.ttft_s is not None]
+    grain.fixed_s = min(fixed) if fixed else 0.0
+    grain.cold_tps = speed([(uncached(r), r.ttft_s - grain.fixed_s) for r in cold
+                            if r.ttft_s is not None])
+
+
+def uncached(r: Record) -> int:
+    return (r.prompt_tokens or r.planned_prompt_tokens) - (r.cached_tokens or 0)
+
+
+def speed(samples: list[tuple[int, float]]) -> float | None:
+    """Tokens per second over the samples (their tokens over their seconds), None without a
+    usable one."""
+    good = [(n, s) for n, s in samples if n > 0 and s > 0]
+    if not good:
+        return None
+    return sum(n for n, _ in good) / sum(s for _, s in good)
+
+
+def prompts(records: list[Record], grain: Grain, salt: str) -> list[Prompt]:
+    """The experiment's requests as the hypothesis caches see them (`model.Prompt`)."""
+    out = []
+    head = grain.blocks(grain.head)
+    shared = None
+    for r in records:
+        if r.skipped or r.prompt_tokens is None:
+            continue
+        n = grain.blocks(r.prompt_tokens)
+        units = [("head", head)] if head else []
+        if r.label in ("first", "other"):
+            other = next((x for x in records if x.label == "other"), None)
+            shared = grain.blocks((other.cached_tokens or 0) if other else 0) - head
+            units += [(f"{salt}:pair", max(0, shared)), (f"{salt}:{r.label}",
+                                                         max(0, n - head - max(0, shared)))]
+        else:
+            units.append((f"{salt}:size{r.index}", max(0, n - head)))
+        out.append(Prompt(tuple(u for u in units if u[1] > 0),
+                          cap=grain.blocks(r.prompt_tokens - 1),
+                          dead=answer_blocks(r, grain), answer=answer_key(r)))
+    return out
+
+
+def answer_key(r: Record) -> str:
+    """Which answer a request got (the model's name for its blocks): its text's digest."""
+    return hashlib.sha256(r.reply_excerpt.encode()).hexdigest()[:8] if r.reply_excerpt else ""
+
+
+def answer_blocks(r: Record, grain: Grain) -> int:
+    """The blocks a request's answer leaves after its prompt: its partial last block and the
+    tokens generated (`prompt mod B + generated`, whole blocks)."""
+    b = grain.block or 1
+    gen = r.completion_tokens or 0
+    return ((r.prompt_tokens or 0) % b + gen) // b
+
+
+def card_property(records: list[Record], grain: Grain) -> Property:
+    ids = [r.id for r in records if not r.skipped]
+    if not grain.counts:
+        return Property(status="unknown", experiment="granularity", requests=ids,
+                        reason="the engine reports no cached tokens, and a block's prefill is "
+                               "below what its timings can resolve")
+    if grain.block is None:
+        served = ", ".join(f"{r.cached_tokens}/{r.prompt_tokens}" for r in records
+                           if r.label == "again")
+        return Property(status="unknown", experiment="granularity", requests=ids,
+                        reason=f"the re-sent prompts were served {served} tokens: neither all "
+                               "but the last token nor whole blocks of one size")
+    other = next((r for r in records if r.label == "other"), None)
+    shared = other is not None and (other.cached_tokens or 0) > grain.head + 16
+    unit = "token" if grain.block == 1 else "block"
+    value = {"unit": unit, "block_tokens": grain.block,
+             "partial_block_served": None if grain.block == 1 else False,
+             "shared_prefix_served": shared,
+             "shared_prefix_tokens": other.cached_tokens if other else None,
+             "template_head_tokens": grain.head}
+    what = "tokens (all but the last token of a prompt)" if grain.block == 1 else \
+        f"blocks of {grain.block} tokens; a prompt's last partial block is not served"
+    pair = (f"a prefix two prompts share is served ({other.cached_tokens:,} tokens)"
+            if shared else "only whole prompts are served, not a prefix two prompts share")
+    return Property(status="known", summary=f"{what}; {pair}", value=value,
+                    experiment="granularity", requests=ids,
+                    basis="the cached tokens of prompts of 6 sizes sent twice (their greatest "
+                          "common divisor), and of two prompts that share a prefix")

@@ -1,0 +1,170 @@
+"""Prices: telling a device hit, a host restore and a recompute apart by what they cost, and
+the speed of each, measured like with like.
+
+Input: reads that were served whole (the same prompt size each, timed alone), the cold sends
+of the same prompts, and the cold prefill's price from the granularity experiment. Output:
+`Tiers`: which reads came from the device and which from a slower tier (the host), the time of
+each, and the restore speeds per tier in tokens per second (`speeds`).
+
+A read's time is the engine's own prefill time when it reports one that tells the tiers apart
+(the simulator's and llama.cpp's `timings.prompt_ms`), else the client's TTFT: llama.cpp's
+prefill time leaves out a restore from its host-RAM prompt cache, which the TTFT holds. Two
+groups are told apart when the gap between them is several times the spread within the
+faster one; what costs between the two is a read split between the tiers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from workloadlang.results import Record
+
+MIN_GAP_S = 0.0005  # below this, two times are the same price (the timing's own resolution)
+SEPARATION = 4.0  # the gap between the groups, in spreads of the faster one
+
+
+@dataclass
+class Tiers:
+    """See the module. `signal`: "server" or "ttft"; `device_s` / `host_s`: the median time of
+    a read from each (None: no slower group); `tier`: per read id "device", "host" or "split";
+    `restored`: per read id the share of its cached tokens that came from the host."""
+
+    signal: str = "ttft"
+    device_s: float | None = None
+    host_s: float | None = None
+    spread_s: float = 0.0
+    tier: dict[str, str] = field(default_factory=dict)
+    restored: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def host(self) -> bool:
+        return self.host_s is not None
+
+
+def time_of(r: Record, signal: str) -> float | None:
+    if signal == "server":
+        return None if r.server_prefill_ms is None else r.server_prefill_ms / 1000
+    return r.ttft_s
+
+
+def classify(walk: list[Record], others: list[Record] = ()) -> Tiers:
+    """Which tier served each read (see the module). `walk`: reads served whole in the order
+    of a walk from the last victim to the first, so a slower tier's reads come after every
+    device read: two groups count only when they fall that way (a lone slow read among fast
+    ones is noise, not a tier). By the engine's prefill time when it shows two such groups,
+    else by the TTFT; `others` are placed in the groups found."""
+    best = Tiers()
+    for signal in ("server", "ttft"):
+        times = {r.id: time_of(r, signal) for r in walk}
+        if not times or any(t is None for t in times.values()):
+            continue
+        tiers = split(times, signal)  # type: ignore[arg-type]
+        if tiers.host and not in_order(walk, tiers):
+            tiers = split(times, signal, one=True)  # type: ignore[arg-type]
+        if tiers.host or best.device_s is None:
+            best = tiers
+        if tiers.host:
+            break
+    for r in others:
+        t = time_of(r, best.signal)
+        if t is not None and r.id not in best.tier:
+            best.tier[r.id], best.restored[r.id] = place(t, best)
+    return best
+
+
+def in_order(walk: list[Record], tiers: Tiers) -> bool:
+    """True when no read after the first slower one is a device read."""
+    seen_slow = False
+    for r in walk:
+        slow = tiers.tier.get(r.id) != "device"
+        if seen_slow and not slow:
+            return False
+        seen_slow = seen_slow or slow
+    return True
+
+
+def split(times: dict[str, float], signal: str, one: bool = False) -> Tiers:
+    """Two price groups in `times`, when there are two (see the module); `one`: take them as
+    one group."""
+    ordered = sorted(times.values())
+    gaps = [(b - a, i) for i, (a, b) in enumerate(zip(ordered, ordered[1:]))]
+    low = ordered
+    if gaps and not one:
+        gap, i = max(gaps)
+        spread = mad(ordered[: i + 1])
+        if gap > max(MIN_GAP_S, SEPARATION * spread, 0.1 * statistics.median(ordered[: i + 1])):
+            low = ordered[: i + 1]
+    device = statistics.median(low)
+    spread = mad(low)
+    tiers = Tiers(signal=signal, device_s=device, spread_s=spread)
+    slow = [t for t in ordered if t > low[-1]]
+    if slow:
+        tiers.host_s = statistics.median(top_group(slow, spread))
+    for rid, t in times.items():
+        tiers.tier[rid], tiers.restored[rid] = place(t, tiers)
+    return tiers
+
+
+def top_group(slow: list[float], spread: float) -> list[float]:
+    """The slowest reads that cost about the same: whole contexts from the host, without the
+    reads split between the tiers below them."""
+    top = slow[-1]
+    return [t for t in slow if top - t <= max(MIN_GAP_S, SEPARATION * spread, 0.1 * top)]
+
+
+def place(t: float, tiers: Tiers) -> tuple[str, float]:
+    """A read's tier and the share of it restored from the host."""
+    if tiers.host_s is None or tiers.device_s is None:
+        return "device", 0.0
+    share = (t - tiers.device_s) / max(1e-9, tiers.host_s - tiers.device_s)
+    share = min(1.0, max(0.0, share))
+    noise = max(MIN_GAP_S, SEPARATION * tiers.spread_s)
+    if t - tiers.device_s <= noise:
+        return "device", 0.0
+    if tiers.host_s - t <= max(noise, 0.1 * tiers.host_s):
+        return "host", 1.0
+    return "split", share
+
+
+def mad(xs: list[float]) -> float:
+    """The median absolute deviation (the spread of a group, robust to one odd time)."""
+    if len(xs) < 2:
+        return 0.0
+    m = statistics.median(xs)
+    return statistics.median(abs(x - m) for x in xs)
+
+
+@dataclass
+class Speeds:
+    """Tokens per second of serving a context's cached part: cold (a prefill of it), from the
+    device, from the host (None: not measured); `device_bound`: the device was faster than the
+    timing resolves (its figure is a lower bound)."""
+
+    cold: float | None = None
+    device: float | None = None
+    host: float | None = None
+    device_bound: bool = False
+
+
+def speeds(tiers: Tiers, cold: list[Record], cached: int, tail_s: float) -> Speeds:
+    """The speeds (see `Speeds`) for a context whose cached part is `cached` tokens, each over
+    its time beyond `tail_s` (what every read of it costs besides its cached part: the fixed
+    cost and the uncached last tokens)."""
+    out = Speeds()
+    cold_times = [time_of(r, tiers.signal) for r in cold]
+    cold_times = [t for t in cold_times if t is not None]
+    if cold_times:
+        out.cold = rate(cached, statistics.median(cold_times) - tail_s)
+    if tiers.device_s is not None:
+        floor = max(MIN_GAP_S, SEPARATION * tiers.spread_s)
+        spent = tiers.device_s - tail_s
+        out.device_bound = spent <= floor
+        out.device = rate(cached, max(spent, floor))
+    if tiers.host_s is not None:
+        out.host = rate(cached, tiers.host_s - tail_s)
+    return out
+
+
+def rate(tokens: int, seconds: float) -> float | None:
+    return tokens / seconds if seconds > 0 else None
