@@ -21,8 +21,9 @@ from workloadlang.results import Record
 PREFILL_S = 0.2  # the cut prompt's cold prefill, about
 CUT_SHARE = 0.4  # the cut, as a share of it
 MIN_CUT_S = 0.08
-DECODE, REPLY, CUT_TOKENS = 1024, 4096, 16
+DECODE, REPLY, CUT_TOKENS = 1024, 4096, 64
 EXPERIMENT = "abort"
+TEMPLATE_TAIL = 8  # tokens a prompt's end adds after its text (end of message, generation prompt)
 
 
 def prompt_size(lab: Lab, grain: Grain) -> tuple[int, float]:
@@ -67,19 +68,30 @@ def prefill_cut(first: list[Record], second: list[Record], grain: Grain, tokens:
     again = next((r for r in second if r.label == "after_prefill"), None)
     if sent is None or again is None or again.cached_tokens is None or again.error:
         return None
-    if sent.error is None:
-        return {"verdict": "unknown", "summary": "unknown (the prompt was answered before the "
-                "cut: its prefill is faster than the probe measured)", "kept_tokens": None}
+    if sent.error is None or tokens / (grain.cold_tps or 1e12) < 2 * cut:
+        return {"verdict": "unknown", "summary": "unknown (the prompt's prefill is too short to "
+                f"be cut inside: {tokens:,} tokens, the engine's context limit, prefill in "
+                f"{tokens / (grain.cold_tps or 1e12) * 1000:.0f} ms)", "kept_tokens": None}
     b = grain.block or 1
     kept, of = again.cached_tokens, (again.prompt_tokens or 1) - 1
     verdict = ("none" if kept <= grain.head + b else
-               "whole" if kept >= of // b * b - b else "partial")
+               "whole" if kept >= of - TEMPLATE_TAIL - b else "partial")
     text = {"none": "nothing kept",
             "partial": f"{kept:,} tokens kept, the part prefilled before the cut "
                        f"({kept / max(1, tokens):.0%} of the prompt)",
             "whole": "all of it kept (the prefill went on after the cut)"}[verdict]
     return {"verdict": verdict, "summary": text, "kept_tokens": kept, "prompt_tokens": tokens,
             "cut_after_s": round(cut, 3)}
+
+
+def cut_prompt(cut: Record, on: Record) -> int:
+    """The cut request's prompt in the engine's tokens (a cut stream reports no usage): the
+    next request's, less the tokens streamed and what the plan adds after them (the end of
+    the partial turn, the next user turn, the generation prompt)."""
+    if cut.prompt_tokens is not None:
+        return cut.prompt_tokens
+    added = on.planned_prompt_tokens - cut.planned_prompt_tokens - (cut.abort_after or 0)
+    return (on.prompt_tokens or on.planned_prompt_tokens) - cut.streamed_tokens - added
 
 
 def decode_cut(second: list[Record], grain: Grain) -> dict | None:
@@ -91,10 +103,10 @@ def decode_cut(second: list[Record], grain: Grain) -> dict | None:
     if not cut.aborted:
         return {"verdict": "unknown", "summary": "unknown (the answer ended before the cut)"}
     b = grain.block or 1
-    prompt, said = cut.prompt_tokens or cut.planned_prompt_tokens, cut.streamed_tokens
-    kept = on.cached_tokens
-    verdict = ("all" if kept >= (prompt + said) // b * b - b else
-               "prompt" if kept >= prompt // b * b - b else
+    said, kept = cut.streamed_tokens, on.cached_tokens
+    prompt = cut_prompt(cut, on)
+    verdict = ("all" if kept >= prompt + said // 2 else
+               "prompt" if kept >= prompt // b * b - b - 8 else
                "none" if kept <= grain.head + b else "partial")
     text = {"all": "the prompt and the tokens generated before the cut kept",
             "prompt": "the prompt kept, the tokens generated dropped",

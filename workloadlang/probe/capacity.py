@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workloadlang.probe.fit import Fit, fit_all
+from workloadlang.probe.fit import Fit, device_split, fit_all
 from workloadlang.probe.granularity import Grain, answer_blocks, answer_key
 from workloadlang.probe.lab import Lab
 from workloadlang.probe.model import Cache, Hypothesis, Prompt, eviction_order
@@ -57,6 +57,7 @@ class Fill:
     walk: list[Record] = field(default_factory=list)
     tag: dict[int, str] = field(default_factory=dict)  # id(record) -> the context it sent
     runs: int = 0
+    rounds: list[int] = field(default_factory=list)  # where each round starts in `sends`
     kept: list[tuple[str, int, str]] = field(default_factory=list)
     tiers: Tiers = field(default_factory=Tiers)
     fits: list[Fit] = field(default_factory=list)
@@ -133,6 +134,7 @@ def design(fill: Fill, lab: Lab, grain: Grain) -> list[str]:
         send(tag)  # LRU's first victim: first[1]; FIFO's: first[0]; LFU's: first[2]
     while len(fill.tags) < limit:
         victims = next_victims(caches, fill)
+        fill.rounds.append(len(sends))
         for _ in range(min(limit - len(fill.tags), max(1, math.ceil(len(fill.tags) * GROWTH)))):
             send(new_tag(fill))
         send(fill.shared)
@@ -188,14 +190,25 @@ def blocks_of(tokens: int, grain: Grain) -> int:
 def walk_order(fill: Fill, lab: Lab, grain: Grain) -> list[str]:
     """Every context, in the order the order that failed first would evict them, its last
     victim first (the contexts the first run's failed read filled again come first)."""
-    orders = sorted(fill.nominated.get(fill.stop_tag or "", {"lru"}), key=PREFER.index)
-    fill.walk_policy = orders[0] if orders else "lru"
+    fill.walk_policy = failed_order(fill, lab)
     cache = Cache(Hypothesis(fill.walk_policy, "tail", ENDLESS))
     for p, r in zip(lab.ledger, ledger_records(fill, lab)):
         if r is not None and r.hit is False:
             cache.segs.pop(p.units[-1][0], None)  # not served whole: it was filled again
         cache.serve(p)
     return list(reversed(eviction_order(cache, fill.tags)))
+
+
+def failed_order(fill: Fill, lab: Lab) -> str:
+    """The eviction order whose first victim, when the round the first run stopped in began,
+    was the context that was not served whole (LRU when none or several were)."""
+    stop = next(i for i, r in enumerate(fill.records) if r.hit is False)
+    start = max((k for k in fill.rounds if k <= stop), default=0)
+    sent = sum(1 for r in fill.records[:start] if not r.skipped and r.prompt_tokens)
+    ledger = lab.ledger[:fill.first + sent]
+    found = [p for p in PREFER
+             if (eviction_order(endless(p, ledger), fill.tags) or [None])[0] == fill.stop_tag]
+    return found[0] if found else "lru"
 
 
 def ledger_records(fill: Fill, lab: Lab) -> list[Record | None]:
@@ -259,6 +272,25 @@ def analyse(fill: Fill, lab: Lab, grain: Grain) -> None:
     reach = blocks_of(fill.context, grain)
     before = sum({k: n for p in lab.ledger[:fill.first] for k, n in p.units}.values())
     fill.fits = fit_all(lab.ledger, served, fill.guess, reach, fill.device_blocks, before)
+    if fill.tiers.host and len({f.policy for f in fill.fits}) == 1:
+        split_tiers(fill, lab, grain, served, before)
+
+
+def split_tiers(fill: Fill, lab: Lab, grain: Grain, served: list, before: int) -> None:
+    """The device's capacity at which the fitted order restores from the host what each read's
+    price says it did (`fit.device_split`), and the total fitted again with it."""
+    b, reach = grain.block or 1, blocks_of(fill.context, grain)
+    restored: list[float | None] = [None] * fill.first
+    for r in fill.records + fill.walk:
+        if r.skipped or not r.prompt_tokens:
+            continue
+        share = fill.tiers.restored.get(r.id) if r.hit else None
+        restored.append(None if share is None else share * (r.cached_tokens or 0) / b)
+    lo, hi = device_split(fill.fits[0], lab.ledger, restored, fill.device_blocks or 1,
+                          2 * reach)
+    fill.device_blocks, fill.device_spread = (lo + hi) // 2, (hi - lo + 1) // 2
+    fill.fits = fit_all(lab.ledger, served, fill.fits[0].low, reach, fill.device_blocks,
+                        before) or fill.fits
 
 
 async def settle_end(fill: Fill, lab: Lab, grain: Grain) -> None:

@@ -114,3 +114,37 @@ def hypothesis(policy: str, end: str, total: int, device: int | None) -> Hypothe
         return Hypothesis(policy, end, total, 0)
     on_device = max(1, min(total, device))
     return Hypothesis(policy, end, on_device, total - on_device)
+
+
+def device_split(fit: Fit, prompts: list[Prompt], restored: list[float | None], guess: int,
+                 reach: int) -> tuple[int, int]:
+    """The device's blocks for `fit` (its total at `fit.low`): the split between device and
+    host at which the hypothesis restores from the host what each read's price says it
+    restored (`restored`: blocks per request, None where the price says nothing). Output: the
+    range of device capacities within `reach` of `guess` that miss the prices least."""
+    total = fit.low
+
+    def miss(device: int) -> float:
+        cache = Cache(Hypothesis(fit.policy, fit.end, device, total - device))
+        off = 0.0
+        for p, seen in zip(prompts, restored):
+            cache.serve(p)
+            if seen is not None:
+                off += abs(cache.restored - seen)
+        return off
+
+    lo, hi = max(1, guess - reach), min(total, guess + reach)
+    scores = {d: miss(d) for d in _coarse(lo, hi)}
+    best = min(scores, key=scores.get)
+    step = max(1, (hi - lo) // 16)
+    for d in range(max(lo, best - step), min(hi, best + step) + 1):
+        if d not in scores:
+            scores[d] = miss(d)
+    least = min(scores.values())
+    near = [d for d, v in scores.items() if v <= least + 0.5]
+    return min(near), max(near)
+
+
+def _coarse(lo: int, hi: int) -> list[int]:
+    step = max(1, (hi - lo) // 16)
+    return list(range(lo, hi + 1, step)) + [hi]

@@ -77,6 +77,7 @@ class Cache:
     host_used: int = 0
     now: int = 0
     arrivals: int = 0
+    restored: int = 0  # blocks the last request restored from the host
 
     # ---------------------------------------------------------------- a request
 
@@ -84,6 +85,7 @@ class Cache:
         """Serve one request: match (restoring from the host), insert the rest and the answer's
         blocks, release. Output: the blocks the engine would report served."""
         self.now += 1
+        self.restored = 0
         matched, pos, broken, held = 0, 0, False, []
         for key, blocks in prompt.units:
             got = 0 if broken else self._match(key, blocks, pos, held)
@@ -130,6 +132,7 @@ class Cache:
         held.append(s)
 
     def _restore(self, s: Seg) -> None:
+        self.restored += s.size
         self.host_used -= s.size
         s.host, s.placed = False, self.now
         s.pinned = True

@@ -3,7 +3,8 @@
 # served up to the cache's unit below the whole prompt (a block cache serves whole blocks, a
 # token cache all but the last token). Then two prompts that share a prefix and differ after
 # it. The cold sends' times price a cold prefill for the experiments after this one
-# (`wl probe`, docs/probe.md).
+# (`wl probe`, docs/probe.md). Every probe's prompt starts with a system message of its own, so
+# a chat template adds no default one and they all share the same start.
 workload granularity {
   doc "Cache granularity: prompts of chosen sizes sent twice, and two that share a prefix"
 
@@ -18,10 +19,10 @@ workload granularity {
 
   session main {
     for n in $sizes label size isolated {
-      fresh { user filler $n; probe label cold; probe label again }
+      fresh { system filler $n; probe label cold; probe label again }
     }
-    fresh isolated { user $shared, filler $tail_tokens; probe label first }
-    fresh isolated { user $shared, filler $tail_tokens; probe label other }
+    fresh isolated { system $shared, filler $tail_tokens; probe label first }
+    fresh isolated { system $shared, filler $tail_tokens; probe label other }
   }
 
   report {
