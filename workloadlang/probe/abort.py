@@ -4,11 +4,12 @@ one cut during its decode leave in the cache.
 Input: the lab and the granularity's `Grain` (the cold prefill's speed sizes the prompt so the
 cut falls inside its prefill). Output: the card's `abort_retention` property.
 
-The first run sends a prompt and gives it up partway through its prefill (its timeout); the
-second sends the first half of the same prompt again (the part a prefill that kept its chunks
-had reached by the cut is served, or nothing), then streams an answer, closes it after a few
-tokens, and sends the conversation on with the partial answer in it: served the prompt and the
-tokens generated, the prompt only, or nothing.
+The first run sends a prompt and gives it up a quarter into its prefill (its timeout); the
+second sends the first 60 % of the same prompt again (the part a prefill that kept its chunks
+had reached by the cut is served, or nothing; all of it when the prefill went on after the
+cut), then streams an answer, closes it after a few tokens, and sends the conversation on
+with the partial answer in it: served the prompt and the tokens generated, the prompt only, or
+nothing.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from workloadlang.probe.granularity import Grain
 from workloadlang.probe.lab import Lab
 from workloadlang.results import Record
 
-PREFILL_S = 0.2  # the cut prompt's cold prefill, about
-CUT_SHARE = 0.4  # the cut, as a share of it
+PREFILL_S = 0.3  # the cut prompt's cold prefill, about
+CUT_SHARE = 0.25  # the cut, as a share of it
+RESEND = 0.6  # the share of the cut prompt sent again
+LATE = 0.6  # a cut this far into the prefill may have come after it (the client held up)
 MIN_CUT_S = 0.08
 DECODE, REPLY, CUT_TOKENS = 1024, 4096, 64
 EXPERIMENT = "abort"
@@ -42,9 +45,9 @@ async def measure(lab: Lab, grain: Grain, salt: str) -> Property:
               "reply_tokens": max(CUT_TOKENS + 1, min(REPLY, limit)), "cut_tokens": CUT_TOKENS}
     first = await lab.run("abort", {**common, "cut_prefill": f"{cut:.3f}s"}, salt,
                           worst_tokens=tokens + 64)
-    half = max(16, tokens // 2)
-    second = await lab.run("abort", {**common, "prompt_tokens": half, "cut_prefill": "0s"},
-                           salt, worst_tokens=half + 2 * DECODE + REPLY + 256)
+    part = max(16, int(tokens * RESEND))
+    second = await lab.run("abort", {**common, "prompt_tokens": part, "cut_prefill": "0s"},
+                           salt, worst_tokens=part + 2 * DECODE + REPLY + 256)
     ids = [r.id for r in first + second if not r.skipped]
     prefill = prefill_cut(first, second, grain, tokens, cut)
     decode = decode_cut(second, grain)
@@ -57,7 +60,7 @@ async def measure(lab: Lab, grain: Grain, salt: str) -> Property:
                     value={"prefill_cut": prefill, "decode_cut": decode},
                     experiment=EXPERIMENT, requests=ids,
                     basis=f"a {tokens:,}-token prompt given up {cut * 1000:.0f} ms into its "
-                          f"prefill, its first half sent again; an answer closed after "
+                          f"prefill, its first {RESEND:.0%} sent again; an answer closed after "
                           f"{CUT_TOKENS} streamed tokens, the conversation sent on")
 
 
@@ -68,10 +71,15 @@ def prefill_cut(first: list[Record], second: list[Record], grain: Grain, tokens:
     again = next((r for r in second if r.label == "after_prefill"), None)
     if sent is None or again is None or again.cached_tokens is None or again.error:
         return None
-    if sent.error is None or tokens / (grain.cold_tps or 1e12) < 2 * cut:
+    prefill_s = tokens / (grain.cold_tps or 1e12)
+    if sent.error is None or prefill_s < 2 * cut:
         return {"verdict": "unknown", "summary": "unknown (the prompt's prefill is too short to "
                 f"be cut inside: {tokens:,} tokens, the engine's context limit, prefill in "
-                f"{tokens / (grain.cold_tps or 1e12) * 1000:.0f} ms)", "kept_tokens": None}
+                f"{prefill_s * 1000:.0f} ms)", "kept_tokens": None}
+    if (sent.e2e_s or 0.0) > LATE * prefill_s:
+        return {"verdict": "unknown", "summary": f"unknown (the cut came {sent.e2e_s * 1000:.0f} "
+                f"ms after the send, the prefill takes about {prefill_s * 1000:.0f} ms: it may "
+                "have fallen after it; the client was held up)", "kept_tokens": None}
     b = grain.block or 1
     kept, of = again.cached_tokens, (again.prompt_tokens or 1) - 1
     verdict = ("none" if kept <= grain.head + b else

@@ -17,6 +17,7 @@ splits it between the tiers. Then every (order, end) hypothesis is fitted to all
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 
@@ -103,7 +104,7 @@ async def measure(lab: Lab, grain: Grain, salt: str) -> Fill:
     params.update(sends=[], reads=walk)
     fill.walk = await run(fill, lab, grain, params,
                           fill.context + len(walk) * (grain.block or 1))
-    analyse(fill, lab, grain)
+    await asyncio.to_thread(analyse, fill, lab, grain)  # CPU: the event loop stays free
     if len({f.end for f in fill.fits}) > 1 and len({f.policy for f in fill.fits}) == 1:
         await settle_end(fill, lab, grain)
     return fill
@@ -317,8 +318,9 @@ async def settle_end(fill: Fill, lab: Lab, grain: Grain) -> None:
     served = base + [None if r.cached_tokens is None else r.cached_tokens // (grain.block or 1)
                      for r in extra + back if not r.skipped and r.prompt_tokens]
     before = sum({k: n for p in lab.ledger[:fill.first] for k, n in p.units}.values())
-    fill.fits = fit_all(lab.ledger, served, fill.guess, blocks_of(fill.context, grain),
-                        fill.device_blocks, before)
+    fill.fits = await asyncio.to_thread(fit_all, lab.ledger, served, fill.guess,
+                                        blocks_of(fill.context, grain), fill.device_blocks,
+                                        before)
 
 
 def telling_read(fill: Fill, lab: Lab, grain: Grain, by_end: dict, probe: Prompt) -> str | None:

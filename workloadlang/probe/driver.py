@@ -136,18 +136,21 @@ async def step_capacity(lab: Lab, card: Card, state: dict, o: ProbeOptions) -> N
 
 
 def expired(card: Card, lab: Lab) -> None:
-    """When contexts are lost after less idle time than filling the cache took and no eviction
-    order explains the counts, what the capacity runs read back is the lifetime's doing: the
-    capacity properties are unknown, saying so."""
+    """When contexts are lost after less idle time than filling the cache took (more than the
+    longest gap they survived), the reads may show that lifetime rather than a capacity or an
+    eviction order: those properties are unknown, saying so."""
     idle_prop = card.properties.get("idle_lifetime")
-    order = card.properties.get("eviction_order")
-    lost = idle_prop.value.get("lost_within_s") if idle_prop else None
-    took = sum(e.wall_s for e in lab.experiments if e.name == "capacity")
-    if lost is None or lost > took or (order is not None and order.status == "known"):
+    if idle_prop is None or idle_prop.value.get("lost_within_s") is None:
         return
-    why = (f"contexts are lost within {lost:g} s idle and filling the cache took {took:.1f} s: "
-           "what the reads show is that lifetime, not a capacity")
-    for name in ("device_capacity", "host_capacity", "eviction_order", "shared_prefix"):
+    kept = idle_prop.value.get("survives_s") or 0.0
+    took = sum(e.wall_s for e in lab.experiments if e.name == "capacity")
+    if took <= kept:
+        return
+    why = (f"contexts are lost within {idle_prop.value['lost_within_s']:g} s idle and filling "
+           f"the cache took {took:.1f} s: what the reads show may be that lifetime, not a "
+           "capacity or an eviction order")
+    for name in ("device_capacity", "host_capacity", "eviction_order", "shared_prefix",
+                 "restore_speed"):
         card.properties[name] = Property(status="unknown", reason=why, experiment="capacity")
 
 

@@ -24,7 +24,9 @@ from workloadlang.probe.lab import Lab
 from workloadlang.probe.model import Prompt
 from workloadlang.results import Record
 
-SIZES = (301, 517, 734, 951, 1166, 1381)
+SIZES = (300, 313, 326, 339, 352, 365, 378, 391, 734, 1166, 1381)
+"""Close sizes (their served blocks include two consecutive multiples of any block size from
+2 to 64 tokens, which have no common factor) and far ones (the same for blocks up to 512)."""
 SHARED, TAIL = 700, 50
 
 
@@ -186,5 +188,5 @@ def card_property(records: list[Record], grain: Grain) -> Property:
             if shared else "only whole prompts are served, not a prefix two prompts share")
     return Property(status="known", summary=f"{what}; {pair}", value=value,
                     experiment="granularity", requests=ids,
-                    basis="the cached tokens of prompts of 6 sizes sent twice (their greatest "
-                          "common divisor), and of two prompts that share a prefix")
+                    basis=f"the cached tokens of prompts of {len(SIZES)} sizes sent twice (their "
+                          "greatest common divisor), and of two prompts that share a prefix")

@@ -8,8 +8,10 @@ after the longest gap: at least that; lost after one: less than it).
 from __future__ import annotations
 
 from workloadlang.card import Property
-from workloadlang.probe.granularity import Grain
+from workloadlang.probe.granularity import Grain, answer_blocks, answer_key
 from workloadlang.probe.lab import Lab
+from workloadlang.probe.model import Prompt
+from workloadlang.results import Record
 
 CONTEXT = 1024
 EXPERIMENT = "idle"
@@ -21,6 +23,7 @@ async def measure(lab: Lab, grain: Grain, gaps: tuple[float, ...], salt: str) ->
     params = {"gaps": [f"{g:g}s" for g in gaps], "context_tokens": size}
     records = await lab.run("idle", params, salt,
                             worst_tokens=(len(gaps) + 1) * (size + grain.overhead + 16))
+    lab.ledger.extend(same_prompt(records, grain, f"{salt}:idle"))
     ids = [r.id for r in records if not r.skipped]
     reads = [r for r in records if r.label == "after"]
     if len(reads) != len(gaps) or any(r.skipped or r.error for r in reads):
@@ -37,6 +40,21 @@ async def measure(lab: Lab, grain: Grain, gaps: tuple[float, ...], salt: str) ->
         "lost_within_s": min((k["gap_s"] for k in kept if not k["kept"]), default=None)},
         interval=bracket(kept), experiment=EXPERIMENT, requests=ids,
         basis="one context read back after each idle gap in turn, nothing else sent")
+
+
+def same_prompt(records: list[Record], grain: Grain, key: str) -> list[Prompt]:
+    """The requests, each the same prompt, as the hypothesis caches see them (what they leave
+    in the cache counts in the capacity runs after them)."""
+    head = grain.blocks(grain.head)
+    out = []
+    for r in records:
+        if r.skipped or r.prompt_tokens is None:
+            continue
+        units = ((("head", head),) if head else ()) + ((key, grain.blocks(r.prompt_tokens)
+                                                         - head),)
+        out.append(Prompt(units, cap=grain.blocks(r.prompt_tokens - 1),
+                          dead=answer_blocks(r, grain), answer=answer_key(r)))
+    return out
 
 
 def bracket(kept: list[dict]) -> list[float] | None:

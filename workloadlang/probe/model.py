@@ -77,7 +77,7 @@ class Cache:
     host_used: int = 0
     now: int = 0
     arrivals: int = 0
-    restored: int = 0  # blocks the last request restored from the host
+    restored: int = 0  # blocks the last request's match restored from the host
 
     # ---------------------------------------------------------------- a request
 
@@ -92,12 +92,14 @@ class Cache:
             matched += got
             broken = broken or got < blocks
             pos += blocks
+        restored = self.restored  # what the match restored (the rest is placed again)
         self._fill(prompt.units, held)
         if prompt.dead:
             self._fill(((f"{prompt.units[-1][0]}#answer{prompt.answer}", prompt.dead),), held,
                        pos)
         for s in held:
             s.pinned = False
+        self.restored = restored
         return min(matched, prompt.cap)
 
     def _match(self, key: str, blocks: int, pos: int, held: list) -> int:

@@ -1,0 +1,241 @@
+"""`wl probe`'s ground truth: configurations of the simulator drawn from a seed, the probe run
+against each, and every property of each card checked against the configuration.
+
+What is checked (docs/probe.md, "Ground truth"): the block size exactly; the device and host
+capacities within one block, or within one context where the device evicts a sequence's head
+first (what is left of a context then cannot be read); the host tier's restore speed and the
+cold prefill's speed within 15 %, a host tier that restores no faster than a recompute named as
+such; the eviction order and the end of a sequence that goes first; the idle lifetime's bracket;
+the shared prefix kept or lost as the order says; abort retention (a cut in the prefill, a cut
+in the decode) and integrity (identical, or the position a corrupted restore diverges at)
+exactly. A property reported `unknown` that the configuration makes decidable is a miss; the
+capacity is not decidable when an idle lifetime is shorter than filling the cache took.
+
+Usage: python -m bench.probe_truth [--configs 24] [--seed 43] [--parallel 4] [--json PATH]
+Output: a line per configuration and property missed, and the count right of every property.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from workloadlang import api
+from workloadlang.card import Card
+from workloadlang.probe import ProbeOptions, probe
+from workloadlang.sim import SimConfig, parse_fault, start_in_process
+from workloadlang.sim.timing import prefill_seconds
+
+GAPS = (0.5, 2.0)  # the idle gaps the probe tries: a lifetime between them is bracketed
+SPEED_TOLERANCE = 0.15
+
+
+def draw(rng: random.Random) -> SimConfig:
+    """One configuration: block size, device capacity, eviction order and end, a host tier
+    (behind an LRU device) with its restore speed or none, an idle lifetime, what cut requests
+    keep, and the fault that corrupts restored contexts."""
+    eviction = rng.choice(["lru", "lru", "fifo", "lfu"])
+    host = rng.choice([0, 8192, 16384]) if eviction == "lru" else 0
+    faults = []
+    if host and rng.random() < 0.4:
+        faults.append(f"corrupt_restored={rng.randrange(0, 12)}")
+    if host and rng.random() < 0.15:
+        faults.append("degraded_host")
+    return SimConfig(
+        max_model_len=16384, block_size=rng.choice([1, 4, 16, 16, 32]),
+        device_tokens=rng.choice([16384, 24576, 32768, 40960]), eviction=eviction,
+        evict_first=rng.choice(["tail", "head"]), host_tokens=host,
+        host_restore_us_per_token=rng.choice([10.0, 20.0, 40.0]) if host else 0.0,
+        prefill_us_per_token=rng.choice([30.0, 50.0]), prefill_ctx_scale=65536,
+        decode_us_per_token=100.0,
+        idle_ttl_s=rng.choice([0.0, 0.0, 0.0, 1.0]),
+        prefill_abort=rng.choice(["drop", "keep"]),
+        decode_abort=rng.choice(["keep", "prompt", "drop"]),
+    ).with_faults(*faults)
+
+
+@dataclass
+class Miss:
+    prop: str
+    why: str
+
+
+def check(cfg: SimConfig, card: Card) -> list[Miss]:
+    """Every property of `card` against `cfg` (see the module). Output: the misses."""
+    misses: list[Miss] = []
+    p = card.properties
+
+    def known(name: str) -> dict[str, Any] | None:
+        prop = p.get(name)
+        if prop is None or prop.status != "known":
+            misses.append(Miss(name, f"{prop.status if prop else 'absent'}: "
+                                     f"{prop.reason if prop else ''}"))
+            return None
+        return prop.value
+
+    g = known("granularity")
+    if g is not None and g["block_tokens"] != cfg.block_size:
+        misses.append(Miss("granularity", f"block {g['block_tokens']} != {cfg.block_size}"))
+    capacity_decidable = not cfg.idle_ttl_s or cfg.idle_ttl_s > capacity_time(card)
+    if capacity_decidable:
+        check_capacities(cfg, card, known, misses)
+        check_order(cfg, known, misses)
+    check_speeds(cfg, card, known, misses)
+    check_idle(cfg, known, misses)
+    check_abort(cfg, known, misses)
+    check_integrity(cfg, known, misses, capacity_decidable)
+    return misses
+
+
+def capacity_time(card: Card) -> float:
+    return sum(e.wall_s for e in card.experiments if e.name == "capacity")
+
+
+def check_capacities(cfg: SimConfig, card: Card, known, misses: list[Miss]) -> None:
+    context = card.prop("device_capacity").value.get("context_tokens", 0)
+    tol = cfg.block_size if cfg.evict_first == "tail" else context
+    for name, truth in (("device_capacity", cfg.device_tokens),
+                        ("host_capacity", cfg.host_tokens)):
+        v = known(name)
+        if v is None:
+            continue
+        lo, hi = v.get("low", v["tokens"]), v.get("high", v["tokens"])
+        if not (lo - tol <= truth <= hi + tol and hi - lo <= max(tol, cfg.block_size)):
+            misses.append(Miss(name, f"{v['tokens']:,} ({lo:,}-{hi:,}) for {truth:,}"))
+    v = known("shared_prefix")
+    if v is not None and v["kept"] != (cfg.eviction != "fifo"):
+        misses.append(Miss("shared_prefix", f"kept {v['kept']} under {cfg.eviction}"))
+
+
+def check_order(cfg: SimConfig, known, misses: list[Miss]) -> None:
+    v = known("eviction_order")
+    if v is not None and (v["policy"], v["evicts_first"]) != (cfg.eviction, cfg.evict_first):
+        misses.append(Miss("eviction_order", f"{v['policy']}/{v['evicts_first']} for "
+                                             f"{cfg.eviction}/{cfg.evict_first}"))
+
+
+def check_speeds(cfg: SimConfig, card: Card, known, misses: list[Miss]) -> None:
+    v = known("restore_speed")
+    if v is None:
+        return
+    cached = v["tokens"]
+    cold = cached / prefill_seconds(0, cached, cfg.prefill_us_per_token, cfg.prefill_ctx_scale)
+    if not close(v["cold_tps"], cold):
+        misses.append(Miss("restore_speed", f"cold {v['cold_tps']} for {cold:.0f}"))
+    degraded = any(f.name == "degraded_host" for f in cfg.faults)
+    if cfg.host_tokens:
+        truth = cold if degraded else 1e6 / cfg.host_restore_us_per_token
+        if not close(v["host_tps"], truth):
+            misses.append(Miss("restore_speed", f"host {v['host_tps']} for {truth:.0f}"))
+        slower = not v["host_faster_than_recompute"]
+        if slower != (degraded or truth <= 1.1 * cold):
+            misses.append(Miss("restore_speed", f"host no faster than recompute: {slower}"))
+
+
+def close(got: float | None, truth: float) -> bool:
+    return got is not None and abs(got - truth) <= SPEED_TOLERANCE * truth
+
+
+def check_idle(cfg: SimConfig, known, misses: list[Miss]) -> None:
+    v = known("idle_lifetime")
+    if v is None:
+        return
+    lost = v["lost_within_s"]
+    if not cfg.idle_ttl_s or cfg.idle_ttl_s > max(GAPS):
+        ok = lost is None
+    else:
+        below = max((g for g in GAPS if g < cfg.idle_ttl_s), default=0.0)
+        above = min(g for g in GAPS if g > cfg.idle_ttl_s)
+        ok = lost == above and (v["survives_s"] or 0.0) == below
+    if not ok:
+        misses.append(Miss("idle_lifetime", f"{v} for a lifetime of {cfg.idle_ttl_s} s"))
+
+
+def check_abort(cfg: SimConfig, known, misses: list[Miss]) -> None:
+    v = known("abort_retention")
+    if v is None:
+        return
+    prefill = (v.get("prefill_cut") or {}).get("verdict")
+    if prefill != {"drop": "none", "keep": "partial"}[cfg.prefill_abort]:
+        misses.append(Miss("abort_retention", f"prefill cut {prefill} for "
+                                              f"{cfg.prefill_abort}"))
+    decode = (v.get("decode_cut") or {}).get("verdict")
+    if decode != {"keep": "all", "prompt": "prompt", "drop": "none"}[cfg.decode_abort]:
+        misses.append(Miss("abort_retention", f"decode cut {decode} for {cfg.decode_abort}"))
+
+
+def check_integrity(cfg: SimConfig, known, misses: list[Miss], decidable: bool) -> None:
+    v = known("integrity")
+    if v is None:
+        return
+    if not v["device"]["identical"]:
+        misses.append(Miss("integrity", f"device {v['device']}"))
+    corrupt = next((f for f in cfg.faults if f.name == "corrupt_restored"), None)
+    if not cfg.host_tokens or not decidable:
+        return
+    host = v.get("host")
+    want = None if corrupt is None else int(corrupt.value or 0)
+    got = None if host is None or host["identical"] else host["diverges_at"]
+    if host is None or got != want:
+        misses.append(Miss("integrity", f"host {host} for corrupt_restored={want}"))
+
+
+async def one(cfg: SimConfig) -> tuple[Card, float]:
+    """The probe against a simulator of `cfg` in its own process. Output: the card, seconds."""
+    with start_in_process(cfg) as sim:
+        async with api.open_engine(sim.base_url) as engine:
+            t0 = time.monotonic()
+            card = await probe(engine, ProbeOptions(idle_gaps_s=GAPS, salt="truth"))
+            return card, time.monotonic() - t0
+
+
+def probe_one(cfg: SimConfig) -> tuple[SimConfig, Card, float]:
+    """`one` in a process of its own (so no probe's fitting holds up another's timing)."""
+    card, secs = asyncio.run(one(cfg))
+    return cfg, card, secs
+
+
+def run(configs: list[SimConfig], parallel: int) -> list[tuple[SimConfig, Card, float]]:
+    """Every configuration's card, `parallel` processes (each with its simulator) at a time."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=parallel) as pool:
+        return list(pool.map(probe_one, configs))
+
+
+def describe(cfg: SimConfig) -> str:
+    faults = ",".join(f.render() for f in cfg.faults)
+    return (f"B{cfg.block_size} dev{cfg.device_tokens} host{cfg.host_tokens}"
+            f"@{cfg.host_restore_us_per_token:g} {cfg.eviction}/{cfg.evict_first} "
+            f"ttl{cfg.idle_ttl_s:g} abort {cfg.prefill_abort}/{cfg.decode_abort} {faults}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=43)
+    ap.add_argument("--parallel", type=int, default=4)
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    configs = [draw(rng) for _ in range(args.configs)]
+    t0 = time.monotonic()
+    results = run(configs, args.parallel)
+    missed = 0
+    for cfg, card, secs in results:
+        misses = check(cfg, card)
+        missed += bool(misses)
+        print(f"{'ok  ' if not misses else 'MISS'} {secs:5.1f}s {describe(cfg)}")
+        for m in misses:
+            print(f"       {m.prop}: {m.why}")
+    print(f"{len(results) - missed}/{len(results)} configurations right in every property, "
+          f"{time.monotonic() - t0:.0f} s")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
