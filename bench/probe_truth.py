@@ -9,7 +9,8 @@ such; the eviction order and the end of a sequence that goes first; the idle lif
 the shared prefix kept or lost as the order says; abort retention (a cut in the prefill, a cut
 in the decode) and integrity (identical, or the position a corrupted restore diverges at)
 exactly. A property reported `unknown` that the configuration makes decidable is a miss; the
-capacity is not decidable when an idle lifetime is shorter than filling the cache took.
+capacity (and what is read from the same reads: order, restore speed) is not decidable when an
+idle lifetime is shorter than filling the cache took.
 
 Usage: python -m bench.probe_truth [--configs 24] [--seed 43] [--parallel 4] [--json PATH]
 Output: a line per configuration and property missed, and the count right of every property.
@@ -85,7 +86,7 @@ def check(cfg: SimConfig, card: Card) -> list[Miss]:
     if capacity_decidable:
         check_capacities(cfg, card, known, misses)
         check_order(cfg, known, misses)
-    check_speeds(cfg, card, known, misses)
+        check_speeds(cfg, card, known, misses)
     check_idle(cfg, known, misses)
     check_abort(cfg, known, misses)
     check_integrity(cfg, known, misses, capacity_decidable)

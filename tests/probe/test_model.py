@@ -34,7 +34,7 @@ def sim_serve(cache: PrefixCache, prompt: Prompt) -> int:
     since = cache.placements
     m = cache.match(hs)
     pinned = m.pinned + cache.insert(hs[len(m.pinned):])
-    answer = [hash((f"{prompt.units[-1][0]}#answer", i)) for i in range(prompt.dead)]
+    answer = [hash(key) for key in prompt.answer]
     pinned += cache.insert(answer)
     cache.release(pinned, since)
     return min(m.blocks, prompt.cap)
@@ -47,7 +47,8 @@ def sim_serve(cache: PrefixCache, prompt: Prompt) -> int:
        st.integers(8, 30), st.integers(0, 12))
 def test_the_model_serves_what_the_simulator_serves(seq, policy, end, device, host):
     sim = PrefixCache(1, device, host, eviction=policy, tail_first=end == "tail")
-    prompts = [Prompt(SHAPES[name], cap=sum(n for _, n in SHAPES[name]), dead=dead)
+    prompts = [Prompt(SHAPES[name], cap=sum(n for _, n in SHAPES[name]),
+                      answer=tuple(f"{name}#answer{i}" for i in range(dead)))
                for name, dead in seq]
     expected = [sim_serve(sim, p) for p in prompts]
     got, _ = replay(Hypothesis(policy, end, device, host), prompts)

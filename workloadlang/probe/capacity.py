@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from workloadlang.probe.fit import Fit, device_split, fit_all
-from workloadlang.probe.granularity import Grain, answer_blocks, answer_key
+from workloadlang.probe.granularity import Grain, answer_keys
 from workloadlang.probe.lab import Lab
 from workloadlang.probe.model import Cache, Hypothesis, Prompt, eviction_order
 from workloadlang.probe.prices import Tiers, classify
@@ -241,7 +241,7 @@ def prompts(fill: Fill, records: list[Record], grain: Grain) -> list[Prompt]:
         n = blocks_of(r.prompt_tokens, grain)
         units = ((("head", head),) if head else ()) + ((fill.tag[id(r)], n - head),)
         out.append(Prompt(units, cap=blocks_of(r.prompt_tokens - 1, grain),
-                          dead=answer_blocks(r, grain), answer=answer_key(r)))
+                          answer=answer_keys(r, grain, fill.tag[id(r)])))
     return out
 
 
@@ -355,4 +355,4 @@ def dead_blocks(fill: Fill, grain: Grain) -> int:
     if not fill.kept:
         return 0
     gen = next((r for r in fill.walk if not r.skipped), None)
-    return len(fill.kept) * (answer_blocks(gen, grain) if gen else 0)
+    return len(fill.kept) * (len(answer_keys(gen, grain, "")) if gen else 0)

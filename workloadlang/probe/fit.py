@@ -75,14 +75,17 @@ def fit_one(policy: str, end: str, prompts: list[Prompt], served: list[int | Non
                                             served)
 
     low, high = max(1, guess - 2 * context), guess + above + 4 * context
-    start = None
-    while low <= high:  # the first wrong count says which way the capacity lies
+    start = next((t for t in (guess, guess + 1, guess - 1, guess + 2, guess - 2)
+                  if judge(t) == 0), None)
+    if start is None and (judge(low) < 0 or judge(high) > 0):
+        return None  # too much served at the least capacity, or too little at the most
+    while start is None and low <= high:  # the first wrong count says which way it lies
         mid = (low + high) // 2
         v = judge(mid)
         if v == 0:
             start = mid
-            break
-        low, high = (mid + 1, high) if v > 0 else (low, mid - 1)
+        else:
+            low, high = (mid + 1, high) if v > 0 else (low, mid - 1)
     if start is None:
         return None
 
@@ -120,31 +123,37 @@ def device_split(fit: Fit, prompts: list[Prompt], restored: list[float | None], 
                  reach: int) -> tuple[int, int]:
     """The device's blocks for `fit` (its total at `fit.low`): the split between device and
     host at which the hypothesis restores from the host what each read's price says it
-    restored (`restored`: blocks per request, None where the price says nothing). Output: the
-    range of device capacities within `reach` of `guess` that miss the prices least."""
+    restored (`restored`: blocks per request, None where the price says nothing). The first
+    read it gets wrong says which way the split lies (restoring more than the price says: the
+    device is larger), so it is found by bisection within `reach` of `guess`. Output: the range
+    of device capacities around it that miss the prices least."""
     total = fit.low
 
-    def miss(device: int) -> float:
+    def first_off(device: int) -> tuple[int, float]:
+        """(which way the device lies: 1 larger, -1 smaller, 0 none off; the total miss)."""
         cache = Cache(Hypothesis(fit.policy, fit.end, device, total - device))
-        off = 0.0
+        way, off = 0, 0.0
         for p, seen in zip(prompts, restored):
             cache.serve(p)
-            if seen is not None:
-                off += abs(cache.restored - seen)
-        return off
+            if seen is None:
+                continue
+            diff = cache.restored - seen
+            off += abs(diff)
+            if way == 0 and abs(diff) > 0.5:
+                way = 1 if diff > 0 else -1
+        return way, off
 
     lo, hi = max(1, guess - reach), min(total, guess + reach)
-    scores = {d: miss(d) for d in _coarse(lo, hi)}
-    best = min(scores, key=scores.get)
-    step = max(1, (hi - lo) // 16)
-    for d in range(max(lo, best - step), min(hi, best + step) + 1):
-        if d not in scores:
-            scores[d] = miss(d)
+    while hi - lo > 2:
+        mid = (lo + hi) // 2
+        way, _ = first_off(mid)
+        if way == 0:
+            lo = hi = mid
+        elif way > 0:
+            lo = mid
+        else:
+            hi = mid
+    scores = {d: first_off(d)[1] for d in range(max(1, lo - 2), min(total, hi + 2) + 1)}
     least = min(scores.values())
     near = [d for d, v in scores.items() if v <= least + 0.5]
     return min(near), max(near)
-
-
-def _coarse(lo: int, hi: int) -> list[int]:
-    step = max(1, (hi - lo) // 16)
-    return list(range(lo, hi + 1, step)) + [hi]

@@ -143,23 +143,26 @@ def prompts(records: list[Record], grain: Grain, salt: str) -> list[Prompt]:
                                                          max(0, n - head - max(0, shared)))]
         else:
             units.append((f"{salt}:size{r.index}", max(0, n - head)))
-        out.append(Prompt(tuple(u for u in units if u[1] > 0),
-                          cap=grain.blocks(r.prompt_tokens - 1),
-                          dead=answer_blocks(r, grain), answer=answer_key(r)))
+        units = tuple(u for u in units if u[1] > 0)
+        out.append(Prompt(units, cap=grain.blocks(r.prompt_tokens - 1),
+                          answer=answer_keys(r, grain, units[-1][0] if units else "")))
     return out
 
 
-def answer_key(r: Record) -> str:
-    """Which answer a request got (the model's name for its blocks): its text's digest."""
-    return hashlib.sha256(r.reply_excerpt.encode()).hexdigest()[:8] if r.reply_excerpt else ""
-
-
-def answer_blocks(r: Record, grain: Grain) -> int:
-    """The blocks a request's answer leaves after its prompt: its partial last block and the
-    tokens generated (`prompt mod B + generated`, whole blocks)."""
+def answer_keys(r: Record, grain: Grain, leaf: str) -> tuple[str, ...]:
+    """The blocks a request's answer leaves after its prompt (its partial last block and the
+    tokens generated, `(prompt mod B + generated) // B` whole blocks), each named by the prompt
+    (`leaf`) and the answer's words up to the block's end (a word is taken for a token)."""
     b = grain.block or 1
-    gen = r.completion_tokens or 0
-    return ((r.prompt_tokens or 0) % b + gen) // b
+    tail = (r.prompt_tokens or 0) % b
+    words = r.reply_excerpt.split()
+    n = (tail + (r.completion_tokens or 0)) // b
+    keys = []
+    for j in range(n):
+        upto = (j + 1) * b - tail
+        digest = hashlib.sha256(" ".join(words[:upto]).encode()).hexdigest()[:10]
+        keys.append(f"{leaf}#{upto}:{digest}")
+    return tuple(keys)
 
 
 def card_property(records: list[Record], grain: Grain) -> Property:

@@ -8,7 +8,7 @@ after the longest gap: at least that; lost after one: less than it).
 from __future__ import annotations
 
 from workloadlang.card import Property
-from workloadlang.probe.granularity import Grain, answer_blocks, answer_key
+from workloadlang.probe.granularity import Grain, answer_keys
 from workloadlang.probe.lab import Lab
 from workloadlang.probe.model import Prompt
 from workloadlang.results import Record
@@ -53,7 +53,7 @@ def same_prompt(records: list[Record], grain: Grain, key: str) -> list[Prompt]:
         units = ((("head", head),) if head else ()) + ((key, grain.blocks(r.prompt_tokens)
                                                          - head),)
         out.append(Prompt(units, cap=grain.blocks(r.prompt_tokens - 1),
-                          dead=answer_blocks(r, grain), answer=answer_key(r)))
+                          answer=answer_keys(r, grain, key)))
     return out
 
 

@@ -17,6 +17,7 @@ hypotheses over the same requests.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -61,6 +62,9 @@ class Seg:
     hits: int = 1
     arrival: int = 0
     pinned: bool = False
+    serial: int = 0  # its place in the cache's heaps
+    version: int = 0  # heap entries of an older version are stale
+    gone: bool = False  # no longer in the cache
 
     @property
     def size(self) -> int:
@@ -78,6 +82,9 @@ class Cache:
     now: int = 0
     arrivals: int = 0
     restored: int = 0  # blocks the last request's match restored from the host
+    heap: list = field(default_factory=list)  # (eviction key, version, serial, seg)
+    host_heap: list = field(default_factory=list)  # (arrival order, version, serial, seg)
+    serials: int = 0
 
     # ---------------------------------------------------------------- a request
 
@@ -94,11 +101,12 @@ class Cache:
             pos += blocks
         restored = self.restored  # what the match restored (the rest is placed again)
         self._fill(prompt.units, held)
-        if prompt.dead:
-            self._fill(((f"{prompt.units[-1][0]}#answer{prompt.answer}", prompt.dead),), held,
-                       pos)
+        if prompt.answer:
+            self._fill(tuple((key, 1) for key in prompt.answer), held, pos)
         for s in held:
             s.pinned = False
+            if not s.gone and not s.host:
+                self._push(s)
         self.restored = restored
         return min(matched, prompt.cap)
 
@@ -119,7 +127,8 @@ class Cache:
             rest = Seg(s.unit, at, s.end, s.pos, s.host, s.used, s.placed, s.hits, s.arrival,
                        s.pinned)
             s.end = at
-            self.segs[s.unit].append(rest)
+            self._add(rest)
+            self._push(s)
 
     def _take(self, s: Seg, held: list, upto: int | None = None) -> None:
         """A request uses segment `s` (up to block `upto`; restored first when it is on the
@@ -168,7 +177,7 @@ class Cache:
             if room <= 0:
                 return
             s = Seg(key, at, at + room, pos, used=self.now, placed=self.now, pinned=True)
-            self.segs.setdefault(key, []).append(s)
+            self._add(s)
             self.device_used += room
             held.append(s)
             at += room
@@ -190,21 +199,44 @@ class Cache:
         return max(0, min(want, free))
 
     def _victim(self) -> Seg | None:
-        best, best_key = None, None
-        for segs in self.segs.values():
-            for s in segs:
-                if s.host or s.pinned:
-                    continue
-                k = self._key(s)
-                if best_key is None or k < best_key:
-                    best, best_key = s, k
-        return best
+        """The unpinned device segment the hypothesis evicts next (stale heap entries, and
+        pinned segments, which are pushed again when released, are dropped on the way)."""
+        heap = self.heap
+        while heap:
+            _, version, _, s = heap[0]
+            if s.gone or s.host or s.pinned or s.version != version:
+                heapq.heappop(heap)
+                continue
+            return s
+        return None
+
+    def _add(self, s: Seg) -> None:
+        self.serials += 1
+        s.serial = self.serials
+        self.segs.setdefault(s.unit, []).append(s)
+        self._push(s)
+
+    def _push(self, s: Seg) -> None:
+        """A segment's key changed (or it is new): its entry in its tier's heap."""
+        s.version += 1
+        if s.host:
+            heapq.heappush(self.host_heap, ((s.arrival, self._within(s)), s.version, s.serial, s))
+        elif not s.pinned:
+            heapq.heappush(self.heap, (self._key(s), s.version, s.serial, s))
+
+    def _remove(self, s: Seg) -> None:
+        self.segs[s.unit].remove(s)
+        s.gone = True
+
+    def _within(self, s: Seg) -> int:
+        """Where a segment's first victim block lies in a request's order (the tail's first)."""
+        tail = self.hyp.end == "tail"
+        edge = s.pos + (s.end - 1 if tail else s.start)
+        return -edge if tail else edge
 
     def _key(self, s: Seg) -> tuple:
         """The eviction order of a segment's first victim block (smallest goes first)."""
-        tail = self.hyp.end == "tail"
-        edge = s.pos + (s.end - 1 if tail else s.start)
-        within = -edge if tail else edge
+        within = self._within(s)
         if self.hyp.policy == "fifo":
             return (s.placed, within)
         if self.hyp.policy == "lfu":
@@ -217,11 +249,13 @@ class Cache:
         tail = self.hyp.end == "tail"
         a, b = (s.end - k, s.end) if tail else (s.start, s.start + k)
         if k == s.size:
-            self.segs[s.unit].remove(s)
-        elif tail:
-            s.end -= k
+            self._remove(s)
         else:
-            s.start += k
+            if tail:
+                s.end -= k
+            else:
+                s.start += k
+            self._push(s)
         self.device_used -= k
         self._to_host(Seg(s.unit, a, b, s.pos, host=True, used=s.used, placed=s.placed,
                           hits=s.hits))
@@ -234,8 +268,7 @@ class Cache:
         self.arrivals += 1
         s.arrival = self.arrivals
         while self.host_used + s.size > self.hyp.host:
-            old = min((x for segs in self.segs.values() for x in segs if x.host),
-                      key=lambda x: x.arrival, default=None)
+            old = self._oldest_host()
             if old is None:
                 break
             self._drop_host(old, self.host_used + s.size - self.hyp.host)
@@ -246,19 +279,31 @@ class Cache:
             else:
                 s.start = s.end - max(0, room)
         if s.size > 0:
-            self.segs.setdefault(s.unit, []).append(s)
+            self._add(s)
             self.host_used += s.size
         self._forget(s.unit)
+
+    def _oldest_host(self) -> Seg | None:
+        heap = self.host_heap
+        while heap:
+            _, version, _, s = heap[0]
+            if s.gone or not s.host or s.version != version:
+                heapq.heappop(heap)
+                continue
+            return s
+        return None
 
     def _drop_host(self, s: Seg, need: int) -> None:
         """Drop up to `need` blocks of host segment `s`, first arrived first (its victim end)."""
         k = min(need, s.size)
         if k == s.size:
-            self.segs[s.unit].remove(s)
-        elif self.hyp.end == "tail":
-            s.end -= k
+            self._remove(s)
         else:
-            s.start += k
+            if self.hyp.end == "tail":
+                s.end -= k
+            else:
+                s.start += k
+            self._push(s)
         self.host_used -= k
         self._forget(s.unit)
 
