@@ -20,7 +20,7 @@ from workloadlang.probe.lab import Lab
 from workloadlang.results import Record
 
 PREFILL_S = 0.3  # the cut prompt's cold prefill, about
-CUT_SHARE = 0.25  # the cut, as a share of it
+CUT_SHARE = 0.2  # the cut, as a share of it
 RESEND = 0.6  # the share of the cut prompt sent again
 LATE = 0.6  # a cut this far into the prefill may have come after it (the client held up)
 MIN_CUT_S = 0.08
@@ -30,11 +30,15 @@ TEMPLATE_TAIL = 8  # tokens a prompt's end adds after its text (end of message, 
 
 
 def prompt_size(lab: Lab, grain: Grain) -> tuple[int, float]:
-    """The cut prompt's tokens and the cut's delay (see the module)."""
-    tps = grain.cold_tps or 1000.0
+    """The cut prompt's tokens (a cold prefill of about `PREFILL_S`, within the context limit)
+    and the cut's delay (see the module)."""
     limit = (lab.max_context or 1 << 20) - 64
-    tokens = int(min(max(512, PREFILL_S * tps), limit))
-    return tokens, max(MIN_CUT_S, CUT_SHARE * tokens / tps + grain.fixed_s)
+    lo, hi = 512, max(512, limit)
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if grain.prefill_s(mid) < PREFILL_S else (lo, mid)
+    tokens = min(hi, limit)
+    return tokens, max(MIN_CUT_S, CUT_SHARE * grain.prefill_s(tokens) + grain.fixed_s)
 
 
 async def measure(lab: Lab, grain: Grain, salt: str) -> Property:
@@ -71,7 +75,7 @@ def prefill_cut(first: list[Record], second: list[Record], grain: Grain, tokens:
     again = next((r for r in second if r.label == "after_prefill"), None)
     if sent is None or again is None or again.cached_tokens is None or again.error:
         return None
-    prefill_s = tokens / (grain.cold_tps or 1e12)
+    prefill_s = grain.prefill_s(tokens)
     if sent.error is None or prefill_s < 2 * cut:
         return {"verdict": "unknown", "summary": "unknown (the prompt's prefill is too short to "
                 f"be cut inside: {tokens:,} tokens, the engine's context limit, prefill in "

@@ -29,6 +29,7 @@ from workloadlang.probe.prices import Tiers, classify
 from workloadlang.results import Record
 
 MAX_CONTEXTS = 512
+SETTLE = 3  # reads that tell hypotheses apart, at most
 ANSWER = 16  # tokens of each greedy answer: compared cold, from the device, from the host
 GROWTH = 0.25  # each round fills this share more contexts
 ENDLESS = 1 << 40  # blocks: a model cache that never evicts
@@ -57,6 +58,7 @@ class Fill:
     records: list[Record] = field(default_factory=list)
     walk: list[Record] = field(default_factory=list)
     tag: dict[int, str] = field(default_factory=dict)  # id(record) -> the context it sent
+    sent: list[Record] = field(default_factory=list)  # every run's records, in send order
     runs: int = 0
     rounds: list[int] = field(default_factory=list)  # where each round starts in `sends`
     kept: list[tuple[str, int, str]] = field(default_factory=list)
@@ -105,8 +107,9 @@ async def measure(lab: Lab, grain: Grain, salt: str) -> Fill:
     fill.walk = await run(fill, lab, grain, params,
                           fill.context + len(walk) * (grain.block or 1))
     await asyncio.to_thread(analyse, fill, lab, grain)  # CPU: the event loop stays free
-    if len({f.end for f in fill.fits}) > 1 and len({f.policy for f in fill.fits}) == 1:
-        await settle_end(fill, lab, grain)
+    await settle(fill, lab, grain)
+    if fill.tiers.host and len({(f.policy, f.end) for f in fill.fits}) == 1:
+        await asyncio.to_thread(split_device, fill, lab, grain)
     return fill
 
 
@@ -214,7 +217,7 @@ def failed_order(fill: Fill, lab: Lab) -> str:
 
 def ledger_records(fill: Fill, lab: Lab) -> list[Record | None]:
     """The records beside `lab.ledger`: None before the capacity runs."""
-    sent = [r for r in fill.records + fill.walk if not r.skipped and r.prompt_tokens]
+    sent = [r for r in fill.sent if not r.skipped and r.prompt_tokens]
     return [None] * fill.first + sent
 
 
@@ -224,6 +227,7 @@ async def run(fill: Fill, lab: Lab, grain: Grain, params: dict, worst: int) -> l
     (`capacity#N/...`): the runs' plans name their requests alike."""
     fill.runs += 1
     records = await lab.run("capacity", params, fill.salt, worst_tokens=worst)
+    fill.sent += records
     for r in records:
         fill.tag[id(r)] = (params["sends"] if r.label == "send" else params["reads"])[r.index]
         r.id = f"capacity#{fill.runs}/{r.id}"
@@ -280,74 +284,120 @@ def analyse(fill: Fill, lab: Lab, grain: Grain) -> None:
 def split_tiers(fill: Fill, lab: Lab, grain: Grain, served: list, before: int) -> None:
     """The device's capacity at which the fitted order restores from the host what each read's
     price says it did (`fit.device_split`), and the total fitted again with it."""
+    split_device(fill, lab, grain)
+    fill.fits = fit_all(lab.ledger, served, fill.fits[0].low, blocks_of(fill.context, grain),
+                        fill.device_blocks, before) or fill.fits
+
+
+def split_device(fill: Fill, lab: Lab, grain: Grain) -> None:
+    """`fill.device_blocks` and its spread: the device capacities that give the reads' prices,
+    over the total's interval (at both its ends)."""
     b, reach = grain.block or 1, blocks_of(fill.context, grain)
+    head = blocks_of(grain.head, grain)  # shared by every prompt: never on the host
     restored: list[float | None] = [None] * fill.first
-    for r in fill.records + fill.walk:
+    for r in fill.sent:
         if r.skipped or not r.prompt_tokens:
             continue
         share = fill.tiers.restored.get(r.id) if r.hit else None
-        restored.append(None if share is None else share * (r.cached_tokens or 0) / b)
-    lo, hi = device_split(fill.fits[0], lab.ledger, restored, fill.device_blocks or 1,
-                          2 * reach)
-    fill.device_blocks, fill.device_spread = (lo + hi) // 2, (hi - lo + 1) // 2
-    fill.fits = fit_all(lab.ledger, served, fill.fits[0].low, reach, fill.device_blocks,
-                        before) or fill.fits
+        restored.append(None if share is None else
+                        share * ((r.cached_tokens or 0) // b - head))
+    fit = fill.fits[0]
+    spans = [device_split(fit, t, lab.ledger, restored, fill.device_blocks or 1, 2 * reach)
+             for t in sorted({fit.low, fit.high})]
+    lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+    # the prices place the split for a given total; a total known within an interval (the
+    # remnant of a context whose head went first cannot be read) leaves the split as unsure
+    fill.device_blocks = (lo + hi) // 2
+    fill.device_spread = max((hi - lo + 1) // 2, fit.high - fit.low)
 
 
-async def settle_end(fill: Fill, lab: Lab, grain: Grain) -> None:
-    """Both ends of a sequence explain the counts (the first victims went whole): fill one
-    context of half the size, which evicts part of the next victim, and read that one back: a
-    cache that evicts tails first serves its head, one that evicts heads first serves nothing.
-    Then fit again."""
-    by_end = {f.end: f for f in fill.fits}
-    nudge, half = f"h{fill.salt}", max(1, fill.filler // 2)
-    base = served_so_far(fill, grain)
-    probe = Prompt(((nudge, blocks_of(half + grain.overhead + 2, grain)),),
-                   cap=blocks_of(half + grain.overhead + 1, grain))
-    target = telling_read(fill, lab, grain, by_end, probe)
-    if target is None:
-        return
-    params = {"order": "given", "context_tokens": half, "sends": [nudge], "reads": [],
-              "kept": "0.5", "answer_tokens": ANSWER}
-    extra = await run(fill, lab, grain, params, half + grain.overhead + 8)
-    fill.records += extra
-    params.update(context_tokens=fill.filler, sends=[], reads=[target],
-                  kept=f"{kept_ratio(fill.context, grain):.6f}")
+async def settle(fill: Fill, lab: Lab, grain: Grain) -> None:
+    """While several hypotheses explain every count (orders, ends), read back a context they
+    disagree about, or, when none is, first fill one of half a context (which evicts part of
+    the next victim: a cache that evicts tails first then serves that one's head, one that
+    evicts heads first nothing), and fit again; at most `SETTLE` times."""
+    for _ in range(SETTLE):
+        if len({(f.policy, f.end) for f in fill.fits}) < 2:
+            return
+        models = [[model_of(f, t, fill, lab) for t in {f.low, f.high}] for f in fill.fits]
+        only_ends = len({f.policy for f in fill.fits}) == 1
+        target = None if only_ends else telling_read(fill, grain, models)
+        nudge = None
+        if target is None:  # only a partial eviction tells the ends apart
+            nudge = Prompt(((f"h{len(fill.tags)}{fill.salt}",
+                             blocks_of(fill.filler // 2 + grain.overhead + 2, grain)),), cap=0)
+            for group in models:
+                for m in group:
+                    m.serve(nudge)
+            target = telling_read(fill, grain, models)
+        if target is None:
+            return
+        await read_back(fill, lab, grain, target, nudge)
+
+
+async def read_back(fill: Fill, lab: Lab, grain: Grain, target: str,
+                    nudge: Prompt | None) -> None:
+    """Fill the half-size `nudge` context (when given), read `target` back, fit again."""
+    params = {"order": "given", "context_tokens": fill.filler, "sends": [], "reads": [target],
+              "kept": f"{kept_ratio(fill.context, grain):.6f}", "answer_tokens": ANSWER}
+    extra: list[Record] = []
+    if nudge is not None:
+        tag = nudge.units[0][0]
+        fill.tags.append(tag)
+        half = {**params, "context_tokens": max(1, fill.filler // 2), "sends": [tag],
+                "reads": [], "kept": "0.5"}
+        extra = await run(fill, lab, grain, half, fill.filler // 2 + grain.overhead + 8)
+        fill.records += extra
     back = await run(fill, lab, grain, params, fill.context + 8)
     fill.walk += back
-    served = base + [None if r.cached_tokens is None else r.cached_tokens // (grain.block or 1)
-                     for r in extra + back if not r.skipped and r.prompt_tokens]
+    served = served_so_far(fill, grain)
     before = sum({k: n for p in lab.ledger[:fill.first] for k, n in p.units}.values())
     fill.fits = await asyncio.to_thread(fit_all, lab.ledger, served, fill.guess,
                                         blocks_of(fill.context, grain), fill.device_blocks,
                                         before)
 
 
-def telling_read(fill: Fill, lab: Lab, grain: Grain, by_end: dict, probe: Prompt) -> str | None:
-    """The context the two ends' hypotheses serve differently after `probe`: the one tail-first
-    serves part of and head-first none of (None when there is none)."""
+def model_of(f: Fit, total: int, fill: Fill, lab: Lab) -> Cache:
+    """Fit `f`'s cache at `total` blocks, having served every request so far."""
+    device = total if fill.device_blocks is None else fill.device_blocks
+    cache = Cache(Hypothesis(f.policy, f.end, device, max(0, total - device)))
+    for p in lab.ledger:
+        cache.serve(p)
+    return cache
+
+
+def telling_read(fill: Fill, grain: Grain, models: list[list[Cache]]) -> str | None:
+    """The context whose read splits the hypotheses into the most groups that could not be
+    served alike whatever capacity each allows (over its models), or None when no read splits
+    them at all."""
     unit = blocks_of(fill.context, grain)
-    caches = {}
-    for end, f in by_end.items():
-        cache = Cache(Hypothesis(f.policy, end, f.low if fill.device_blocks is None
-                                 else fill.device_blocks,
-                                 0 if fill.device_blocks is None else f.low - fill.device_blocks))
-        for p in lab.ledger:
-            cache.serve(p)
-        cache.serve(probe)
-        caches[end] = cache
+    best, most = None, 1
     for tag in fill.tags:
-        tail, head = (sum(caches[e].where(tag, unit)) for e in ("tail", "head"))
-        if 0 < tail < unit and head == 0:
-            return tag
-    return None
+        outcomes = [{sum(m.where(tag, unit)) for m in group} for group in models]
+        groups = len(apart(outcomes))
+        if groups > most:
+            best, most = tag, groups
+    return best
+
+
+def apart(outcomes: list[set]) -> list[set]:
+    """The outcome sets merged where they overlap: what a read can tell apart."""
+    merged: list[set] = []
+    for o in outcomes:
+        o = set(o)
+        for m in [m for m in merged if m & o]:
+            merged.remove(m)
+            o |= m
+        merged.append(o)
+    return merged
 
 
 def served_so_far(fill: Fill, grain: Grain) -> list[int | None]:
+    """What the engine served each request of the ledger, in blocks (None before the capacity
+    runs, and where it did not say)."""
     b = grain.block or 1
     return [None] * fill.first + [None if r.cached_tokens is None else r.cached_tokens // b
-                                  for r in fill.records + fill.walk
-                                  if not r.skipped and r.prompt_tokens]
+                                  for r in fill.sent if not r.skipped and r.prompt_tokens]
 
 
 def dead_blocks(fill: Fill, grain: Grain) -> int:

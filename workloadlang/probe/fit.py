@@ -119,16 +119,14 @@ def hypothesis(policy: str, end: str, total: int, device: int | None) -> Hypothe
     return Hypothesis(policy, end, on_device, total - on_device)
 
 
-def device_split(fit: Fit, prompts: list[Prompt], restored: list[float | None], guess: int,
-                 reach: int) -> tuple[int, int]:
-    """The device's blocks for `fit` (its total at `fit.low`): the split between device and
+def device_split(fit: Fit, total: int, prompts: list[Prompt], restored: list[float | None],
+                 guess: int, reach: int) -> tuple[int, int]:
+    """The device's blocks for `fit` at a total of `total`: the split between device and
     host at which the hypothesis restores from the host what each read's price says it
     restored (`restored`: blocks per request, None where the price says nothing). The first
     read it gets wrong says which way the split lies (restoring more than the price says: the
     device is larger), so it is found by bisection within `reach` of `guess`. Output: the range
     of device capacities around it that miss the prices least."""
-    total = fit.low
-
     def first_off(device: int) -> tuple[int, float]:
         """(which way the device lies: 1 larger, -1 smaller, 0 none off; the total miss)."""
         cache = Cache(Hypothesis(fit.policy, fit.end, device, total - device))

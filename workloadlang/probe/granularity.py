@@ -24,10 +24,12 @@ from workloadlang.probe.lab import Lab
 from workloadlang.probe.model import Prompt
 from workloadlang.results import Record
 
-SIZES = (300, 313, 326, 339, 352, 365, 378, 391, 734, 1166, 1381)
+SIZES = (128, 141, 154, 167, 180, 193, 206, 219, 780, 1100)
 """Close sizes (their served blocks include two consecutive multiples of any block size from
-2 to 64 tokens, which have no common factor) and far ones (the same for blocks up to 512)."""
-SHARED, TAIL = 700, 50
+2 to 64 tokens, which have no common factor) and far ones (the same for blocks up to 512);
+small, so that what they leave in the cache is little (a cache that keeps what was hit twice
+keeps them)."""
+SHARED, TAIL = 300, 50
 
 
 @dataclass
@@ -46,11 +48,20 @@ class Grain:
     fixed_s: float = 0.0
     cold_tps: float | None = None
     server_time: bool = False
+    growth: tuple[float, float] = (0.0, 0.0)  # a cold prefill of n: b n + c n^2 seconds
     notes: list[str] = field(default_factory=list)
 
     def blocks(self, tokens: int) -> int:
         """Full blocks of `tokens` (the cached part of a prompt of that many)."""
         return tokens // (self.block or 1)
+
+    def prefill_s(self, tokens: int) -> float:
+        """A cold prefill of `tokens`, as the cold sizes measured it (attention makes late
+        tokens dearer: the fit holds a square term)."""
+        b, c = self.growth
+        if b <= 0 and c <= 0:
+            return tokens / (self.cold_tps or 1e12)
+        return b * tokens + max(0.0, c) * tokens * tokens
 
 
 async def measure(lab: Lab, salt: str) -> tuple[Grain, Property]:
@@ -105,12 +116,30 @@ def price(grain: Grain, cold: list[Record], again: list[Record]) -> None:
     grain.server_time = len(server) == len(cold) and bool(cold)
     if grain.server_time:
         grain.fixed_s = 0.0
-        grain.cold_tps = speed([(uncached(r), r.server_prefill_ms / 1000) for r in cold])
-        return
-    fixed = [r.ttft_s for r in again if r.ttft_s is not None]
-    grain.fixed_s = min(fixed) if fixed else 0.0
-    grain.cold_tps = speed([(uncached(r), r.ttft_s - grain.fixed_s) for r in cold
-                            if r.ttft_s is not None])
+        samples = [(uncached(r), r.server_prefill_ms / 1000) for r in cold]
+    else:
+        fixed = [r.ttft_s for r in again if r.ttft_s is not None]
+        grain.fixed_s = min(fixed) if fixed else 0.0
+        samples = [(uncached(r), r.ttft_s - grain.fixed_s) for r in cold
+                   if r.ttft_s is not None]
+    grain.cold_tps = speed(samples)
+    grain.growth = quadratic(samples)
+
+
+def quadratic(samples: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares of t = b n + c n^2 over the samples; (0, 0) without enough of them."""
+    good = [(float(n), t) for n, t in samples if n > 0 and t > 0]
+    if len(good) < 3:
+        return 0.0, 0.0
+    s2 = sum(n * n for n, _ in good)
+    s3 = sum(n ** 3 for n, _ in good)
+    s4 = sum(n ** 4 for n, _ in good)
+    t1 = sum(n * t for n, t in good)
+    t2 = sum(n * n * t for n, t in good)
+    det = s2 * s4 - s3 * s3
+    if det <= 0:
+        return 0.0, 0.0
+    return (t1 * s4 - t2 * s3) / det, (s2 * t2 - s3 * t1) / det
 
 
 def uncached(r: Record) -> int:

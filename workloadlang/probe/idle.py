@@ -13,7 +13,7 @@ from workloadlang.probe.lab import Lab
 from workloadlang.probe.model import Prompt
 from workloadlang.results import Record
 
-CONTEXT = 1024
+CONTEXT = 256
 EXPERIMENT = "idle"
 
 

@@ -261,7 +261,9 @@ class PrefixCache:
                 if not self._place(h, units):
                     if u is not None:
                         self._to_host(h, u)
-                    self._pins_out.update(x for x in hashes[i:] if x in ahead)
+                    rest = [x for x in hashes[i:] if x in ahead]
+                    self._pins_out.update(rest)
+                    self.order.released(rest, set())  # every pin ends in a release
                     break
                 self.counters.inserted += 1
             pinned.append(h)

@@ -119,21 +119,17 @@ class LfuOrder(LruOrder):
         self.hits.pop(h, None)
 
     def victim(self, pinned: Callable[[int], bool]) -> int | None:
-        held, found = [], None
-        while self.heap:
-            entry = heapq.heappop(self.heap)
-            hits, used, h = entry
-            if h not in self.blocks or self.used.get(h) != used or self.hits.get(h, 1) != hits:
-                continue  # stale: the block moved since
-            if pinned(h):
-                held.append(entry)
+        """The unpinned block with the fewest hits; a pinned one's entry is dropped on the way
+        (its release, which every pin ends in, gives it a new one)."""
+        heap = self.heap
+        while heap:
+            hits, used, h = heap[0]
+            if h not in self.blocks or self.used.get(h) != used or self.hits.get(h, 1) != hits \
+                    or pinned(h):
+                heapq.heappop(heap)  # stale (the block moved since) or held for now
                 continue
-            found = h
-            held.append(entry)  # it stays in the heap until it is forgotten
-            break
-        for entry in held:
-            heapq.heappush(self.heap, entry)
-        return found
+            return h  # it stays in the heap until it is forgotten
+        return None
 
 
 ORDERS = {"lru": LruOrder, "fifo": FifoOrder, "lfu": LfuOrder}

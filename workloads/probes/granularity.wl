@@ -9,8 +9,8 @@ workload granularity {
   doc "Cache granularity: prompts of chosen sizes sent twice, and two that share a prefix"
 
   params {
-    sizes: tokens list = [300, 313, 326, 339, 352, 365, 378, 391, 734, 1166, 1381] in 1.. doc "prompt sizes: each is sent cold, then again"
-    shared_tokens: tokens = 700 in 1.. doc "the prefix two prompts share before they differ"
+    sizes: tokens list = [128, 141, 154, 167, 180, 193, 206, 219, 780, 1100] in 1.. doc "prompt sizes: each is sent cold, then again"
+    shared_tokens: tokens = 300 in 1.. doc "the prefix two prompts share before they differ"
     tail_tokens: tokens = 50 in 1.. doc "what follows the shared prefix in each of the two"
   }
   text shared = filler $shared_tokens
