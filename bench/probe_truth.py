@@ -108,7 +108,8 @@ def check_capacities(cfg: SimConfig, card: Card, known, misses: list[Miss]) -> N
         if v is None:
             continue
         lo, hi = v.get("low", v["tokens"]), v.get("high", v["tokens"])
-        if not (lo - tol <= truth <= hi + tol and hi - lo <= max(tol, cfg.block_size)):
+        if not (abs(v["tokens"] - truth) <= tol and lo - tol <= truth <= hi + tol
+                and hi - lo <= 2 * tol + cfg.block_size):
             misses.append(Miss(name, f"{v['tokens']:,} ({lo:,}-{hi:,}) for {truth:,}"))
     v = known("shared_prefix")  # LRU keeps what is used every round, FIFO loses what came
     # first; under LFU it depends on how its hits compare with the others' (no rule to check)

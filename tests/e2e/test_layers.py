@@ -84,7 +84,8 @@ LOWER = ["workloadlang.ir", "workloadlang.diagnostics", "workloadlang.bounds",
          "workloadlang.report", "workloadlang.console", "workloadlang.enginelog",
          "workloadlang.redact", "workloadlang.stamps", "workloadlang.resources",
          "workloadlang.tracefile", "workloadlang.headline", "workloadlang.sweepresults",
-         "workloadlang.latency", "workloadlang.ratesearch"]
+         "workloadlang.latency", "workloadlang.ratesearch",
+         "workloadlang.card"]
 
 # the language stage: source -> checked IR, and what it defines for the stages above (selectors)
 LANGUAGE = ["workloadlang.ir", "workloadlang.irexpr", "workloadlang.diagnostics",
@@ -112,9 +113,14 @@ def under(name: str, prefixes: list[str]) -> bool:
      ["workloadlang.scale"]),
     (["workloadlang.scale"], ["workloadlang.cli", "workloadlang.gates", "workloadlang.report",
                               "workloadlang.compare", "workloadlang.console"]),
+    (LOWER + ["workloadlang.run", "workloadlang.wire", "workloadlang.api", "workloadlang.sim",
+              "workloadlang.scale"], ["workloadlang.probe"]),
+    (["workloadlang.probe"], ["workloadlang.cli", "workloadlang.run", "workloadlang.wire",
+                              "workloadlang.sim", "workloadlang.gates", "workloadlang.report",
+                              "workloadlang.compare", "workloadlang.console"]),
     (LANGUAGE, ["workloadlang.plan", "workloadlang.gates", "workloadlang.theory"]),
 ], ids=["stages below run", "results", "run", "wire", "below the sharded run", "sharded run",
-        "language below plan"])
+        "below the probe", "probe", "language below plan"])
 def test_no_stage_imports_one_above_it(rooms: list[str], never: list[str]) -> None:
     allowed = {"workloadlang", "workloadlang.results"} if rooms == ["workloadlang.results"] \
         else set()

@@ -181,6 +181,12 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     return report_command(ReportRequest(results=tuple(args.results), output=args.output))
 
 
+def cmd_probe(args: argparse.Namespace, extra: list[str]) -> int:
+    from workloadlang.cli.probe import probe_command
+
+    return probe_command(args, extra)
+
+
 def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:
     no_extra(extra)
     return serve_command(requests.serve_request(args))
@@ -232,6 +238,12 @@ def build_parser(params_help: str | None = None) -> argparse.ArgumentParser:
                      help="results files (wl run --output) of one workload; several overlay")
     rep.add_argument("-o", "--output", default="report.html",
                      help="the HTML file (default: %(default)s)")
+    pr = sub.add_parser("probe", help="an engine's cache card: capacity per tier, granularity, "
+                        "eviction order, restore speed, idle lifetime, abort retention, "
+                        "integrity (docs/probe.md)", allow_abbrev=False)
+    from workloadlang.cli.probe import add_probe_args
+
+    add_probe_args(pr)
     s = sub.add_parser("sim", help="the embedded simulator")
     ssub = s.add_subparsers(dest="sim_command", required=True)
     serve = ssub.add_parser("serve", help="serve the simulator on loopback")
@@ -244,7 +256,7 @@ def build_parser(params_help: str | None = None) -> argparse.ArgumentParser:
 
 
 COMMANDS = {"check": cmd_check, "plan": cmd_plan, "list": cmd_list, "run": cmd_run,
-            "compare": cmd_compare, "report": cmd_report, "sim": cmd_sim}
+            "compare": cmd_compare, "report": cmd_report, "probe": cmd_probe, "sim": cmd_sim}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

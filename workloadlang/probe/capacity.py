@@ -55,6 +55,7 @@ class Fill:
     stop_tag: str | None = None
     nominated: dict[str, set[str]] = field(default_factory=dict)
     walk_policy: str = "lru"
+    walk_end: str = "tail"  # the fitted end (which end of a read a restore brought back)
     records: list[Record] = field(default_factory=list)
     walk: list[Record] = field(default_factory=list)
     tag: dict[int, str] = field(default_factory=dict)  # id(record) -> the context it sent
@@ -292,16 +293,11 @@ def split_tiers(fill: Fill, lab: Lab, grain: Grain, served: list, before: int) -
 def split_device(fill: Fill, lab: Lab, grain: Grain) -> None:
     """`fill.device_blocks` and its spread: the device capacities that give the reads' prices,
     over the total's interval (at both its ends)."""
-    b, reach = grain.block or 1, blocks_of(fill.context, grain)
-    head = blocks_of(grain.head, grain)  # shared by every prompt: never on the host
-    restored: list[float | None] = [None] * fill.first
-    for r in fill.sent:
-        if r.skipped or not r.prompt_tokens:
-            continue
-        share = fill.tiers.restored.get(r.id) if r.hit else None
-        restored.append(None if share is None else
-                        share * ((r.cached_tokens or 0) // b - head))
+    reach = blocks_of(fill.context, grain)
+    restored = [None] * fill.first + [restored_blocks(fill, grain, r) for r in fill.sent
+                                      if not r.skipped and r.prompt_tokens]
     fit = fill.fits[0]
+    fill.walk_end = fit.end
     spans = [device_split(fit, t, lab.ledger, restored, fill.device_blocks or 1, 2 * reach)
              for t in sorted({fit.low, fit.high})]
     lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
@@ -309,6 +305,33 @@ def split_device(fill: Fill, lab: Lab, grain: Grain) -> None:
     # remnant of a context whose head went first cannot be read) leaves the split as unsure
     fill.device_blocks = (lo + hi) // 2
     fill.device_spread = max((hi - lo + 1) // 2, fit.high - fit.low)
+
+
+def restored_blocks(fill: Fill, grain: Grain, r: Record) -> float | None:
+    """The blocks a read restored from the host, by its price: its share of a whole context's
+    restore, or, when restoring costs what a recompute does (positions at the end of a prompt
+    dearer than at its start), the tokens whose recompute at the end of its cached part (its
+    start, when heads go first) costs what it took beyond a device read."""
+    share = fill.tiers.restored.get(r.id) if r.hit else None
+    if share is None:
+        return None
+    b, head = grain.block or 1, grain.blocks(grain.head)
+    cached = r.cached_tokens or 0
+    host, device = fill.tiers.host_s or 0.0, fill.tiers.device_s or 0.0
+    if host - device < 0.85 * (grain.prefill_s(cached) - grain.prefill_s(grain.head)):
+        return share * (cached // b - head)
+    spent, tail = share * (host - device), fill.walk_end == "tail"
+
+    def cost(k: int) -> float:
+        if tail:
+            return grain.prefill_s(cached) - grain.prefill_s(cached - k)
+        return grain.prefill_s(grain.head + k) - grain.prefill_s(grain.head)
+
+    lo, hi = 0, cached - grain.head
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if cost(mid) <= spent else (lo, mid)
+    return lo / b
 
 
 async def settle(fill: Fill, lab: Lab, grain: Grain) -> None:

@@ -35,6 +35,11 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
                "that; a larger --budget-tokens lets the probe fill more")
         low = {"more_than_tokens": sent}
         return unknown(why, fill, low), unknown("the device kept everything sent", fill)
+    fitted = bool(fill.fits) and len({f.policy for f in fill.fits}) == 1
+    if not fitted and not whole_contexts(fill, grain):
+        why = ("no LRU, FIFO or LFU cache explains every cached count, and reads came back in "
+               "part: what was read back cannot be summed into a capacity")
+        return unknown(why, fill), unknown(why, fill)
     total = total_interval(fill, b)
     if fill.device_blocks is None:
         host = Property(status="known", summary="none seen: every read served whole cost the "
@@ -48,6 +53,18 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
     return (capacity_prop("device", device, fill, grain, tiered=True),
             capacity_prop("host", (max(0, total[0] - device[1]), max(0, total[1] - device[0])),
                           fill, grain, tiered=True))
+
+
+def whole_contexts(fill: Fill, grain: Grain) -> bool:
+    """True when every read was served whole or nothing of its own (a cache that keeps and
+    drops whole prompts: its capacity is the contexts read back whole, within one)."""
+    b = grain.block or 1
+    for r in fill.records + fill.walk:
+        if r.skipped or r.cached_tokens is None or r.hit is not False:
+            continue
+        if r.cached_tokens > grain.head + b:
+            return False
+    return True
 
 
 def total_interval(fill: Fill, b: int) -> tuple[int, int]:

@@ -22,7 +22,6 @@ from workloadlang import api
 from workloadlang.card import Cost, Experiment
 from workloadlang.probe.model import Prompt
 from workloadlang.results import ListSink, Record
-from workloadlang.run.options import RunOptions
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ class Lab:
         if self.calibration is None:
             self.calibration = await api.calibrate(plan, self.engine, sink)
         t0 = self.clock()
-        results = await api.run_workload(plan, self.engine, sink, RunOptions(
+        results = await api.run_workload(plan, self.engine, sink, api.RunOptions(
             time_budget_s=left, calibration=self.calibration))
         self._account(name, plan, results, overrides, salt, self.clock() - t0)
         return list(results.records)

@@ -68,13 +68,41 @@ def report_command(request: ReportRequest) -> int:
     from workloadlang.results import ExitCode
 
     try:
-        runs = [load_results(p) for p in request.results]
-        out = write_report(runs, request.output, labels=[Path(p).stem for p in request.results])
+        if any(is_card(p) for p in request.results):
+            out = write_card(request.results, request.output)
+        else:
+            runs = [load_results(p) for p in request.results]
+            out = write_report(runs, request.output, labels=[Path(p).stem for p in request.results])
     except (OSError, ValidationError, ValueError, ReportError) as e:
         print(f"wl report: error: {first_line(e)}", file=sys.stderr)
         return ExitCode.USAGE
     print(f"report: {out} ({out.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
     return ExitCode.OK
+
+
+def is_card(path: str | Path) -> bool:
+    """True when `path` holds a cache card (`wl probe --output`): its `schema` says so."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return b'"workloadlang.card/' in head
+
+
+def write_card(paths: Sequence[str], out: str | Path) -> Path:
+    """The HTML page of one cache card (`wl report card.json`). Raises `ReportError` for
+    several files (a card is a page of its own; `wl probe --compare` compares two)."""
+    from workloadlang.card import read_card
+    from workloadlang.report.card import card_page
+    from workloadlang.report.render import ReportError
+
+    if len(paths) != 1:
+        raise ReportError("a cache card is a page of its own: give one (wl probe --compare A B "
+                          "tells what changed between two)")
+    page = Path(out)
+    page.write_text(card_page(read_card(paths[0])), encoding="utf-8")
+    return page
 
 
 def first_line(e: Exception) -> str:
