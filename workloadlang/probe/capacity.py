@@ -51,6 +51,7 @@ class Fill:
     sends: list[str] = field(default_factory=list)  # the first run's, in order
     reads: list[str] = field(default_factory=list)  # the walk's, in order
     hydrated: int = 0  # contexts filled
+    budget_bound: bool = False  # the token budget, not the probe's own limit, bounded them
     stopped: bool = False
     stop_tag: str | None = None
     nominated: dict[str, set[str]] = field(default_factory=dict)
@@ -137,6 +138,7 @@ def design(fill: Fill, lab: Lab, grain: Grain) -> list[str]:
         send(tag)
     for tag in (first[1], first[1], first[1], first[2], first[0]):
         send(tag)  # LRU's first victim: first[1]; FIFO's: first[0]; LFU's: first[2]
+    fill.budget_bound = limit < MAX_CONTEXTS
     while len(fill.tags) < limit:
         victims = next_victims(caches, fill)
         fill.rounds.append(len(sends))

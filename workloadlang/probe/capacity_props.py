@@ -32,7 +32,8 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
         sent = fill.hydrated * fill.context
         why = (f"every context was still served whole after {sent:,} tokens were filled "
                f"({fill.hydrated} contexts of {fill.context:,}): the cache keeps more than "
-               "that; a larger --budget-tokens lets the probe fill more")
+               "that" + ("; --budget-tokens stopped the probe there" if fill.budget_bound
+                         else ""))
         low = {"more_than_tokens": sent}
         return unknown(why, fill, low), unknown("the device kept everything sent", fill)
     fitted = bool(fill.fits) and len({f.policy for f in fill.fits}) == 1

@@ -133,6 +133,8 @@ async def step_capacity(lab: Lab, card: Card, state: dict, o: ProbeOptions) -> N
                            shared_prefix=readback.shared_prefix(fill),
                            integrity=await readback.integrity(fill, lab))
     expired(card, lab)
+    if not fill.stopped and fill.budget_bound:  # the budget ran out before the cache did
+        card.left_out.append("capacity")
 
 
 def expired(card: Card, lab: Lab) -> None:

@@ -1,0 +1,29 @@
+"""Ground truth for `wl probe`: simulator configurations drawn from a seed (block size, device
+capacity, eviction order and end, a host tier with its restore speed, an idle lifetime, what
+cut requests keep, restored contexts corrupted), the probe run against each, and every property
+of each card checked against the configuration (`bench.probe_truth`: capacities within one
+block, or one context where heads go first; restore speeds within 15 %; order, lifetime
+bracket, abort retention and integrity exactly; `unknown` on a decidable property is a miss).
+`python -m bench.probe_truth --configs 60` runs more of them (docs/probe.md)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench.probe_truth import check, describe, draw, run
+
+pytestmark = pytest.mark.alone  # its simulators run side by side and own the CPU meanwhile
+
+CONFIGS, SEED, PARALLEL = 20, 43, 5
+
+
+def test_every_property_of_every_drawn_configuration_is_right():
+    rng = random.Random(SEED)
+    configs = [draw(rng) for _ in range(CONFIGS)]
+    assert len({describe(c) for c in configs}) == CONFIGS
+    results = run(configs, PARALLEL)
+    misses = {describe(cfg): [f"{m.prop}: {m.why}" for m in check(cfg, card)]
+              for cfg, card, _ in results}
+    assert not {k: v for k, v in misses.items() if v}
