@@ -2,18 +2,21 @@
 against each, and every property of each card checked against the configuration.
 
 What is checked (docs/probe.md, "Ground truth"): the block size exactly; the device and host
-capacities within one block, or within one context where the device evicts a sequence's head
-first (what is left of a context then cannot be read); the host tier's restore speed and the
-cold prefill's speed within 15 %, a host tier that restores no faster than a recompute named as
-such; the eviction order and the end of a sequence that goes first; the idle lifetime's bracket;
-the shared prefix kept or lost as the order says; abort retention (a cut in the prefill, a cut
-in the decode) and integrity (identical, or the position a corrupted restore diverges at)
-exactly. A property reported `unknown` that the configuration makes decidable is a miss; the
-capacity (and what is read from the same reads: order, restore speed) is not decidable when an
-idle lifetime is shorter than filling the cache took.
+capacities within one block (an interval holding the truth and no wider than a block and one
+answer's blocks, which no read sees), or within one context where the device evicts a
+sequence's head first (what is left of a context then cannot be read); the host tier's restore
+speed and the cold prefill's speed within 15 %, a host tier that restores no faster than a
+recompute named as such; the eviction order and the end of a sequence that goes first; the idle
+lifetime's bracket; the shared prefix kept under LRU and lost under FIFO; abort retention (a
+cut in the prefill, a cut in the decode) and integrity (identical, or the position a corrupted
+restore diverges at) exactly. A property reported `unknown` that the configuration makes
+decidable is a miss; the capacity (and what is read from the same reads: order, restore speed)
+is not decidable when an idle lifetime is shorter than filling the cache took, nor what a cut
+kept when the lifetime is shorter than the time to its re-send.
 
 Usage: python -m bench.probe_truth [--configs 24] [--seed 43] [--parallel 4] [--json PATH]
-Output: a line per configuration and property missed, and the count right of every property.
+Output: a line per configuration and property missed, the count right of every property, and
+the machine it ran on.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from bench.harness import add_json_argument, describe_machine, machine, write_json
 from workloadlang import api
 from workloadlang.card import Card
 from workloadlang.probe import ProbeOptions, probe
@@ -34,6 +38,7 @@ from workloadlang.sim.timing import prefill_seconds
 
 GAPS = (0.3, 1.2)  # the idle gaps the probe tries: a lifetime between them is bracketed
 SPEED_TOLERANCE = 0.15
+ANSWER_TOKENS = 16  # each capacity request's answer (probe.capacity.ANSWER)
 
 
 def draw(rng: random.Random) -> SimConfig:
@@ -100,16 +105,22 @@ def capacity_time(card: Card) -> float:
 
 
 def check_capacities(cfg: SimConfig, card: Card, known, misses: list[Miss]) -> None:
+    """Within a block where tails go first: the card's interval holds the truth, and spans no
+    more than a block and the blocks of one answer (an answer's blocks follow its prompt, and
+    which of them a cache dropped no read can see); within a context where heads go first."""
     context = card.prop("device_capacity").value.get("context_tokens", 0)
-    tol = cfg.block_size if cfg.evict_first == "tail" else context
+    answer = ANSWER_TOKENS + 2 * cfg.block_size
     for name, truth in (("device_capacity", cfg.device_tokens),
                         ("host_capacity", cfg.host_tokens)):
         v = known(name)
         if v is None:
             continue
         lo, hi = v.get("low", v["tokens"]), v.get("high", v["tokens"])
-        if not (abs(v["tokens"] - truth) <= tol and lo - tol <= truth <= hi + tol
-                and hi - lo <= 2 * tol + cfg.block_size):
+        if cfg.evict_first == "tail":
+            ok = lo - cfg.block_size <= truth <= hi + cfg.block_size and hi - lo <= answer
+        else:
+            ok = abs(v["tokens"] - truth) <= context and lo - context <= truth <= hi + context
+        if not ok:
             misses.append(Miss(name, f"{v['tokens']:,} ({lo:,}-{hi:,}) for {truth:,}"))
     v = known("shared_prefix")  # LRU keeps what is used every round, FIFO loses what came
     # first; under LFU it depends on how its hits compare with the others' (no rule to check)
@@ -172,8 +183,9 @@ def check_abort(cfg: SimConfig, known, misses: list[Miss]) -> None:
             prefill != {"drop": "none", "keep": "partial"}[cfg.prefill_abort]:
         misses.append(Miss("abort_retention", f"prefill cut {prefill} for "
                                               f"{cfg.prefill_abort}"))
-    decode = (v.get("decode_cut") or {}).get("verdict")
-    if decode != {"keep": "all", "prompt": "prompt", "drop": "none"}[cfg.decode_abort]:
+    decode = (v.get("decode_cut") or {}).get("verdict")  # read back after a settle of 0.5 s
+    if not (cfg.idle_ttl_s and cfg.idle_ttl_s < 1.0) and \
+            decode != {"keep": "all", "prompt": "prompt", "drop": "none"}[cfg.decode_abort]:
         misses.append(Miss("abort_retention", f"decode cut {decode} for {cfg.decode_abort}"))
 
 
@@ -228,20 +240,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", type=int, default=24)
     ap.add_argument("--seed", type=int, default=43)
     ap.add_argument("--parallel", type=int, default=4)
+    add_json_argument(ap)
     args = ap.parse_args(argv)
+    started = machine()
     rng = random.Random(args.seed)
     configs = [draw(rng) for _ in range(args.configs)]
     t0 = time.monotonic()
     results = run(configs, args.parallel)
-    missed = 0
+    missed, rows = 0, []
     for cfg, card, secs in results:
         misses = check(cfg, card)
         missed += bool(misses)
+        rows.append({"config": describe(cfg), "seconds": secs,
+                     "misses": [f"{m.prop}: {m.why}" for m in misses]})
         print(f"{'ok  ' if not misses else 'MISS'} {secs:5.1f}s {describe(cfg)}")
         for m in misses:
             print(f"       {m.prop}: {m.why}")
     print(f"{len(results) - missed}/{len(results)} configurations right in every property, "
-          f"{time.monotonic() - t0:.0f} s")
+          f"{time.monotonic() - t0:.0f} s, on {describe_machine(started)}")
+    write_json(args.json, "probe_truth", args, rows, started)
     return 1 if missed else 0
 
 

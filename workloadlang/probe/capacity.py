@@ -320,8 +320,10 @@ def restored_blocks(fill: Fill, grain: Grain, r: Record) -> float | None:
     b, head = grain.block or 1, grain.blocks(grain.head)
     cached = r.cached_tokens or 0
     host, device = fill.tiers.host_s or 0.0, fill.tiers.device_s or 0.0
-    if host - device < 0.85 * (grain.prefill_s(cached) - grain.prefill_s(grain.head)):
-        return share * (cached // b - head)
+    recompute = grain.prefill_s(cached) - grain.prefill_s(grain.head)
+    whole = (r.prompt_tokens or 0) // b - head  # a whole context's blocks past the shared head
+    if share >= 1.0 or abs(host - device - recompute) > 0.15 * recompute:  # not a recompute
+        return share * whole
     spent, tail = share * (host - device), fill.walk_end == "tail"
 
     def cost(k: int) -> float:
@@ -343,6 +345,7 @@ async def settle(fill: Fill, lab: Lab, grain: Grain) -> None:
     evicts heads first nothing), and fit again; at most `SETTLE` times."""
     for _ in range(SETTLE):
         if len({(f.policy, f.end) for f in fill.fits}) < 2:
+            await narrow(fill, lab, grain)
             return
         models = [[model_of(f, t, fill, lab) for t in {f.low, f.high}] for f in fill.fits]
         only_ends = len({f.policy for f in fill.fits}) == 1
@@ -358,6 +361,21 @@ async def settle(fill: Fill, lab: Lab, grain: Grain) -> None:
         if target is None:
             return
         await read_back(fill, lab, grain, target, nudge)
+
+
+async def narrow(fill: Fill, lab: Lab, grain: Grain) -> None:
+    """One hypothesis whose capacities span more than a block where tails go first: read back
+    a context its two ends would serve differently, and fit again; at most `SETTLE` times."""
+    for _ in range(SETTLE):
+        if len(fill.fits) != 1 or fill.fits[0].end != "tail" or \
+                fill.fits[0].high - fill.fits[0].low < 1:
+            return
+        f = fill.fits[0]
+        target = telling_read(fill, grain, [[model_of(f, f.low, fill, lab)],
+                                            [model_of(f, f.high, fill, lab)]])
+        if target is None:
+            return
+        await read_back(fill, lab, grain, target, None)
 
 
 async def read_back(fill: Fill, lab: Lab, grain: Grain, target: str,

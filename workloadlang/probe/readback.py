@@ -15,6 +15,7 @@ from __future__ import annotations
 from workloadlang.card import Property
 from workloadlang.probe.capacity import Fill
 from workloadlang.probe.lab import Lab
+from workloadlang.probe.prices import place, time_of
 from workloadlang.results import Record
 
 EXPERIMENT = "capacity"
@@ -76,7 +77,7 @@ async def integrity(fill: Fill, lab: Lab) -> Property:
         if tag not in cold:
             cold[tag] = r
         elif r.hit:
-            tier = fill.tiers.tier.get(r.id, "device")
+            tier = tier_of(r, fill)
             (host if tier == "host" else device if tier == "device" else []).append(r)
     ids = [r.id for r in list(cold.values()) + device + host]
     if not device:
@@ -93,6 +94,15 @@ async def integrity(fill: Fill, lab: Lab) -> Property:
     return Property(status="known", summary=text, value=value, experiment=EXPERIMENT,
                     requests=ids, basis="every context's greedy answer (temperature 0, seed 0) "
                                         "cold, then each time it was served whole, by tier")
+
+
+def tier_of(r: Record, fill: Fill) -> str:
+    """A read's tier: as the capacity runs' prices placed it, or placed by them (a read made
+    after they were grouped)."""
+    if r.id in fill.tiers.tier:
+        return fill.tiers.tier[r.id]
+    t = time_of(r, fill.tiers.signal)
+    return "device" if t is None else place(t, fill.tiers)[0]
 
 
 async def worst(reads: list[Record], cold: dict[str, Record], fill: Fill, lab: Lab) -> dict:
