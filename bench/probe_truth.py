@@ -10,9 +10,9 @@ recompute named as such; the eviction order and the end of a sequence that goes 
 lifetime's bracket; the shared prefix kept under LRU and lost under FIFO; abort retention (a
 cut in the prefill, a cut in the decode) and integrity (identical, or the position a corrupted
 restore diverges at) exactly. A property reported `unknown` that the configuration makes
-decidable is a miss; the capacity (and what is read from the same reads: order, restore speed)
-is not decidable when an idle lifetime is shorter than filling the cache took, nor what a cut
-kept when the lifetime is shorter than the time to its re-send.
+decidable is a miss; the capacity (and what is read from the same reads: order, restore speed,
+integrity) is not decidable when an idle lifetime is shorter than filling the cache took, nor
+what a cut kept when the lifetime is shorter than the time to its re-send.
 
 Usage: python -m bench.probe_truth [--configs 24] [--seed 43] [--parallel 4] [--json PATH]
 Output: a line per configuration and property missed, the count right of every property, and
@@ -190,13 +190,15 @@ def check_abort(cfg: SimConfig, known, misses: list[Miss]) -> None:
 
 
 def check_integrity(cfg: SimConfig, known, misses: list[Miss], decidable: bool) -> None:
+    if not decidable:  # which tier a read came from is read from the same prices
+        return
     v = known("integrity")
     if v is None:
         return
     if not v["device"]["identical"]:
         misses.append(Miss("integrity", f"device {v['device']}"))
     corrupt = next((f for f in cfg.faults if f.name == "corrupt_restored"), None)
-    if not cfg.host_tokens or not decidable:
+    if not cfg.host_tokens:
         return
     host = v.get("host")
     want = None if corrupt is None else int(corrupt.value or 0)

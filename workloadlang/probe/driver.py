@@ -140,7 +140,8 @@ async def step_capacity(lab: Lab, card: Card, state: dict, o: ProbeOptions) -> N
 def expired(card: Card, lab: Lab) -> None:
     """When contexts are lost after less idle time than filling the cache took (more than the
     longest gap they survived), the reads may show that lifetime rather than a capacity or an
-    eviction order: those properties are unknown, saying so."""
+    eviction order, and which tier a read came from is not sure: the properties read from them
+    are unknown, saying so."""
     idle_prop = card.properties.get("idle_lifetime")
     if idle_prop is None or idle_prop.value.get("lost_within_s") is None:
         return
@@ -152,7 +153,7 @@ def expired(card: Card, lab: Lab) -> None:
            f"the cache took {took:.1f} s: what the reads show may be that lifetime, not a "
            "capacity or an eviction order")
     for name in ("device_capacity", "host_capacity", "eviction_order", "shared_prefix",
-                 "restore_speed"):
+                 "restore_speed", "integrity"):
         card.properties[name] = Property(status="unknown", reason=why, experiment="capacity")
 
 
