@@ -7,8 +7,8 @@ their tiers, the fitted capacities and eviction order) for the card's properties
 The first run fills contexts in rounds, each round a quarter more, and after each round reads
 back one context used in every round (the shared prefix) and, for each eviction order (LRU,
 FIFO, LFU), the context that order would evict first (as the probe's own model of the engine,
-without evictions, ranks them); it stops at the first read not served whole. Reads served whole move nothing out, so until that read the cache holds what
-was sent. Three contexts are touched first so that the three orders' first victims differ:
+without evictions, ranks them); it stops at the first read not served whole. Reads served
+whole move nothing out, so until that read the cache holds what was sent. Three contexts are touched first so that the three orders' first victims differ:
 which read fails tells the orders apart. The second run reads every context back in the order
 the fitting order would evict them, last victim first, again until the first one not served
 whole: what it reads whole is what the cache keeps, and the price of each read (device or host)

@@ -175,12 +175,11 @@ def speed_prop(s: Speeds, fill: Fill, kv_bytes: float | None, cached: int) -> Pr
             parts.append("the host tier restores no faster than a recompute")
     if kv_bytes and s.host:
         parts.append(f"host {value['host_gbps']:.2f} GB/s")
+    timer = "the engine's prefill time" if fill.tiers.signal == "server" else "the TTFT"
     return Property(status="known", summary="; ".join(parts), value=value,
-                    basis=f"contexts of {fill.context:,} tokens timed alone ("
-                          f"{'the engine' + chr(39) + 's prefill time' if fill.tiers.signal == 'server' else 'TTFT'}"
-                          "): each cold send, each read served whole by tier, over the time "
-                          "beyond the uncached last tokens", experiment=EXPERIMENT,
-                    requests=ids(fill))
+                    basis=f"contexts of {fill.context:,} tokens timed alone ({timer}): each "
+                          "cold send, each read served whole by tier, over the time beyond the "
+                          "uncached last tokens", experiment=EXPERIMENT, requests=ids(fill))
 
 
 def fmt_tps(tps: float | None) -> str:
