@@ -76,7 +76,11 @@ def prefill_cut(first: list[Record], second: list[Record], grain: Grain, tokens:
     if sent is None or again is None or again.cached_tokens is None or again.error:
         return None
     prefill_s = grain.prefill_s(tokens)
-    if sent.error is None or prefill_s < 2 * cut:
+    if sent.error is None:
+        return {"verdict": "unknown", "summary": "unknown (the prompt was answered before the "
+                f"cut at {cut * 1000:.0f} ms: its prefill went faster than the probe measured "
+                f"it, {prefill_s * 1000:.0f} ms)", "kept_tokens": None}
+    if prefill_s < 2 * cut:
         return {"verdict": "unknown", "summary": "unknown (the prompt's prefill is too short to "
                 f"be cut inside: {tokens:,} tokens, the engine's context limit, prefill in "
                 f"{prefill_s * 1000:.0f} ms)", "kept_tokens": None}

@@ -13,7 +13,7 @@ from typing import Any
 from workloadlang.card import Property
 from workloadlang.probe.capacity import Fill
 from workloadlang.probe.granularity import Grain
-from workloadlang.probe.prices import Speeds, speeds
+from workloadlang.probe.prices import MIN_GAP_S, SEPARATION, Speeds, speeds
 
 EXPERIMENT = "capacity"
 
@@ -44,10 +44,13 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
     total = total_interval(fill, b)
     if fill.device_blocks is None:
         host = Property(status="known", summary="none seen: every read served whole cost the "
-                        "same (a tier that restores as fast as the device would look the same)",
+                        "same (a tier that restores as fast as the device would look the same: "
+                        "the device capacity is then what both keep)",
                         value={"tokens": 0, "seen": False}, experiment=EXPERIMENT,
                         requests=ids(fill), basis="the price of every read served whole")
-        return capacity_prop("device", total, fill, grain), host
+        device = capacity_prop("device", total, fill, grain)
+        device.summary += " (in all tiers: no slower one seen by price)"
+        return device, host
     dev = fill.device_blocks * b
     spread = fill.device_spread * b
     device = (max(0, dev - spread), dev + spread)
@@ -59,13 +62,20 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
 def whole_contexts(fill: Fill, grain: Grain) -> bool:
     """True when every read was served whole or nothing of its own (a cache that keeps and
     drops whole prompts: its capacity is the contexts read back whole, within one)."""
-    b = grain.block or 1
     for r in fill.records + fill.walk:
         if r.skipped or r.cached_tokens is None or r.hit is not False:
             continue
-        if r.cached_tokens > grain.head + b:
+        if not nothing_own(r, grain):
             return False
     return True
+
+
+def nothing_own(r, grain: Grain) -> bool:
+    """True when a request was served nothing of its own: what every prompt shares (the
+    template's start), a block, or the first few tokens of its tag (a token cache that matches
+    the longest common prefix with another context serves those)."""
+    prompt = r.prompt_tokens or r.planned_prompt_tokens
+    return (r.cached_tokens or 0) <= grain.head + max(grain.block or 1, prompt // 50)
 
 
 def total_interval(fill: Fill, b: int) -> tuple[int, int]:
@@ -101,8 +111,9 @@ def curve(fill: Fill) -> list[dict[str, Any]]:
     """The retained curve: for each context the walk read, newest use first, the tokens
     filled up to it and the tokens kept of them, and the tier it was read from."""
     out, filled, kept = [], 0, 0
+    sizes = {fill.tag[id(r)]: r.prompt_tokens for r in fill.sent if r.prompt_tokens}
     for tag, cached, tier in fill.kept:
-        filled += fill.context
+        filled += sizes.get(tag) or fill.context
         kept += cached
         out.append({"filled": filled, "kept": kept, "tier": tier})
     return out
@@ -145,8 +156,10 @@ def eviction_order(fill: Fill, grain: Grain) -> Property:
 
 def restore_speed(fill: Fill, grain: Grain, kv_bytes: float | None) -> Property:
     """Tokens per second of a context's cached part: cold, from the device, from the host."""
-    cold = [r for r in fill.records if r.cached_tokens is not None
-            and r.cached_tokens <= grain.head + (grain.block or 1) and r.label == "send"]
+    size = statistics.median(r.prompt_tokens for r in fill.records if r.prompt_tokens) \
+        if any(r.prompt_tokens for r in fill.records) else 0
+    cold = [r for r in fill.records if r.cached_tokens is not None and r.label == "send"
+            and nothing_own(r, grain) and abs((r.prompt_tokens or 0) - size) <= 2]
     whole = [r for r in fill.walk + fill.records if r.hit]
     if not whole or not cold:
         return unknown("no context was both filled and read back whole", fill)
@@ -161,9 +174,12 @@ def speed_prop(s: Speeds, fill: Fill, kv_bytes: float | None, cached: int) -> Pr
     value: dict[str, Any] = {"cold_tps": s.cold, "device_tps": s.device,
                              "device_bound": s.device_bound, "host_tps": s.host,
                              "tokens": cached, "signal": fill.tiers.signal}
+    if s.host is None and fill.tiers.device_s is not None:  # a restore faster would not show
+        floor = max(MIN_GAP_S, SEPARATION * fill.tiers.spread_s)
+        value["host_unseen_over_tps"] = cached / floor
     if kv_bytes:
-        for k in ("cold", "device", "host"):
-            tps = value[f"{k}_tps"]
+        for k in ("cold", "device", "host", "host_unseen_over"):
+            tps = value.get(f"{k}_tps")
             value[f"{k}_gbps"] = None if tps is None else tps * kv_bytes / 1e9
     value["host_faster_than_recompute"] = (None if s.host is None or s.cold is None
                                            else s.host > 1.1 * s.cold)
@@ -173,6 +189,9 @@ def speed_prop(s: Speeds, fill: Fill, kv_bytes: float | None, cached: int) -> Pr
         parts.append(f"host {fmt_tps(s.host)}")
         if not value["host_faster_than_recompute"]:
             parts.append("the host tier restores no faster than a recompute")
+    elif "host_unseen_over_tps" in value:
+        parts.append(f"no host tier seen (a restore over "
+                     f"{fmt_tps(value['host_unseen_over_tps'])} would not show)")
     if kv_bytes and s.host:
         parts.append(f"host {value['host_gbps']:.2f} GB/s")
     timer = "the engine's prefill time" if fill.tiers.signal == "server" else "the TTFT"

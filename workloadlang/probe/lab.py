@@ -70,6 +70,7 @@ class Lab:
     calibration: Any = None
     started: float = 0.0
     current: str = ""
+    running: list[int] = field(default_factory=lambda: [0, 0])
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -114,6 +115,7 @@ class Lab:
         plan = api.make_plan(api.parse_checked(source), source, overrides, salt=salt,
                              env={"max_context": self.max_context})
         sink = ProgressSink(self._tick)
+        self.running = [0, 0]  # this run's requests and prefilled tokens so far
         if self.calibration is None:
             self.calibration = await api.calibrate(plan, self.engine, sink)
         t0 = self.clock()
@@ -137,8 +139,12 @@ class Lab:
             exit_code=int(results.exit_code), note=results.incomplete))
 
     def _tick(self, rec: Record) -> None:
-        self.progress({"experiment": self.current, "requests": self.cost.requests + 1,
-                       "prefilled": self.cost.prefilled_tokens,
+        if not rec.skipped:
+            self.running[0] += 1
+            self.running[1] += prefilled_by(rec)
+        self.progress({"experiment": self.current,
+                       "requests": self.cost.requests + self.running[0],
+                       "prefilled": self.cost.prefilled_tokens + self.running[1],
                        "elapsed_s": self.clock() - self.started, "record": rec.id})
 
 

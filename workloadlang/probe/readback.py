@@ -110,9 +110,11 @@ async def worst(reads: list[Record], cold: dict[str, Record], fill: Fill, lab: L
     divergence among them."""
     found: dict | None = None
     for r in reads:
-        c = await compare(cold[fill.tag[id(r)]], r, lab)
+        first = cold[fill.tag[id(r)]]
+        c = await compare(first, r, lab)
         if not c["identical"] and (found is None or c["diverges_at"] < found["diverges_at"]):
-            found = {**c, "request": r.id}
+            found = {**c, "request": r.id, "cold_request": first.id,
+                     "cold_answer": first.reply_excerpt, "answer": r.reply_excerpt}
     return found or {"identical": True, "diverges_at": None}
 
 
