@@ -13,7 +13,7 @@ from typing import Any
 from workloadlang.card import Property
 from workloadlang.probe.capacity import Fill
 from workloadlang.probe.granularity import Grain
-from workloadlang.probe.prices import MIN_GAP_S, SEPARATION, Speeds, speeds
+from workloadlang.probe.prices import Speeds, floor_of, speeds
 
 EXPERIMENT = "capacity"
 
@@ -175,8 +175,7 @@ def speed_prop(s: Speeds, fill: Fill, kv_bytes: float | None, cached: int) -> Pr
                              "device_bound": s.device_bound, "host_tps": s.host,
                              "tokens": cached, "signal": fill.tiers.signal}
     if s.host is None and fill.tiers.device_s is not None:  # a restore faster would not show
-        floor = max(MIN_GAP_S, SEPARATION * fill.tiers.spread_s)
-        value["host_unseen_over_tps"] = cached / floor
+        value["host_unseen_over_tps"] = cached / floor_of(fill.tiers)
     if kv_bytes:
         for k in ("cold", "device", "host", "host_unseen_over"):
             tps = value.get(f"{k}_tps")

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 from workloadlang.results import Record
 
-MIN_GAP_S = 0.0005  # below this, two times are the same price (the timing's own resolution)
+MIN_GAP_S = {"server": 0.00001, "ttft": 0.0005}
+"""Below this, two times are the same price: the resolution of the engine's own prefill time
+(milliseconds with decimals), and of a TTFT (the client's wake-ups, the network)."""
 SEPARATION = 4.0  # the gap between the groups, in spreads of the faster one
 
 
@@ -93,24 +95,25 @@ def split(times: dict[str, float], signal: str, one: bool = False) -> Tiers:
     if gaps and not one:
         gap, i = max(gaps)
         spread = mad(ordered[: i + 1])
-        if gap > max(MIN_GAP_S, SEPARATION * spread, 0.1 * statistics.median(ordered[: i + 1])):
+        if gap > max(MIN_GAP_S[signal], SEPARATION * spread,
+                     0.1 * statistics.median(ordered[: i + 1])):
             low = ordered[: i + 1]
     device = statistics.median(low)
     spread = mad(low)
     tiers = Tiers(signal=signal, device_s=device, spread_s=spread)
     slow = [t for t in ordered if t > low[-1]]
     if slow:
-        tiers.host_s = statistics.median(top_group(slow, spread))
+        tiers.host_s = statistics.median(top_group(slow, spread, MIN_GAP_S[signal]))
     for rid, t in times.items():
         tiers.tier[rid], tiers.restored[rid] = place(t, tiers)
     return tiers
 
 
-def top_group(slow: list[float], spread: float) -> list[float]:
+def top_group(slow: list[float], spread: float, floor: float) -> list[float]:
     """The slowest reads that cost about the same: whole contexts from the host, without the
     reads split between the tiers below them."""
     top = slow[-1]
-    return [t for t in slow if top - t <= max(MIN_GAP_S, SEPARATION * spread, 0.1 * top)]
+    return [t for t in slow if top - t <= max(floor, SEPARATION * spread, 0.1 * top)]
 
 
 def place(t: float, tiers: Tiers) -> tuple[str, float]:
@@ -119,12 +122,17 @@ def place(t: float, tiers: Tiers) -> tuple[str, float]:
         return "device", 0.0
     share = (t - tiers.device_s) / max(1e-9, tiers.host_s - tiers.device_s)
     share = min(1.0, max(0.0, share))
-    noise = max(MIN_GAP_S, SEPARATION * tiers.spread_s)
+    noise = floor_of(tiers)
     if t - tiers.device_s <= noise:
         return "device", 0.0
     if tiers.host_s - t <= max(noise, 0.1 * tiers.host_s):
         return "host", 1.0
     return "split", share
+
+
+def floor_of(tiers: Tiers) -> float:
+    """The least difference of time the tiers' signal tells from noise."""
+    return max(MIN_GAP_S[tiers.signal], SEPARATION * tiers.spread_s)
 
 
 def mad(xs: list[float]) -> float:
@@ -157,7 +165,7 @@ def speeds(tiers: Tiers, cold: list[Record], cached: int, tail_s: float) -> Spee
     if cold_times:
         out.cold = rate(cached, statistics.median(cold_times) - tail_s)
     if tiers.device_s is not None:
-        floor = max(MIN_GAP_S, SEPARATION * tiers.spread_s)
+        floor = floor_of(tiers)
         spent = tiers.device_s - tail_s
         out.device_bound = spent <= floor
         out.device = rate(cached, max(spent, floor))
