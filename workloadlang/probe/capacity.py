@@ -257,7 +257,8 @@ def prompts(fill: Fill, records: list[Record], grain: Grain) -> list[Prompt]:
 def analyse(fill: Fill, lab: Lab, grain: Grain) -> None:
     """What the walk kept and at what price, the device's share, and the fitted hypotheses."""
     fill.tiers = classify([r for r in fill.walk if r.hit is True],
-                          [r for r in fill.records if r.hit is True])
+                          [r for r in fill.records if r.hit is True],
+                          lambda r: beyond_cached(r, grain), grain.fixed_s)
     for r in fill.walk:
         if r.skipped:
             break
@@ -441,6 +442,12 @@ def served_so_far(fill: Fill, grain: Grain) -> list[int | None]:
     b = grain.block or 1
     return [None] * fill.first + [None if r.cached_tokens is None else r.cached_tokens // b
                                   for r in fill.sent if not r.skipped and r.prompt_tokens]
+
+
+def beyond_cached(r: Record, grain: Grain) -> float:
+    """What a request's uncached last tokens cost, at the cold prefill's price."""
+    prompt = r.prompt_tokens or r.planned_prompt_tokens
+    return grain.prefill_s(prompt) - grain.prefill_s(min(prompt, r.cached_tokens or 0))
 
 
 def dead_blocks(fill: Fill, grain: Grain) -> int:

@@ -164,8 +164,7 @@ def restore_speed(fill: Fill, grain: Grain, kv_bytes: float | None) -> Property:
     if not whole or not cold:
         return unknown("no context was both filled and read back whole", fill)
     cached = int(statistics.median(r.cached_tokens or 0 for r in whole))
-    tail = statistics.median((r.prompt_tokens or 0) - (r.cached_tokens or 0) for r in whole)
-    tail_s = grain.fixed_s + tail / (grain.cold_tps or 1e12)
+    tail_s = statistics.median(fill.tiers.tail(r) for r in whole)
     s = speeds(fill.tiers, cold, cached, tail_s)
     return speed_prop(s, fill, kv_bytes, cached)
 

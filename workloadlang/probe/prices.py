@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Callable
 
 from workloadlang.results import Record
 
@@ -33,6 +34,8 @@ class Tiers:
     `restored`: per read id the share of its cached tokens that came from the host."""
 
     signal: str = "ttft"
+    tail: Callable[[Record], float] = lambda r: 0.0  # a read's cost beyond its cached part
+    fixed: float = 0.0  # what any request costs besides its prefill (in a TTFT only)
     device_s: float | None = None
     host_s: float | None = None
     spread_s: float = 0.0
@@ -43,6 +46,14 @@ class Tiers:
     def host(self) -> bool:
         return self.host_s is not None
 
+    def time(self, r: Record) -> float | None:
+        """What read `r` took for its cached part: its time by the signal, less what its
+        uncached last tokens cost (reads of one size differ by a few of those)."""
+        t = time_of(r, self.signal)
+        if t is None:
+            return None
+        return t - self.tail(r) - (self.fixed if self.signal == "ttft" else 0.0)
+
 
 def time_of(r: Record, signal: str) -> float | None:
     if signal == "server":
@@ -50,26 +61,29 @@ def time_of(r: Record, signal: str) -> float | None:
     return r.ttft_s
 
 
-def classify(walk: list[Record], others: list[Record] = ()) -> Tiers:
+def classify(walk: list[Record], others: list[Record] = (),
+             tail: Callable[[Record], float] = lambda r: 0.0, fixed: float = 0.0) -> Tiers:
     """Which tier served each read (see the module). `walk`: reads served whole in the order
     of a walk from the last victim to the first, so a slower tier's reads come after every
     device read: two groups count only when they fall that way (a lone slow read among fast
     ones is noise, not a tier). By the engine's prefill time when it shows two such groups,
-    else by the TTFT; `others` are placed in the groups found."""
-    best = Tiers()
+    else by the TTFT; `others` are placed in the groups found. `tail`: a read's cost beyond
+    its cached part, and `fixed`: a request's cost besides its prefill, taken off its time."""
+    best = Tiers(tail=tail, fixed=fixed)
     for signal in ("server", "ttft"):
-        times = {r.id: time_of(r, signal) for r in walk}
+        probe = Tiers(signal=signal, tail=tail, fixed=fixed)
+        times = {r.id: probe.time(r) for r in walk}
         if not times or any(t is None for t in times.values()):
             continue
-        tiers = split(times, signal)  # type: ignore[arg-type]
+        tiers = split(times, probe)  # type: ignore[arg-type]
         if tiers.host and not in_order(walk, tiers):
-            tiers = split(times, signal, one=True)  # type: ignore[arg-type]
+            tiers = split(times, probe, one=True)  # type: ignore[arg-type]
         if tiers.host or best.device_s is None:
             best = tiers
         if tiers.host:
             break
     for r in others:
-        t = time_of(r, best.signal)
+        t = best.time(r)
         if t is not None and r.id not in best.tier:
             best.tier[r.id], best.restored[r.id] = place(t, best)
     return best
@@ -86,9 +100,10 @@ def in_order(walk: list[Record], tiers: Tiers) -> bool:
     return True
 
 
-def split(times: dict[str, float], signal: str, one: bool = False) -> Tiers:
-    """Two price groups in `times`, when there are two (see the module); `one`: take them as
-    one group."""
+def split(times: dict[str, float], like: Tiers, one: bool = False) -> Tiers:
+    """Two price groups in `times` (measured as `like` measures), when there are two (see the
+    module); `one`: take them as one group."""
+    signal = like.signal
     ordered = sorted(times.values())
     gaps = [(b - a, i) for i, (a, b) in enumerate(zip(ordered, ordered[1:]))]
     low = ordered
@@ -100,7 +115,8 @@ def split(times: dict[str, float], signal: str, one: bool = False) -> Tiers:
             low = ordered[: i + 1]
     device = statistics.median(low)
     spread = mad(low)
-    tiers = Tiers(signal=signal, device_s=device, spread_s=spread)
+    tiers = Tiers(signal=signal, tail=like.tail, fixed=like.fixed, device_s=device,
+                  spread_s=spread)
     slow = [t for t in ordered if t > low[-1]]
     if slow:
         tiers.host_s = statistics.median(top_group(slow, spread, MIN_GAP_S[signal]))
@@ -157,20 +173,20 @@ class Speeds:
 
 def speeds(tiers: Tiers, cold: list[Record], cached: int, tail_s: float) -> Speeds:
     """The speeds (see `Speeds`) for a context whose cached part is `cached` tokens, each over
-    its time beyond `tail_s` (what every read of it costs besides its cached part: the fixed
-    cost and the uncached last tokens)."""
+    its time beyond what its uncached last tokens cost (`Tiers.time`; for a cold send,
+    `tail_s`: what those tokens cost a read that is served the rest)."""
     out = Speeds()
-    cold_times = [time_of(r, tiers.signal) for r in cold]
-    cold_times = [t for t in cold_times if t is not None]
+    fixed = tiers.fixed if tiers.signal == "ttft" else 0.0
+    cold_times = [t - fixed - tail_s for t in (time_of(r, tiers.signal) for r in cold)
+                  if t is not None]
     if cold_times:
-        out.cold = rate(cached, statistics.median(cold_times) - tail_s)
+        out.cold = rate(cached, statistics.median(cold_times))
     if tiers.device_s is not None:
         floor = floor_of(tiers)
-        spent = tiers.device_s - tail_s
-        out.device_bound = spent <= floor
-        out.device = rate(cached, max(spent, floor))
+        out.device_bound = tiers.device_s <= floor
+        out.device = rate(cached, max(tiers.device_s, floor))
     if tiers.host_s is not None:
-        out.host = rate(cached, tiers.host_s - tail_s)
+        out.host = rate(cached, tiers.host_s)
     return out
 
 

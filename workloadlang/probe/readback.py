@@ -15,7 +15,7 @@ from __future__ import annotations
 from workloadlang.card import Property
 from workloadlang.probe.capacity import Fill
 from workloadlang.probe.lab import Lab
-from workloadlang.probe.prices import place, time_of
+from workloadlang.probe.prices import place
 from workloadlang.results import Record
 
 EXPERIMENT = "capacity"
@@ -101,7 +101,7 @@ def tier_of(r: Record, fill: Fill) -> str:
     after they were grouped)."""
     if r.id in fill.tiers.tier:
         return fill.tiers.tier[r.id]
-    t = time_of(r, fill.tiers.signal)
+    t = fill.tiers.time(r)
     return "device" if t is None else place(t, fill.tiers)[0]
 
 
