@@ -11,8 +11,9 @@ lifetime's bracket; the shared prefix kept under LRU and lost under FIFO; abort 
 cut in the prefill, a cut in the decode) and integrity (identical, or the position a corrupted
 restore diverges at) exactly. A property reported `unknown` that the configuration makes
 decidable is a miss; the capacity (and what is read from the same reads: order, restore speed,
-integrity) is not decidable when an idle lifetime is shorter than filling the cache took, nor
-what a cut kept when the lifetime is shorter than the time to its re-send.
+integrity) is not decidable when the longest idle gap a lifetime outlasts is shorter than
+filling the cache took, nor what a cut kept when the lifetime is shorter than the time to its
+re-send.
 
 Usage: python -m bench.probe_truth [--configs 24] [--seed 43] [--parallel 4] [--json PATH]
 Output: a line per configuration and property missed, the count right of every property, and
@@ -89,7 +90,10 @@ def check(cfg: SimConfig, card: Card) -> list[Miss]:
     g = known("granularity")
     if g is not None and g["block_tokens"] != cfg.block_size:
         misses.append(Miss("granularity", f"block {g['block_tokens']} != {cfg.block_size}"))
-    capacity_decidable = not cfg.idle_ttl_s or cfg.idle_ttl_s > capacity_time(card)
+    # with an idle lifetime, the capacity is decided only when a gap the lifetime outlasts
+    # is longer than filling the cache took (else no probe can tell expiry from eviction)
+    outlasted = max((g for g in GAPS if g < cfg.idle_ttl_s), default=0.0)
+    capacity_decidable = not cfg.idle_ttl_s or outlasted > capacity_time(card)
     if capacity_decidable:
         check_capacities(cfg, card, known, misses)
         check_order(cfg, known, misses)
