@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 from workloadlang.card import read_card
 
 pytestmark = pytest.mark.alone  # the probe reads timings: nothing else of the suite in flight
@@ -21,7 +21,7 @@ SMALL = ["--sim", "--sim-max-model-len", "8192", "--sim-device-tokens", "12288",
 
 def probe(capsys, *args: str) -> tuple[int, str, str]:
     try:
-        code = cli.main(["probe", *args])
+        code = wl_main(["probe", *args])
     except SystemExit as e:  # argparse's own refusal of a flag's value
         code = int(e.code or 0)
     out = capsys.readouterr()

@@ -10,7 +10,7 @@ import pytest
 from workloadlang.probe.capacity_props import naive_bisection
 from workloadlang.probe.fit import fit_all
 from workloadlang.probe.granularity import block_size, quadratic
-from workloadlang.probe.model import Prompt
+from workloadlang.probe.hypotheses import Prompt
 from workloadlang.probe.prices import classify
 from workloadlang.results import Record
 from workloadlang.sim.cache import PrefixCache

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from workloadlang import cli
+from workloadlang.cli.main import main as wl_main
 from workloadlang.card import Card, CardFileError, Cost, Experiment, Property, read_card
-from workloadlang.card.render import render_card, render_compare
-from workloadlang.report.card import card_page
+from workloadlang.card.cardtext import render_card, render_compare
+from workloadlang.report.cardpage import card_page
 
 
 def card(device: int = 262144, host_tps: float = 50e3, policy: str = "lru") -> Card:
@@ -75,10 +75,10 @@ def test_wl_probe_compare_reads_two_files_and_refuses_a_bad_one(tmp_path, capsys
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(card().to_json())
     b.write_text(card(device=131072).to_json())
-    assert cli.main(["probe", "--compare", str(a), str(b)]) == 0
+    assert wl_main(["probe", "--compare", str(a), str(b)]) == 0
     assert "(-50.0%)" in capsys.readouterr().out
     b.write_text("{")
-    assert cli.main(["probe", "--compare", str(a), str(b)]) == 2
+    assert wl_main(["probe", "--compare", str(a), str(b)]) == 2
     assert "not JSON" in capsys.readouterr().err
 
 
@@ -88,5 +88,5 @@ def test_the_card_page_is_self_contained(tmp_path, capsys):
     assert page.count("<svg") == 1 and "wl run probes/capacity --salt s-c" in page
     path = tmp_path / "card.json"
     path.write_text(card().to_json())
-    assert cli.main(["report", str(path), "-o", str(tmp_path / "card.html")]) == 0
+    assert wl_main(["report", str(path), "-o", str(tmp_path / "card.html")]) == 0
     assert "Cache card" in (tmp_path / "card.html").read_text()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang import api, cli
+from workloadlang import api
+from workloadlang.cli.main import main as wl_main
 from workloadlang.check import check
 from workloadlang.resources import bundled_workloads, probe_workloads
 
@@ -36,7 +37,7 @@ def test_each_checks_cleanly_and_plans(name: str):
 
 @pytest.mark.parametrize("name", PROBES)
 def test_dry_run_matches_golden(capsys, name: str):
-    code = cli.main(["plan", name, "--salt", "golden"])
+    code = wl_main(["plan", name, "--salt", "golden"])
     out = capsys.readouterr()
     assert code == 0, out.err
     path = GOLDEN / f"{name.split('/')[1]}.txt"
@@ -47,7 +48,7 @@ def test_dry_run_matches_golden(capsys, name: str):
 
 
 def test_wl_list_shows_them(capsys):
-    assert cli.main(["list"]) == 0
+    assert wl_main(["list"]) == 0
     out = capsys.readouterr().out
     assert "wl probe's experiment" in out
     assert all(name in out for name in PROBES)

@@ -184,7 +184,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_probe(args: argparse.Namespace, extra: list[str]) -> int:
     from workloadlang.cli.probe import probe_command
 
-    return probe_command(args, extra)
+    return probe_command(requests.probe_request(args, extra))
 
 
 def cmd_sim(args: argparse.Namespace, extra: list[str]) -> int:

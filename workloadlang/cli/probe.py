@@ -1,6 +1,6 @@
 """`wl probe`: an engine's cache card (docs/probe.md), and what changed between two cards.
 
-Input: parsed args. Output: progress on stderr while it runs, the card on stdout, `--output`
+Input: a `ProbeRequest` (cli/requests.py; the parser's options are `add_probe_args`). Output: progress on stderr while it runs, the card on stdout, `--output`
 (the card's JSON) and `--report` (the card as an HTML page), and the exit code (docs/cli.md): 0
 the card was made, 2 usage, 3 the engine is unreachable or unusable (the card, every property
 unknown, is still written when asked), 4 a budget left an experiment out, 5 a file went to a
@@ -16,15 +16,19 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workloadlang.card import Card, CardFileError, Property, read_card
-from workloadlang.card.render import render_card, render_compare
-from workloadlang.cli.common import config_error, eprint
-from workloadlang.cli.options import positive_seconds, salt_text, token_count
+from workloadlang.card.cardtext import render_card, render_compare
+from workloadlang.cli.arguments import positive_seconds, salt_text, token_count
+from workloadlang.cli.common import eprint
+from workloadlang.cli.requests import ProbeRequest
 from workloadlang.cli.outputs import deliver
 from workloadlang.redact import redact, redact_value
 from workloadlang.results import ExitCode
+
+if TYPE_CHECKING:
+    from workloadlang.probe import ProbeOptions
 
 
 def add_probe_args(p: argparse.ArgumentParser) -> None:
@@ -84,87 +88,76 @@ def kv_shape(text: str) -> float:
     return 2 * layers * heads * dim * (nums[3] if len(nums) == 4 else 2)
 
 
-def probe_command(args, extra) -> int:
-    if extra:
-        eprint(f"wl probe: error: unexpected arguments: {' '.join(extra)}")
-        return ExitCode.USAGE
-    if args.compare:
-        return compare(args.compare)
-    problem = preflight(args)
+def probe_command(request: ProbeRequest) -> int:
+    """`wl probe`: the arguments checked, the simulator started or the engine reached, the
+    experiments run, the card shown and written. Output: the exit code."""
+    if request.compare:
+        return compare(request.compare)
+    problem = preflight(request)
     if problem:
         eprint(f"wl probe: error: {problem}")
         return ExitCode.USAGE
-    from workloadlang.cli.run import KeyNotSet, api_key, start_sim
+    from workloadlang.cli.run import start_sim
 
     with ExitStack() as stack:
         try:
-            key = api_key(args)
-        except KeyNotSet as e:
-            eprint(f"wl probe: error: {e}")
-            return ExitCode.USAGE
-        try:
-            base = start_sim(args, "default", stack) if args.sim else args.url.rstrip("/")
-        except ValueError as e:
-            eprint(f"wl probe: error: {config_error(e, 'sim-')}")
-            return ExitCode.USAGE
-        except RuntimeError as e:
+            base = (start_sim(request.sim, request.sim_preset, stack)
+                    if request.sim is not None else str(request.url).rstrip("/"))
+        except RuntimeError as e:  # the simulator could not listen or start
             eprint(f"wl probe: error: {e}")
             return ExitCode.ENDPOINT
         try:
-            card = asyncio.run(probe_async(args, base, key))
+            card = asyncio.run(probe_async(request, base))
         except KeyboardInterrupt:
             return ExitCode.INTERRUPTED
-    secret = key.get_secret_value() if key else None
+    secret = request.api_key.get_secret_value() if request.api_key else None
     card = Card.model_validate(redact_value(card.model_dump(by_alias=True), secret))
     print(render_card(card), end="")
-    return deliver_card(card, args)
+    return deliver_card(card, request)
 
 
-def preflight(args) -> str | None:
+def preflight(request: ProbeRequest) -> str | None:
     """What is wrong before anything is sent (exit 2): the URL, the files to write."""
     from workloadlang.cli.run import check_base_url, check_output_path
 
-    if not args.sim:
-        if not args.url:
+    if request.sim is None:
+        if not request.url:
             return "give the engine's base URL (wl probe http://HOST:PORT/v1) or --sim"
-        problem = check_base_url(args.url)
+        problem = check_base_url(request.url)
         if problem:
             return problem
-    for flag, path in (("--output", args.output), ("--report", args.report)):
+    for flag, path in (("--output", request.output), ("--report", request.report)):
         problem = path and check_output_path(path)
         if problem:
             return f"{flag} {path}: {problem}"
-    if args.output and args.report and os.path.realpath(args.output) == \
-            os.path.realpath(args.report):
-        return f"--output and --report name the same file {args.output}"
+    if request.output and request.report and os.path.realpath(request.output) == \
+            os.path.realpath(request.report):
+        return f"--output and --report name the same file {request.output}"
     return None
 
 
-async def probe_async(args, base: str, key) -> Card:
+async def probe_async(request: ProbeRequest, base: str) -> Card:
     """Open the engine and run the probe (an unreachable engine: a card of unknowns)."""
     from workloadlang import api
-    from workloadlang.probe import ProbeOptions, probe
+    from workloadlang.cli.run import install_interrupt
+    from workloadlang.probe import probe
 
-    options = ProbeOptions(budget_tokens=args.budget_tokens, time_budget_s=args.time_budget,
-                           idle_gaps_s=args.idle, kv_bytes_per_token=args.kv_bytes_per_token
-                           or args.kv_shape, salt=args.salt or api.fresh_salt())
-    secret = key.get_secret_value() if key else None
+    secret = request.api_key.get_secret_value() if request.api_key else None
     progress = Progress(secret)
     try:
-        async with api.open_engine(base, key, model=args.model, sim=args.sim) as engine:
-            task = asyncio.ensure_future(probe(engine, options, progress))
-            from workloadlang.cli.run import install_interrupt
-
+        async with api.open_engine(base, request.api_key, model=request.model,
+                                   sim=request.sim is not None) as engine:
+            task = asyncio.ensure_future(probe(engine, request.options, progress))
             install_interrupt(task)
             return await task
     except api.EndpointError as e:
-        return unreachable(base, str(e), options)
+        return unreachable(base, str(e), request.options)
 
 
-def unreachable(base: str, why: str, options) -> Card:
+def unreachable(base: str, why: str, options: ProbeOptions) -> Card:
     """The card of an engine that could not be used: every property unknown, exit 3."""
     from workloadlang.card import PROPERTIES
-    from workloadlang.probe.driver import options_of
+    from workloadlang.probe.stages import options_of
 
     reason = f"the engine could not be used: {why}"
     eprint(f"wl probe: endpoint error: {why}")
@@ -198,18 +191,18 @@ class Progress:
                    f"{event['prefilled']:,} tokens prefilled, {event['elapsed_s']:.0f} s")
 
 
-def deliver_card(card: Card, args) -> int:
+def deliver_card(card: Card, request: ProbeRequest) -> int:
     """`--output` and `--report` (each at its path or a fallback); the exit code."""
     deliveries = []
-    if args.output:
+    if request.output:
         text = card.to_json()
-        deliveries.append(deliver("--output", args.output,
+        deliveries.append(deliver("--output", request.output,
                                   lambda p: Path(p).write_text(text, encoding="utf-8")))
-    if args.report:
-        from workloadlang.report.card import card_page
+    if request.report:
+        from workloadlang.report.cardpage import card_page
 
         page = card_page(card)
-        deliveries.append(deliver("--report", args.report,
+        deliveries.append(deliver("--report", request.report,
                                   lambda p: Path(p).write_text(page, encoding="utf-8")))
     missed = [d for d in deliveries if d.error]
     for d in missed:
@@ -218,7 +211,7 @@ def deliver_card(card: Card, args) -> int:
     return ExitCode.WRITE if missed else card.exit_code
 
 
-def compare(paths: list[str]) -> int:
+def compare(paths: tuple[str, str]) -> int:
     """`wl probe --compare A.json B.json`: what changed (exit 2 for a file that is no card)."""
     try:
         a, b = read_card(paths[0]), read_card(paths[1])

@@ -2,7 +2,7 @@
 a command does anything, so nothing past `cli/` sees an `argparse.Namespace`.
 
 Input: argparse's `Namespace` (and the words it left, a workload's param flags). Output:
-`CheckRequest`, `PlanRequest`, `RunRequest`, `ServeRequest`, and the requests of the commands
+`CheckRequest`, `PlanRequest`, `RunRequest`, `ProbeRequest`, `ServeRequest`, and the requests of the commands
 below the command line (`compare.CompareRequest`, `report.ReportRequest`). Raises `UsageError`
 (exit 2) for what only shows once the values are put together (`--cache-block` without
 `--cache-tokens`, an API key's variable not set, a simulator option out of range).
@@ -23,6 +23,7 @@ from workloadlang.plan.model import CacheModel
 from workloadlang.scale.workers import Workers
 
 if TYPE_CHECKING:
+    from workloadlang.probe import ProbeOptions
     from workloadlang.sim import SimConfig
 
 
@@ -90,6 +91,23 @@ class RunRequest:
     isolation: bool = True
     workers: Workers = Workers()
     viz: bool | None = None
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """`wl probe`: the engine (`url`, or the simulator `sim` with its preset named), how to
+    reach it, the experiments' options (budgets, idle gaps, KV bytes per token, salt), the
+    files to write; or `compare`, two cards' paths (nothing is sent)."""
+
+    options: ProbeOptions
+    url: str | None = None
+    sim: SimConfig | None = None
+    sim_preset: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
+    output: str | None = None
+    report: str | None = None
+    compare: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +199,27 @@ def run_sim(args: argparse.Namespace) -> tuple[SimConfig, str]:
     from workloadlang.sim import PRESETS
 
     return sim_config(args, args.workload if args.workload in PRESETS else "default")
+
+
+def probe_request(args: argparse.Namespace, extra: Sequence[str]) -> ProbeRequest:
+    """`wl probe`'s arguments. Raises `UsageError`: words left over, `--api-key-env` names a
+    variable not set, a simulator option is out of its range."""
+    from workloadlang.plan.draws import fresh_salt
+    from workloadlang.probe import ProbeOptions
+
+    if extra:
+        raise UsageError(f"unexpected arguments: {' '.join(extra)}")
+    options = ProbeOptions(budget_tokens=args.budget_tokens, time_budget_s=args.time_budget,
+                           idle_gaps_s=args.idle,
+                           kv_bytes_per_token=args.kv_bytes_per_token or args.kv_shape,
+                           salt=args.salt or fresh_salt())
+    if args.compare:
+        return ProbeRequest(options=options, compare=(args.compare[0], args.compare[1]))
+    sim, preset = sim_config(args, "default") if args.sim else (None, None)
+    return ProbeRequest(options=options, url=None if args.sim else args.url, sim=sim,
+                        sim_preset=preset, model=args.model,
+                        api_key=api_key(args.api_key, args.api_key_env), output=args.output,
+                        report=args.report)
 
 
 def serve_request(args: argparse.Namespace) -> ServeRequest:

@@ -14,7 +14,7 @@ import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
 from workloadlang.api import PlannedRuns
@@ -23,21 +23,25 @@ from workloadlang.cli.outputs import Delivery, JsonlWriter, Tee, deliver, redact
 from workloadlang.cli.requests import RunRequest
 from workloadlang.redact import mentions, redact
 from workloadlang.results import ExitCode
+from workloadlang.scale.workers import Workers
+
+if TYPE_CHECKING:
+    from workloadlang.sim import SimConfig
 
 
-def start_sim(request: RunRequest, stack: ExitStack) -> str:
-    """Start the simulator `--sim` asks for, stopped when `stack` closes. Output: its base URL.
-    It serves from a child process (POSIX): in this process it would share the interpreter lock
-    with the client measuring it, and the client's socket reader would see its first tokens
-    late (docs/simulator.md, `start_in_process`)."""
+def start_sim(sim: SimConfig, preset: str | None, stack: ExitStack,
+              workers: Workers = Workers()) -> str:
+    """Start the simulator `sim` (of the preset named), stopped when `stack` closes. Output:
+    its base URL. It serves from a child process (POSIX): in this process it would share the
+    interpreter lock with the client measuring it, and the client's socket reader would see
+    its first tokens late (docs/simulator.md, `start_in_process`)."""
     from workloadlang.scale.workers import sim_host
     from workloadlang.sim import start_in_process, start_in_thread
 
-    cfg = request.sim
     start = start_in_process if os.name == "posix" else start_in_thread
-    handle = stack.enter_context(start(cfg, host=sim_host(request.workers)))
-    faults = ", ".join(f.name for f in cfg.faults)
-    print(f"simulator: {handle.base_url} (preset {request.sim_preset}"
+    handle = stack.enter_context(start(sim, host=sim_host(workers)))
+    faults = ", ".join(f.name for f in sim.faults)
+    print(f"simulator: {handle.base_url} (preset {preset}"
           + (f", faults {faults}" if faults else "") + ")", file=sys.stderr)
     return handle.base_url
 
@@ -58,8 +62,8 @@ def run_command(request: RunRequest) -> int:
         plan_runs(prepared, {"max_context": request.plan.max_context})
     with ExitStack() as stack:
         try:
-            base = start_sim(request, stack) if request.sim is not None else \
-                request.base_url.rstrip("/")
+            base = (start_sim(request.sim, request.sim_preset, stack, request.workers)
+                    if request.sim is not None else request.base_url.rstrip("/"))
         except RuntimeError as e:  # the simulator could not listen or start
             eprint(f"wl run: error: {e}")
             return ExitCode.ENDPOINT

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloadlang.probe.model import ENDS, POLICIES, Cache, Hypothesis, Prompt
+from workloadlang.probe.hypotheses import ENDS, POLICIES, Cache, Hypothesis, Prompt
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from workloadlang import api
 from workloadlang.card import Cost, Experiment
-from workloadlang.probe.model import Prompt
+from workloadlang.probe.hypotheses import Prompt
 from workloadlang.results import ListSink, Record
 
 

@@ -94,7 +94,7 @@ def write_card(paths: Sequence[str], out: str | Path) -> Path:
     """The HTML page of one cache card (`wl report card.json`). Raises `ReportError` for
     several files (a card is a page of its own; `wl probe --compare` compares two)."""
     from workloadlang.card import read_card
-    from workloadlang.report.card import card_page
+    from workloadlang.report.cardpage import card_page
     from workloadlang.report.render import ReportError
 
     if len(paths) != 1:

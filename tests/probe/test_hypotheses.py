@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloadlang.probe.model import Hypothesis, Prompt, replay
+from workloadlang.probe.hypotheses import Hypothesis, Prompt, replay
 from workloadlang.sim.cache import PrefixCache
 
 # prompts: a shared head unit, contexts of their own, contexts that extend another one

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloadlang.card.model import PROPERTIES, Card, Property
+from workloadlang.card.contract import PROPERTIES, Card, Property
 
 TITLES = {"granularity": "granularity", "device_capacity": "device capacity",
           "host_capacity": "host capacity", "restore_speed": "restore speed",

@@ -13,16 +13,21 @@ from typing import Any
 from markupsafe import Markup
 
 from workloadlang.card import PROPERTIES, Card
-from workloadlang.card.render import TITLES, cost_line
+from workloadlang.card.cardtext import TITLES, cost_line
 from workloadlang.report.render import CSP, environment
-from workloadlang.report.svg import new_figure, styled, to_svg, tokens_label
+from workloadlang.report.axes import Axis, Panel, tokens
+from workloadlang.report.charts import BLUE, WIDTH
+from workloadlang.report.svg import Canvas, dot
+
+TIER_COLOURS = {"device": "#1f7a48", "host": "#9a6200", "split": "#b06d00",
+                "partial": "#b4233b"}
 
 
 def card_page(card: Card) -> str:
     """The card's page (see the module)."""
     rows = [{"title": TITLES[n], **row(card.prop(n))} for n in PROPERTIES]
     curve = card.prop("device_capacity").value.get("curve") or []
-    chart = Markup(to_svg(curve_chart(curve), "curve", "retained curve")) if curve else None
+    chart = Markup(curve_chart(curve).render("curve", "retained curve")) if curve else None
     return environment().get_template("card.html.j2").render(
         csp=CSP, engine=card.engine, started=card.started_at, rows=rows, chart=chart,
         experiments=[{**e.model_dump(), "command": command(e)} for e in card.experiments],
@@ -46,23 +51,19 @@ def short(v: str, most: int = 60) -> str:
     return v if len(v) <= most else v[:most] + "…"
 
 
-@styled
-def curve_chart(curve: list[dict[str, Any]]) -> Any:
+def curve_chart(curve: list[dict[str, Any]]) -> Canvas:
     """Tokens kept against tokens filled (newest use first), the tier of each context read."""
-    fig = new_figure(9, 3.4)
-    ax = fig.subplots()
-    x = [c["filled"] for c in curve]
-    ax.plot([0, *x], [0, *(c["kept"] for c in curve)], color="#3b6ea8", lw=1.6)
-    colours = {"device": "#1f7a48", "host": "#9a6200", "split": "#b06d00", "partial": "#b4233b"}
-    for tier, colour in colours.items():
-        pts = [c for c in curve if c["tier"] == tier]
+    c = Canvas(WIDTH, 360)
+    p = c.add(Panel((0, 0, WIDTH, 360),
+                    title="Retained curve: what the cache keeps of what was filled, by tier"))
+    p.line([0, *(e["filled"] for e in curve)], [0, *(e["kept"] for e in curve)], BLUE, 1.6)
+    entries = []
+    for tier, colour in TIER_COLOURS.items():
+        pts = [e for e in curve if e["tier"] == tier]
         if pts:
-            ax.scatter([c["filled"] for c in pts], [c["kept"] for c in pts], s=14, color=colour,
-                       label=tier, zorder=3)
-    ax.set_xlabel("tokens filled, newest use first")
-    ax.set_ylabel("tokens kept")
-    ax.xaxis.set_major_formatter(tokens_label)
-    ax.yaxis.set_major_formatter(tokens_label)
-    ax.set_title("Retained curve: what the cache keeps of what was filled, by tier")
-    ax.legend(loc="lower right")
-    return fig
+            p.scatter([e["filled"] for e in pts], [e["kept"] for e in pts], colour, 4)
+            entries.append(dot(colour, tier))
+    p.x = Axis(lo=0, label="tokens filled, newest use first", fmt=tokens)
+    p.y = Axis(lo=0, label="tokens kept", fmt=tokens)
+    p.legend(entries, "lower right")
+    return c
