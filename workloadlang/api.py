@@ -345,7 +345,7 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
     told to `sink` (as events) when given."""
-    from workloadlang.gates import evaluate_gates, evaluate_report, failed, session_verdicts
+    from workloadlang.gates import evaluate_gates, evaluate_report, session_verdicts, verdict_code
     from workloadlang.kinds import gate_kind
     from workloadlang.latency import performance
 
@@ -358,7 +358,7 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     elif measured.incomplete:
         code = ExitCode.INCOMPLETE
     else:
-        code = ExitCode.GATE if failed(gates) else ExitCode.OK
+        code = verdict_code(gates)
     results = Results(
         workload=plan.workload, source=plan.source, params=plan.params, salt=plan.salt,
         plan_hash=plan.plan_hash, engine=engine, started_at=measured.started_at,

@@ -21,14 +21,15 @@ than judged on the stamped value.
 from __future__ import annotations
 
 import math
-import statistics
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping
 
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
-from workloadlang.results import GateResult, Record, ScopeResult, Status
+from workloadlang.results import ExitCode, GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
+from workloadlang.spans import (BOOLEAN, Span, Unknown, aggregate, arith, compare, ends,  # noqa: F401
+                                span_of, stamped, unknown_value)
 
 
 METRICS: dict[str, Callable[[Record], Any]] = {
@@ -66,14 +67,6 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "output_tps": lambda r: r.output_tps,
     "slo_met": lambda r: r.slo_met,
 }
-
-
-class Span(NamedTuple):
-    """A number known only to lie in [lo, hi], with its value as stamped (`at`, the one
-    reported)."""
-    lo: float
-    hi: float
-    at: float
 
 
 def _scaled(r: Record, value: float | None, power: int, prefill: bool = False) -> Span | None:
@@ -116,20 +109,6 @@ def _tg_span(r: Record) -> Span | None:
     return Span(r.tg_tps * (r.e2e_s - r.ttft_s) / (r.e2e_s - earliest), r.tg_tps, r.tg_tps)
 
 
-# yes/no metrics: an unknown one may be either
-BOOLEAN = frozenset({"hit", "miss", "error", "aborted", "ok", "cold_ok", "cached_reported",
-                     "ttft_agrees", "ttft_disagrees", "slo_met"})
-
-
-def unknown_value(metric: str) -> Span:
-    """Output: every value an unknown `metric` could have had (no value as stamped): either
-    answer for a yes/no metric, 0..1 for `reuse`, else any non-negative number. A gate over
-    it is judged only when every such value judges the same."""
-    if metric in BOOLEAN:
-        return Span(False, True, None)  # type: ignore[arg-type]
-    return Span(0.0, 1.0 if metric == "reuse" else math.inf, None)  # type: ignore[arg-type]
-
-
 # metrics read from the first token's stamp: their range when that stamp may be late, and
 # for those that stand for the prefill's own time, when other requests were in flight
 SPANS: dict[str, Callable[[Record], Span | None]] = {
@@ -157,21 +136,6 @@ def metric_value(metric: str, r: Record) -> Any:
     return v
 
 
-def ends(v: Any) -> tuple[Any, Any]:
-    """Output: (lowest, highest) of a `Span`, or the value twice."""
-    return (v.lo, v.hi) if isinstance(v, Span) else (v, v)
-
-
-def stamped(v: Any) -> Any:
-    """Output: a `Span`'s value as stamped, or the value itself."""
-    return v.at if isinstance(v, Span) else v
-
-
-def span_of(lo: Any, hi: Any, at: Any) -> Any:
-    """Output: `Span(lo, hi, at)`, or just `at` when the range is one point."""
-    return at if lo == hi else Span(lo, hi, at)
-
-
 def prefill_work(r: Record) -> float | None:
     """Sum of the positions prefilled (`(prompt² - cached²) / 2`): with a per-token cost that
     grows linearly with position, the cost of two prefills compares between their uncached-token
@@ -197,10 +161,6 @@ def flag_of(r: Record, flag: str) -> bool:
                  "ok": bool(r.expect_ok) and r.error is None, "error": r.error is not None}[flag])
 
 
-class Unknown(Exception):
-    """A value that cannot be judged (no data, or the engine did not report it)."""
-
-
 # ---------------------------------------------------------------- evaluation
 
 
@@ -219,6 +179,8 @@ class Judge:
         self.exact = self.ranges = 0
         self.unknown_ids: list[str] = []  # requests whose value read was unknown
         self.why: dict[str, str] = {}  # of those, why their record says it is unknown
+        # of those, the ones unknown only because timing cannot tell at their size
+        self.undecidable: set[str] = set()
         # `hit` / `miss` in a selector: a request whose outcome is unknown is left out, or
         # (`unknown_flags`) taken in; `flag_unknown` counts such requests met
         self.unknown_flags, self.flag_unknown = unknown_flags, 0
@@ -250,9 +212,7 @@ class Judge:
                 out.extend(v)
                 continue
             if v is None:
-                self.unknown_ids.append(r.id)
-                if ref.metric in ("ttft_agrees", "ttft_disagrees") and r.ttft_agrees_note:
-                    self.why[r.id] = r.ttft_agrees_note
+                self.mark_unknown(r, ref.metric)
                 v = unknown_value(ref.metric)
             elif isinstance(v, Span):
                 self.ranges += 1
@@ -260,6 +220,14 @@ class Judge:
                 self.exact += 1
             out.append(v)
         return out
+
+    def mark_unknown(self, r: Record, metric: str) -> None:
+        """Count `metric` of `r` as not known, with why when its record says."""
+        self.unknown_ids.append(r.id)
+        if metric in ("ttft_agrees", "ttft_disagrees") and r.ttft_agrees_note:
+            self.why[r.id] = r.ttft_agrees_note
+            if r.decides_at is not None:
+                self.undecidable.add(r.id)
 
     def scalar(self, e: ir.GExpr) -> Any:
         if isinstance(e, ir.GNum):
@@ -287,73 +255,6 @@ class Judge:
                            pick(stamped(v) for v in vals))
         left, right = self.scalar(e.left), self.scalar(e.right)
         return arith(e.op, left, right)
-
-
-def arith(op: str, a: Any, b: Any) -> Any:
-    """Output: `a op b`; over `Span`s, the range of every result the operands' ranges allow."""
-    if not isinstance(a, Span) and not isinstance(b, Span):
-        return _arith(op, a, b)
-    (alo, ahi), (blo, bhi) = ends(a), ends(b)
-    if op == "/" and blo <= 0 <= bhi:
-        raise Unknown("division by a value that may be zero")
-    corners = [_arith(op, x, y) for x in (alo, ahi) for y in (blo, bhi)]
-    if any(c != c for c in corners):  # NaN: an unbounded end met another (inf - inf)
-        raise Unknown("a range without bounds (a prefill that may have taken no time of its "
-                      "own: a late stamp, or all of it other requests' time)")
-    return span_of(min(corners), max(corners), _arith(op, stamped(a), stamped(b)))
-
-
-def _arith(op: str, a: Any, b: Any) -> Any:
-    if op == "/" and b == 0:
-        raise Unknown("division by zero")
-    return {"+": a + b, "-": a - b, "*": a * b}.get(op) if op != "/" else a / b
-
-
-def aggregate(func: str, vals: list[Any]) -> Any:
-    """Aggregate the known values; booleans count True; unknown when nothing is known. Numeric
-    aggregates are monotone in every value: over `Span`s, the aggregate of the lowest ends to
-    that of the highest."""
-    if any(isinstance(v, Span) for v in vals):
-        los = [None if v is None else ends(v)[0] for v in vals]
-        his = [None if v is None else ends(v)[1] for v in vals]
-        return span_of(aggregate(func, los), aggregate(func, his),
-                       aggregate(func, [stamped(v) for v in vals]))
-    if func == "count":
-        return sum(1 for v in vals if v is not None and v is not False)
-    xs = [v for v in vals if v is not None]
-    if not xs:
-        raise Unknown("no data" if not vals else "no reported values")
-    if func in ("all", "any"):
-        return all(xs) if func == "all" else any(xs)
-    if func == "fraction":
-        return sum(1 for v in xs if v) / len(xs)
-    nums = [float(v) for v in xs]
-    if func in ("p50", "p90", "p95", "p99"):
-        return latency.quantile(sorted(nums), int(func[1:]) / 100)
-    return {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max,
-            "sum": math.fsum}[func](nums)
-
-
-CMP = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-       ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
-
-
-def compare(op: str, a: Any, b: Any) -> bool | None:
-    """Output: `a op b`; over `Span`s, True or False when it holds for every value the ranges
-    allow or for none, None when it holds for some and not others."""
-    if not isinstance(a, Span) and not isinstance(b, Span):
-        return CMP[op](a, b)
-    (alo, ahi), (blo, bhi) = ends(a), ends(b)
-    if op in ("==", "!="):
-        apart = ahi < blo or bhi < alo
-        equal = alo == ahi == blo == bhi
-        same = True if equal else False if apart else None
-        return same if same is None or op == "==" else not same
-    if op in ("<", "<="):
-        always, ever = CMP[op](ahi, blo), CMP[op](alo, bhi)
-    else:
-        always, ever = CMP[op](alo, bhi), CMP[op](ahi, blo)
-    return True if always else False if not ever else None
 
 
 def undecided(value: Any, threshold: Any) -> str:
@@ -449,10 +350,18 @@ def scope_result(j: Judge, scope: str, status: Status, value: Any, threshold: An
     """Output: a `ScopeResult` with the judge's counts of exact, range and unknown values."""
     if not detail and j.unknown:
         detail = left_out(j, decides=False)
+    if status == "unknown" and too_small_only(j):
+        status, detail = "undecidable", f"not decidable at these sizes: {detail}"
     return ScopeResult(scope=scope, status=status, value=value, threshold=threshold,
                        reads=len(j.reads), exact=j.exact, ranges=j.ranges, unknown=j.unknown,
                        unknown_ids=j.unknown_ids[:20], not_applicable=not_applicable,
                        detail=detail)
+
+
+def too_small_only(j: Judge) -> bool:
+    """Output: True when what left a scope unknown is only values that timing cannot judge at
+    their size on this engine (`Record.decides_at`): no range and no other unknown value."""
+    return bool(j.unknown_ids) and not j.ranges and set(j.unknown_ids) <= j.undecidable
 
 
 def left_out(j: Judge, decides: bool) -> str:
@@ -473,7 +382,9 @@ def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     threshold = j.scalar(g.right)
     j.exact += sum(v is not None and not isinstance(v, Span) for v in vals)
     j.ranges += sum(isinstance(v, Span) for v in vals)
-    j.unknown_ids += [r.id for r, v in zip(picked, vals) if v is None]
+    for r, v in zip(picked, vals):
+        if v is None:
+            j.mark_unknown(r, g.left.metric)
     held = [None if v is None else compare(g.op, v, threshold) for v in vals]
     fails = [(r.id, v) for r, v, ok in zip(picked, vals, held) if ok is False]
     unknown = [r.id for r, v in zip(picked, vals) if v is None]
@@ -536,8 +447,7 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
         for scope in scopes:
             rs = records if scope == "overall" else by_session.get(scope, [])
             results.append(judge_scope(Judge(plan, rs, env, by_id, span=span), g, scope))
-        status: Status = "fail" if any(r.status == "fail" for r in results) else \
-            "unknown" if any(r.status == "unknown" for r in results) else "pass"
+        status = overall_status([r.status for r in results])
         out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"
                               else "overall", severity=g.severity, verdict=g.verdict,
                               line=g.span.line, status=status, results=results,
@@ -546,6 +456,12 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
                               unknown=sum(r.unknown for r in results),
                               not_applicable=sum(r.not_applicable for r in results)))
     return out
+
+
+def overall_status(statuses: list[Status]) -> Status:
+    """Output: a gate's status over its scopes: the worst of `fail`, `unknown`, `undecidable`,
+    `pass`."""
+    return next((s for s in ("fail", "unknown", "undecidable") if s in statuses), "pass")
 
 
 def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
@@ -563,6 +479,8 @@ def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
                     labels.append(g.verdict or g.name)
                 elif r.status == "unknown":
                     labels.append("unverified")
+                elif r.status == "undecidable":
+                    labels.append("undecidable")
         if any(g.scope == "each session" and any(r.scope == s.id for r in g.results)
                for g in gates):
             out[s.id] = ", ".join(dict.fromkeys(labels)) or "ok"
@@ -572,6 +490,16 @@ def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
 def failed(gates: list[GateResult]) -> list[GateResult]:
     """Fail-severity gates that did not pass (fail or could not be judged)."""
     return [g for g in gates if g.severity == "fail" and g.status != "pass"]
+
+
+def verdict_code(gates: list[GateResult]) -> ExitCode:
+    """Output: the exit code the gates give a complete run: `GATE` when a fail-severity gate
+    failed, else `UNVERIFIED` when one could not be judged (unknown, or undecidable at these
+    sizes), else `OK`."""
+    bad = failed(gates)
+    if any(g.status == "fail" for g in bad):
+        return ExitCode.GATE
+    return ExitCode.UNVERIFIED if bad else ExitCode.OK
 
 
 def evaluate_report(plan: Plan, records: list[Record],

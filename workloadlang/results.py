@@ -27,6 +27,9 @@ class ExitCode(enum.IntEnum):
     ENDPOINT = 3  # the endpoint is unreachable or lacks a capability
     INCOMPLETE = 4  # the run is incomplete
     WRITE = 5  # a file asked for went to a fallback path (stderr names it)
+    # no gate failed, but a fail-severity gate could not be judged (or not at these sizes):
+    # neither a pass CI could take for one, nor a failure of the engine
+    UNVERIFIED = 6
     INTERRUPTED = 130  # interrupted (after writing what was measured)
 
 
@@ -170,6 +173,9 @@ class Record(BaseModel):
     hit_basis: str | None = None
     ttft_agrees: bool | None = None
     ttft_agrees_note: str | None = None  # why `ttft_agrees` could not be judged
+    # when it could not be judged because the prompt is too small for timing to tell on this
+    # engine: the least prompt (tokens) whose cold prefill would
+    decides_at: int | None = None
     pp_tps: float | None = None
     tg_tps: float | None = None
     ttft_per_uncached: float | None = None
@@ -189,7 +195,9 @@ class Record(BaseModel):
         return 0 < self.planned_prompt_tokens <= 2 * self.planned_expected_cached
 
 
-Status = Literal["pass", "fail", "unknown"]
+# `undecidable`: unknown only because what it read cannot tell at these sizes on this engine
+# (`Record.decides_at`): its own state, not a failure (docs/verdicts.md)
+Status = Literal["pass", "fail", "unknown", "undecidable"]
 
 
 class ScopeResult(BaseModel):

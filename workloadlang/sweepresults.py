@@ -42,10 +42,15 @@ class SweepResults(BaseModel):
         return self.model_dump_json(indent=2).replace('"schema_"', '"schema"', 1)
 
 
+# the exit codes a point of a sweep can end with, best first (docs/cli.md)
+_ORDER = (0, 6, 1, 3, 4, 5, 130)
+
+
 def worst_exit(codes: list[int]) -> int:
-    """The exit code of a sweep: its worst point's (0 ok < 1 a gate failed < 3 endpoint < 4
-    incomplete < 130 interrupted)."""
-    return max(codes, default=0)
+    """The exit code of a sweep: its worst point's (0 ok < 6 unverified < 1 a gate failed < 3
+    endpoint < 4 incomplete < 130 interrupted)."""
+    rank = {c: i for i, c in enumerate(_ORDER)}
+    return max(codes, key=lambda c: rank.get(c, len(_ORDER)), default=0)
 
 
 def read_any(path: str | Path) -> Results | SweepResults:

@@ -204,9 +204,34 @@ def report_rows(report: dict[str, Any], formats: dict[str, str] | None = None) -
     return rows
 
 
+def verdict_word(results: Any) -> str:
+    """Output: the summary line's first word, with why when it is not a pass (docs/cli.md, exit
+    codes): `PASS`, `FAIL (a gate failed: ...)`, `UNVERIFIED (no gate failed; could not be
+    judged: ...)`, `INCOMPLETE`, `INTERRUPTED`."""
+    code = results.exit_code
+    bad = [g for g in results.gates if g.severity == "fail" and g.status != "pass"]
+    if code == 1:
+        names = ", ".join(g.name for g in bad if g.status == "fail")
+        return f"FAIL (a gate failed: {names})" if names else "FAIL (a gate failed)"
+    if code == 6:
+        return "UNVERIFIED (no gate failed; " + "; ".join(
+            f"{g.name} {unjudged(g)}" for g in bad) + ")"
+    return {0: "PASS", 4: "INCOMPLETE", 130: "INTERRUPTED"}.get(code, str(code))
+
+
+def unjudged(g: Any) -> str:
+    """Output: why a gate was not judged, in a few words: `not decidable at these sizes (N
+    session(s))` or `could not be judged (N of M scope(s))`."""
+    small = [r for r in g.results if r.status == "undecidable"]
+    unknown = [r for r in g.results if r.status == "unknown"]
+    parts = ([f"could not be judged in {len(unknown)} of {len(g.results)} scope(s)"]
+             if unknown else []) + ([f"not decidable at these sizes in {len(small)} of "
+                                     f"{len(g.results)} scope(s)"] if small else [])
+    return ", ".join(parts)
+
+
 def footer(results: Any) -> str:
-    verdict = {0: "PASS", 1: "FAIL (a gate failed)", 4: "INCOMPLETE", 130: "INTERRUPTED"}
-    line = f"{verdict.get(results.exit_code, results.exit_code)} · {results.workload} · " \
+    line = f"{verdict_word(results)} · {results.workload} · " \
            f"{len(results.records)} requests in {results.elapsed_s:.1f}s · salt {results.salt}"
     if results.incomplete:
         line += f" · incomplete: {results.incomplete}"

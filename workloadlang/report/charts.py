@@ -213,7 +213,7 @@ def lane_axis(p: Panel, d: Lanes) -> None:
 
 def verdict_colour(v: str) -> str:
     """Input: a session verdict. Output: green for `ok`, grey when unjudged, else red."""
-    return HIT if v == "ok" else UNKNOWN if v in ("", "unverified") else MISS
+    return HIT if v == "ok" else UNKNOWN if v in ("", "unverified", "undecidable") else MISS
 
 
 # ---------------------------------------------------------------- speed vs context

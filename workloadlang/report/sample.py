@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from workloadlang.gates import verdict_code
 from workloadlang.report.source import read_source
 from workloadlang.results import ErrorDetail, GateResult, Record, Results, ScopeResult
 
@@ -77,7 +78,7 @@ def results(workload: str, source: str, records: list[Record], *, gates: list[Ga
         started_at=started_at,
         elapsed_s=max((r.t_start_s or 0) + (r.e2e_s or 0) for r in records) if records else 0,
         hit_ratio=0.9, calibration=calibration or {}, metrics={}, client={}, incomplete=None,
-        exit_code=1 if any(g.status != "pass" and g.severity == "fail" for g in gates) else 0,
+        exit_code=verdict_code(gates),
         gates=gates, verdicts=verdicts or {}, report=report or {}, records=records)
 
 

@@ -130,12 +130,13 @@ def performance_lines(perf: Any) -> list[str]:
 
 def gate_state(g: Any) -> str:
     """Input: a `GateResult`. Output: `pass`, `fail`, `warn` (a warn-severity gate that did not
-    pass) or `unverified` (a fail-severity gate that could not be judged: counts as failed)."""
+    pass), `unverified` (a fail-severity gate that could not be judged: not a pass) or
+    `undecidable` (one that could not be judged at these sizes on this engine)."""
     if g.status == "pass":
         return "pass"
     if g.severity == "warn":
         return "warn"
-    return "fail" if g.status == "fail" else "unverified"
+    return {"fail": "fail", "undecidable": "undecidable"}.get(g.status, "unverified")
 
 
 def gate_cell(g: Any) -> dict[str, Any]:
@@ -150,7 +151,8 @@ def gate_cell(g: Any) -> dict[str, Any]:
     if len(g.results) == 1:
         r = g.results[0]
         kind = getattr(g, "kind", None)
-        cell.update(value=gate_value(r.value, kind) if r.status != "unknown" and not na else "",
+        cell.update(value=gate_value(r.value, kind) if r.status not in ("unknown", "undecidable")
+                    and not na else "",
                     threshold="" if r.threshold is None else gate_value(r.threshold, kind),
                     detail=r.detail, summary="")
         cell["scopes"] = []
@@ -172,8 +174,8 @@ def scope_text(r: Any, kind: str | None = None) -> str:
 
 def _scope_text(r: Any, kind: str | None = None) -> str:
     """`main#2: unknown (no data)` or `main#2: 41% vs 66% fail`."""
-    if r.status == "unknown":
-        return f"{r.scope}: unknown ({r.detail})" if r.detail else f"{r.scope}: unknown"
+    if r.status in ("unknown", "undecidable"):
+        return f"{r.scope}: {r.status} ({r.detail})" if r.detail else f"{r.scope}: {r.status}"
     extra = f" — {r.detail}" if r.detail else ""
     versus = "" if r.threshold is None else f" vs {gate_value(r.threshold, kind)}"  # yes/no: none
     return f"{r.scope}: {gate_value(r.value, kind)}{versus} {r.status}{extra}"

@@ -68,6 +68,9 @@ class Calibration(BaseModel):
     # with speeds from the TTFT: what any request costs here besides its prefill (each few-word
     # prompt's TTFT): sending, scheduling, the first decode step
     fixed_s: list[float] = []
+    # the engine's own prefill time of each cached twin, when it reports one: what its timing
+    # of a prefill that is all but nothing comes to here
+    hit_prefill_s: list[float] = []
     separation: float | None = None
     notes: list[str] = []
 
@@ -171,6 +174,8 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
             continue
         cal.cold_ttft_s.append(cold.ttft_s)
         cal.hit_ttft_s.append(hot.ttft_s)
+        if hot.server_prefill_ms is not None:
+            cal.hit_prefill_s.append(hot.server_prefill_ms / 1000)
         if speed is None and not cold.server_prefill_ms and base.ttft_late_s:
             cal.notes.append(f"threshold probe {k}'s cold speed not used: the few-word "
                              "prompt's first-token stamp may be up to "

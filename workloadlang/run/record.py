@@ -12,6 +12,7 @@ Every verdict-bearing number says where it came from: `cached_source` (which eng
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any, Callable, Mapping
 
@@ -36,6 +37,17 @@ class TtftReference(BaseModel):
     # what a request costs here besides its prefill, when the speed above is the TTFT's
     # (calibration's few-word prompts): a TTFT holds it, the engine's own prefill time does not
     fixed_s: float = 0.0
+    # the least work the engine's own prefill time resolves (calibration's cached twins: an
+    # engine that times its own prefill has none of the client's noise); None: not known
+    server_floor_s: float | None = None
+
+    def floor(self, server: bool) -> float:
+        """Output: the least work a prefill time is taken to resolve: `TIMING_FLOOR_S` for the
+        client's TTFT (a busy host's noise), the calibrated `server_floor_s` (when known, and
+        at least a microsecond) for the engine's own prefill time."""
+        if server and self.server_floor_s is not None:
+            return max(1e-6, self.server_floor_s)
+        return TIMING_FLOOR_S
 
     def hit_by_ttft(self, prompt: int | None, ttft: float | None,
                     doubt: float = 0.0) -> bool | None:
@@ -226,10 +238,11 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
         own = doubt if out["prefill_source"] == "client_ttft" else (prefill_contended_s or 0.0)
         fixed = ref.fixed_s if out["prefill_source"] == "client_ttft" else 0.0
+        server = out["prefill_source"] == "server"
         out["ttft_agrees"] = ttft_agrees(out["hit"], prompt, uncached, out["prefill_s"], ref, own,
-                                         fixed)
+                                         fixed, server)
         if out["ttft_agrees"] is None:
-            out["ttft_agrees_note"] = why_not_judged(prompt, uncached, out["prefill_s"], ref)
+            out.update(not_judged(prompt, uncached, out["prefill_s"], ref, server))
     elif cached is None and warm:
         out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s, doubt)
         out["hit_basis"] = None if out["hit"] is None else "ttft"
@@ -245,8 +258,16 @@ def prefill_time(o: Any) -> tuple[float | None, str | None]:
     return o.ttft_s, None if o.ttft_s is None else "client_ttft"
 
 
+TIMING_FLOOR_S = 0.005
+"""The least work a timing is taken to resolve on a busy host: a claimed prefill is counted as
+at least this long."""
+TIMING_MARGIN = 8
+"""A timing tells a hit from a recompute only when a cold prefill of the whole prompt costs at
+least this many times the claimed work (so noise cannot flip it)."""
+
+
 def why_not_judged(prompt: int, uncached: int, prefill: float | None,
-                   ref: TtftReference) -> str:
+                   ref: TtftReference, server: bool = False) -> str:
     """Output: why `ttft_agrees` could not judge a request (the same tests, in its order)."""
     if prefill is None:
         return "no prefill time"
@@ -256,24 +277,60 @@ def why_not_judged(prompt: int, uncached: int, prefill: float | None,
     if prompt < 256:
         return "a prompt under 256 tokens"
     cold, warm = prompt / ref.cold_prefill_tps, uncached / ref.cold_prefill_tps
-    if cold < 8 * max(warm, 0.005):
-        return (f"a cold prefill of it ({cold * 1000:.0f} ms) would cost under 8x the claimed "
-                f"work ({max(warm, 0.005) * 1000:.0f} ms at least): timing cannot tell")
+    if too_small(prompt, uncached, ref, server):
+        return (f"a cold prefill of it ({cold * 1000:.3g} ms) would cost under "
+                f"{TIMING_MARGIN}x the claimed work ({max(warm, ref.floor(server)) * 1000:.3g} "
+                f"ms at least): timing cannot tell at {prompt:,} tokens; it can from "
+                f"{decisive_prompt(uncached, ref, server):,}")
     return "a time that may hold other requests' work could go either way"
 
 
+def not_judged(prompt: int, uncached: int, prefill: float | None, ref: TtftReference,
+               server: bool) -> dict[str, Any]:
+    """Output: the record's fields saying why `ttft_agrees` was not judged (`ttft_agrees_note`)
+    and, when only the prompt's size kept timing from telling, the least that would
+    (`decides_at`)."""
+    out: dict[str, Any] = {"ttft_agrees_note": why_not_judged(prompt, uncached, prefill, ref,
+                                                              server)}
+    if prefill is not None and ref.cold_prefill_tps and prompt >= 256 \
+            and too_small(prompt, uncached, ref, server):
+        out["decides_at"] = decisive_prompt(uncached, ref, server)
+    return out
+
+
+def too_small(prompt: int, uncached: int, ref: TtftReference, server: bool = False) -> bool:
+    """Output: True when a cold prefill of `prompt` tokens costs under `TIMING_MARGIN` times the
+    claimed work (`uncached` tokens, at least `ref.floor(server)`: `server`, the time is the
+    engine's own prefill time) at the reference's cold speed (which must be known): timing
+    cannot tell a hit from a recompute at this size."""
+    speed = ref.cold_prefill_tps or 0.0
+    return prompt < TIMING_MARGIN * max(uncached, ref.floor(server) * speed)
+
+
+def decisive_prompt(uncached: int, ref: TtftReference, server: bool = False) -> int | None:
+    """Output: the least prompt (tokens) with `uncached` tokens claimed uncached whose timing
+    can tell a hit from a recompute on this engine (`too_small` false; at least 256), None
+    without a cold speed. At the calibrated speed: a longer context prefills slower per token,
+    so this is never more than needed."""
+    if not ref.cold_prefill_tps:
+        return None
+    return max(256, math.ceil(TIMING_MARGIN * max(uncached, ref.floor(server)
+                                                  * ref.cold_prefill_tps)))
+
+
 def ttft_agrees(hit: bool, prompt: int, uncached: int, ttft: float | None,
-                ref: TtftReference, doubt: float = 0.0, fixed: float = 0.0) -> bool | None:
+                ref: TtftReference, doubt: float = 0.0, fixed: float = 0.0,
+                server: bool = False) -> bool | None:
     """Does the timing back the engine's claim? A reported hit whose prefill time is at least
     half of a cold prefill of the whole prompt, beyond `fixed` (what any request costs here
     besides its prefill, when the time is a TTFT), did not come from the cache. None when it
-    cannot tell: too little difference, or a TTFT that may be up to `doubt` too long could go
-    either way."""
+    cannot tell: too little difference (`too_small`), or a TTFT that may be up to `doubt` too
+    long could go either way."""
     if ttft is None or not ref.cold_prefill_tps or prompt < 256:
         return None
     cold = prompt / ref.cold_prefill_tps
     warm = uncached / ref.cold_prefill_tps
-    if cold < 8 * max(warm, 0.005):
+    if too_small(prompt, uncached, ref, server):
         return None  # too little difference to tell through timing noise
     return _unless_doubt((lambda t: t < fixed + cold / 2) if hit else (lambda t: t >= warm),
                          ttft, doubt)

@@ -159,8 +159,11 @@ def reference(cal: calibrate.Calibration) -> TtftReference:
     # adds time, and a slower cold reference would let a recompute pass for a hit
     cold = max(cal.cold_prefill_tps, default=None)
     # what a request costs besides its prefill, the dearest seen: only noise makes it dearer
+    # the engine's own timing of an all-but-cached prefill, the slowest seen: what such a
+    # timing resolves here (none: a busy host's `TIMING_FLOOR_S`)
     return TtftReference(threshold_s=cal.threshold_s, threshold_tokens=cal.threshold_tokens,
-                         cold_prefill_tps=cold, fixed_s=max(cal.fixed_s, default=0.0))
+                         cold_prefill_tps=cold, fixed_s=max(cal.fixed_s, default=0.0),
+                         server_floor_s=max(cal.hit_prefill_s, default=None))
 
 
 def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:
