@@ -24,17 +24,18 @@ FaultName = Literal[
     "error_rate",
     "slow_prefill",
     "corrupt_restored",
+    "drift",
 ]
 FAULT_NAMES: tuple[str, ...] = FaultName.__args__  # type: ignore[attr-defined]
-_VALUED = {"evict_over_concurrency", "error_rate", "slow_prefill", "corrupt_restored"}
+_VALUED = {"evict_over_concurrency", "error_rate", "slow_prefill", "corrupt_restored", "drift"}
 
 
 class FaultSpec(BaseModel):
     """One fault (or behaviour) switched on, optionally scoped to some sessions.
 
     `value`: the fault's number (N for evict_over_concurrency, P for error_rate, the factor for
-    slow_prefill, the position a corrupted reply diverges from for corrupt_restored), else
-    None.
+    slow_prefill and drift, the position a corrupted reply diverges from for corrupt_restored),
+    else None.
     `sessions`: empty = every request; otherwise only requests whose `X-WL-Session` header
     matches one entry (exactly, by base name before `#`, or as an fnmatch glob), or whose
     `X-WL-Request` (the planned request id) matches one exactly or as a glob.
@@ -56,8 +57,8 @@ class FaultSpec(BaseModel):
             raise ValueError("error_rate must be within 0..1")
         if self.name == "evict_over_concurrency" and (self.value or 0) < 0:
             raise ValueError("evict_over_concurrency must be >= 0")
-        if self.name == "slow_prefill" and not 0.0 < float(self.value or 0) <= 1000.0:
-            raise ValueError("slow_prefill must be within (0, 1000]")
+        if self.name in ("slow_prefill", "drift") and not 0.0 < float(self.value or 0) <= 1000.0:
+            raise ValueError(f"{self.name} must be within (0, 1000]")
         if self.name == "corrupt_restored" and (not float(self.value or 0).is_integer()
                                                 or (self.value or 0) < 0):
             raise ValueError("corrupt_restored must be a whole position >= 0")
@@ -126,6 +127,7 @@ class SimConfig(BaseModel):
     idle_ttl_s: float = Field(0.0, ge=0)
     prefill_abort: Literal["drop", "keep"] = "drop"
     decode_abort: Literal["keep", "prompt", "drop"] = "keep"
+    drift_seconds: float = Field(0.0, ge=0, le=3600)
     slots: int = Field(4, ge=1)
     think_tokens: int = Field(1000, ge=0)
     seed: int = 0
@@ -223,6 +225,8 @@ _FIELD_HELP = {
                      "blocks prefilled before the cut",
     "decode_abort": "a request cut during its decode: keep (prompt and generated), prompt, "
                     "or drop",
+    "drift_seconds": "a `drift` fault slows everything while a request it names is served and "
+                     "for this long after each one arrives, s",
     "slots": "concurrent request slots (more requests queue FIFO)",
     "think_tokens": "reasoning tokens emitted when thinking is on",
     "seed": "seed for error injection and reply text",

@@ -89,6 +89,8 @@ class Job:
     slow: float = 1.0  # the slow_prefill factor
     corrupt_at: Optional[int] = None  # corrupt_restored: where a restored reply diverges
     since: int = 0  # the cache's placements when the job matched (its own blocks come after)
+    drift: float = 1.0  # the factor of a `drift` fault that names this request (1: none)
+    drifting: bool = False  # counted among the named requests being served (`Drift`)
     state: str = "queued"  # queued | prefill | decode | done | cancelled
     finished: bool = False
     slot_held: bool = False
@@ -221,6 +223,34 @@ def _factor(fault: FaultSpec | None) -> float:
     return float(fault.value) if fault is not None and fault.value is not None else 1.0
 
 
+class Drift:
+    """The `drift` fault: a machine that runs slower for a while. While a request the fault
+    names is served, and for `seconds` after each such request arrives, everything (prefill,
+    restore, the first token, decode) costs the fault's factor times as much, for every request
+    served then. Input: jobs as they arrive and end; output: the factor now."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.until = float("-inf")  # the window after the latest named arrival
+        self.serving = 0  # named requests being served
+        self.k = 1.0  # the latest named request's factor
+
+    def arrived(self, job: "Job") -> None:
+        if job.drift != 1.0 and not job.drifting:
+            job.drifting = True
+            self.k, self.serving = job.drift, self.serving + 1
+            self.until = max(self.until, perf_counter() + self.seconds)
+
+    def ended(self, job: "Job") -> None:
+        if job.drifting:
+            job.drifting = False
+            self.serving -= 1
+
+    def factor(self) -> float:
+        """Output: how many times slower everything runs now (1.0 outside a window)."""
+        return self.k if self.serving > 0 or perf_counter() < self.until else 1.0
+
+
 class Simulator:
     """The engine state shared by all requests of one server (single event loop, no locks)."""
 
@@ -237,6 +267,7 @@ class Simulator:
         self.active = 0
         self._rng = random.Random(config.seed)
         self._ids = itertools.count(1)
+        self.drift = Drift(config.drift_seconds)
 
     # -------------------------------------------------------------- admission
 
@@ -310,6 +341,7 @@ class Simulator:
             drop_aborted=on("drop_aborted") or cfg.decode_abort == "drop",
             slow=_factor(cfg.fault("slow_prefill", session, request_id)),
             corrupt_at=_position(cfg.fault("corrupt_restored", session, request_id)),
+            drift=_factor(cfg.fault("drift", session, request_id)),
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -318,6 +350,7 @@ class Simulator:
         """Serve `job`: queue, prefill, decode. Yields lists of (kind, word) pairs (see
         `_decode`); always finalizes, also when cancelled."""
         job.t_enqueued = perf_counter()
+        self.drift.arrived(job)
         try:
             await self.slots.acquire()
             job.slot_held = True
@@ -338,7 +371,7 @@ class Simulator:
     def _start(self, job: Job) -> float:
         """Slot acquired: apply evict_over_concurrency, match the cache, count; return the
         prefill duration in seconds (times the slow_prefill factor)."""
-        return self._prefill_cost(job) * job.slow
+        return self._prefill_cost(job) * job.slow * self.drift.factor()
 
     def _prefill_cost(self, job: Job) -> float:
         """`_start`'s work: the prefill duration in seconds at the configured speed."""
@@ -388,14 +421,15 @@ class Simulator:
         zero-cost stream is not one socket write per token."""
         cfg = self.config
         # what the first token costs besides the prefill: not in the reported prefill time
-        due = job.t_prefill_end + cfg.first_token_us / 1e6
+        due = job.t_prefill_end + cfg.first_token_us / 1e6 * self.drift.factor()
         if cfg.first_token_us:
             await asyncio.sleep(max(0.0, due - perf_counter()))
         context = job.n_prompt
         batch: list = []
         for kind, word in job.plan.words():
             if job.t_first:
-                due += decode_seconds(context, cfg.decode_us_per_token, cfg.decode_ctx_scale)
+                due += decode_seconds(context, cfg.decode_us_per_token,
+                                      cfg.decode_ctx_scale) * self.drift.factor()
                 if due - perf_counter() > _MIN_SLEEP or len(batch) >= _MAX_BATCH:
                     if batch:
                         yield batch
@@ -422,6 +456,7 @@ class Simulator:
         if job.finished:
             return
         job.finished = True
+        self.drift.ended(job)
         if job.slot_held:
             job.slot_held = False
             self.slots.release()
