@@ -107,7 +107,7 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
     `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
     figures the plan carries (`--cache-tokens`); `budget`: what the plan counts against, when
     not a budget of its own (a sweep's points share one: `plan_runs`)."""
-    env = {"max_context": None, **(env or {})}
+    env = {"max_context": None, "timing_tokens": 0, **(env or {})}
     params, diags = resolve_params(wl, overrides, env)
     errors = [d for d in diags if d.severity == "error"]
     if errors:
@@ -126,6 +126,26 @@ def load_datasets(wl: ir.Workload, env: Mapping[str, Any]) -> dict[str, Any]:
     from workloadlang import dataset
 
     return dataset.load_for(wl, env)
+
+
+@dataclass(frozen=True)
+class Replan:
+    """A plan made again with more of the environment (`RunOptions.replan`): `wl run` plans
+    first, calibrates, and then plans with what the calibration learnt (`$timing_tokens`), the
+    same params and salt. Called with the environment to add; output: the `Plan`. Raises
+    `WorkloadError` as `make_plan` does."""
+
+    wl: ir.Workload
+    source: Source
+    overrides: Mapping[str, str]
+    salt: str
+    env: Mapping[str, Any]
+    limits: Limits | None = None
+    cache: CacheModel | None = None
+
+    def __call__(self, more: Mapping[str, Any]) -> Plan:
+        return make_plan(self.wl, self.source, self.overrides, self.salt, {**self.env, **more},
+                         limits=self.limits, cache=self.cache)
 
 
 def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
@@ -161,10 +181,12 @@ class PlanOptions:
 @dataclass(frozen=True)
 class PlannedRuns:
     """The plans of a run: one (`swept` None), or one per value of the param swept, in order
-    (`swept`: the param and its values as given)."""
+    (`swept`: the param and its values as given), and for each how to make it again with what
+    the calibration learns (`replans`: the same params and salt)."""
 
     swept: tuple[str, list[str]] | None
     plans: list[Plan]
+    replans: list[Replan]
 
 
 def sweep_of(wl: ir.Workload, options: PlanOptions) -> tuple[str, list[str]] | None:
@@ -182,15 +204,26 @@ def plan_runs(wl: ir.Workload, source: Source, options: PlanOptions,
     swept = sweep_of(wl, options)
     salt = options.salt or fresh_salt()
     if swept is None:
-        return PlannedRuns(None, [make_plan(wl, source, options.overrides, salt=salt, env=env,
-                                            limits=options.limits, cache=options.cache)])
-    name, budget, plans = swept[0], Budget(options.limits), []
+        plan = make_plan(wl, source, options.overrides, salt=salt, env=env,
+                         limits=options.limits, cache=options.cache)
+        return PlannedRuns(None, [plan], [_replan(wl, source, options, options.overrides,
+                                                  plan, env)])
+    name, budget, plans, replans = swept[0], Budget(options.limits), [], []
     for i, (v, s) in enumerate(zip(swept[1], sweeppoints.salts(salt, name, swept[1]))):
         budget.next_point(f"{name}={v}")
-        plan = make_plan(wl, source, {**options.overrides, name: v}, salt=s, env=env,
+        overrides = {**options.overrides, name: v}
+        plan = make_plan(wl, source, overrides, salt=s, env=env,
                          limits=options.limits, cache=options.cache, budget=budget)
         plans.append(plan if keep_all or not i else sweeppoints.row_only(plan))
-    return PlannedRuns(swept, plans)
+        replans.append(_replan(wl, source, options, overrides, plan, env))
+    return PlannedRuns(swept, plans, replans)
+
+
+def _replan(wl: ir.Workload, source: Source, options: PlanOptions,
+            overrides: Mapping[str, str], plan: Plan,
+            env: Mapping[str, Any] | None) -> Replan:
+    """How to make `plan` again with more of the environment: its params and salt."""
+    return Replan(wl, source, overrides, plan.salt, env or {}, options.limits, options.cache)
 
 
 def check_runs(wl: ir.Workload, options: PlanOptions,
@@ -315,7 +348,7 @@ async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = Non
     Cancelled (Ctrl-C), it still judges what was measured (exit code 130)."""
     sink = sink if sink is not None else ListSink()
     measured = await measure_workload(plan, engine, sink, options)
-    return judge(plan, measured, engine.engine_fields(), sink)
+    return judge(measured.plan or plan, measured, engine.engine_fields(), sink)
 
 
 async def measure_workload(plan: Plan, engine: "EngineLink", sink: Sink,

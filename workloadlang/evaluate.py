@@ -408,6 +408,10 @@ def format_value(ptype: ir.ParamType, value: Value) -> str:
 
 MAX_CONTEXT = "max_context"
 """The built-in environment ref `$max_context`: the engine's context limit, None if unknown."""
+TIMING_TOKENS = "timing_tokens"
+"""The built-in environment ref `$timing_tokens`: the least prompt (tokens) whose re-read timing
+tells a cache hit from a recompute on this engine, from `wl run`'s calibration; 0 before one
+(`wl plan`)."""
 COPY = "copy"
 """The built-in ref `$copy` inside a session: the index of its copy (`NAME#k` is copy k)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from workloadlang import ir
-from workloadlang.evaluate import MAX_CONTEXT
+from workloadlang.evaluate import MAX_CONTEXT, TIMING_TOKENS
 
 _DURATION_METRICS = ("ttft", "ttft_content", "e2e", "server_ttft", "ttft_per_uncached",
                      "prefill_time", "isolation_wait", "schedule_lag", "itl", "tpot")
@@ -35,7 +35,7 @@ CALIBRATION_REFS = {"ttft_threshold": "ttft_threshold", "cold_ttft": "ttft_thres
 """Run-time results usable in gates and report -> the `calibrate` step that measures them."""
 CALIBRATION_KINDS = {"ttft_threshold": "duration", "cold_ttft": "duration",
                       "hit_ttft": "duration", "chars_per_token": "number"}
-BUILTIN_REFS = {MAX_CONTEXT: "number"}
+BUILTIN_REFS = {MAX_CONTEXT: "number", TIMING_TOKENS: "number"}
 TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration": "duration",
               "ratio": "ratio", "bool": "bool", "string": "string"}
 SETTING_KINDS = {"concurrency": "number", "settle": "duration", "timeout": "duration",

@@ -113,13 +113,18 @@ def test_agent_sim_degraded_without_server_times_is_still_caught_where_alone(tmp
     assert code == 1
 
 
-def test_agent_sim_no_cached_report_is_unverified_not_ok(tmp_path):
+def test_agent_sim_no_cached_report_is_unverified_not_ok(tmp_path, capsys):
+    """No gate failed and one could not be judged: exit 6 (UNVERIFIED), neither the pass of
+    0 nor the failure of 1, and the summary line says so and which gates."""
     code, res = wl_run(tmp_path, "agent-sim", "--sim", *AGENT_SMALL,
                        "--sim-fault", "no_cached_report@main#2")
     v = verdicts(res)
     assert v["main#0"] == "ok" and v["main#1"] == "ok"
     assert "unverified" in v["main#2"]
-    assert code == 1
+    assert code == res["exit_code"] == 6
+    footer = capsys.readouterr().out.strip().splitlines()[-1]
+    assert footer.startswith("UNVERIFIED (no gate failed; survival could not be judged in 1 of "
+                             "3 scope(s)"), footer
 
 
 def test_agent_sim_eviction_by_sub_agents_is_evicted(tmp_path):

@@ -83,11 +83,11 @@ def test_each_worker_held_its_session_and_reported_its_health(single_and_sharded
     assert [w["concurrency"] for w in workers] == [1, 1]
     for w in workers:
         mine = [r for r in two.records if r.session in w["sessions"]]
-        assert w["records"] == len(mine) == 14 and w["incomplete"] is None
+        assert w["records"] == len(mine) == 16 and w["incomplete"] is None
         assert abs(w["clock_offset_s"]) < 0.01 and w["clock_offset_error_s"] < 0.01
         assert "loop_lag_p99_ms" in w and "client_bottleneck" in w
     assert two.client["isolated_requests"] == sum(w["isolated_requests"] for w in workers) \
-        == one.client["isolated_requests"] == 16
+        == one.client["isolated_requests"] == 20
     assert [e for e, _ in sink.events].count("worker") == 2
 
 
@@ -144,7 +144,7 @@ def test_a_lost_worker_is_reported_with_its_sessions_and_what_completed_is_kept(
     kept = [r for r in lost if r.skipped is None]
     assert len(kept) >= 3  # what it completed before it was lost
     assert all(r.skipped.startswith("not run: worker 1 failed") for r in lost if r.skipped)
-    assert len(results.records) == 28
+    assert len(results.records) == 32
     assert {r.session for r in results.records if r.skipped is None} >= {"main#0"}
     assert all(r.skipped is None for r in results.records if r.session == "main#0")
     assert [w.get("lost") for w in results.client["workers"]][1].startswith("failed")
@@ -194,7 +194,7 @@ def test_an_interrupted_run_keeps_what_was_measured_and_exits_130():
 
     results, sink = asyncio.run(main())
     assert results.exit_code == ExitCode.INTERRUPTED and results.incomplete == "interrupted"
-    assert len(results.records) == 28  # every planned request has its record
+    assert len(results.records) == 32  # every planned request has its record
     assert sum(r.skipped is None and r.error is None for r in results.records) >= 6
     assert all(not w.get("lost") for w in results.client["workers"])
     assert all(w["incomplete"] == "interrupted" for w in results.client["workers"])
@@ -215,7 +215,7 @@ def test_a_failed_coordinator_stops_the_run_and_keeps_what_was_measured():
     results = asyncio.run(main())
     assert results.exit_code == ExitCode.INCOMPLETE
     assert results.incomplete.startswith("the run's coordinator failed (ConnectionError: ")
-    assert len(results.records) == 28
+    assert len(results.records) == 32
     assert all(r.t_start_s is None for r in results.records if r.phase == "measure")
     assert all(r.skipped is None for r in results.records if r.phase != "measure")
 

@@ -182,17 +182,17 @@ async def main_async(request: RunRequest, prepared: Prepared, base: str,
                     lambda plan: run_one(plan, engine, request, writer, secret),
                     lambda param, value, i: writer.write(
                         {"type": "sweep_point", "param": param, "value": value, "index": i}))
-                plans = []
+                plans, makers = [], []
             else:
                 runs = runs or plan_runs(prepared, env)
-                swept, plans = runs.swept, runs.plans
+                swept, plans, makers = runs.swept, runs.plans, runs.replans
                 writer = JsonlWriter(request.records)
-            for i, plan in enumerate(plans):
+            for i, (plan, replan) in enumerate(zip(plans, makers)):
                 if swept is not None:  # the records of each point follow their marker
                     writer.write({"type": "sweep_point", "param": swept[0],
                                   "value": swept[1][i], "index": i})
                     print(f"── sweep {swept[0]}={swept[1][i]} ({i + 1} of {len(plans)}) ──")
-                results = await run_one(plan, engine, request, writer, secret)
+                results = await run_one(plan, engine, request, writer, secret, replan)
                 points.append(results)
                 if results.exit_code == ExitCode.INTERRUPTED:
                     break  # what was measured is kept; the points after it are not run
@@ -213,17 +213,19 @@ async def main_async(request: RunRequest, prepared: Prepared, base: str,
     return finish_sweep(swept, points, request, writer)
 
 
-async def run_one(plan, engine, request: RunRequest, writer: JsonlWriter, secret: str | None):
-    """Run one plan through the API with its own view. Output: its results (redacted: what is
-    written and printed from here on). Raises `EndpointError` when the engine could not be
-    used."""
+async def run_one(plan, engine, request: RunRequest, writer: JsonlWriter, secret: str | None,
+                  replan=None):
+    """Run one plan through the API with its own view (`replan`: how to make it again with what
+    the calibration learns). Output: its results (redacted: what is written and printed from
+    here on). Raises `EndpointError` when the engine could not be used."""
     from workloadlang import api
     from workloadlang.console import make_view
     from workloadlang.scale.workers import runner_for
 
     view = make_view(plan, request.viz, Redacting(sys.stdout, secret))
     view.start()
-    options = api.RunOptions(time_budget_s=request.time_budget_s, isolation=request.isolation)
+    options = api.RunOptions(time_budget_s=request.time_budget_s, isolation=request.isolation,
+                             replan=replan)
     task = asyncio.ensure_future(runner_for(request.workers)(
         plan, engine, Tee(writer, view, secret), options))
     install_interrupt(task)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from workloadlang.evaluate import evaluate
+from workloadlang import ir
+from workloadlang.diagnostics import WorkloadError
+from workloadlang.evaluate import TIMING_TOKENS, evaluate
 from workloadlang.plan.draws import fresh_salt
 from workloadlang.plan.model import Plan
 from workloadlang.plan.realise import Realiser, Sizer
@@ -27,7 +29,8 @@ from workloadlang.run.executor import Executor, RunResult
 from workloadlang.run.executor import Shared as ExecutorShared
 from workloadlang.run.link import EngineLink
 from workloadlang.run.runoptions import RunOptions
-from workloadlang.run.record import TtftReference
+from workloadlang.run.record import TtftReference, decisive_prompt
+from workloadlang.selector import select_static
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Measured:
     client: dict[str, Any]
     incomplete: str | None
     interrupted: bool
+    plan: Plan | None = None  # the plan run, when the calibration had it made again
 
 
 async def measure(plan: Plan, link: EngineLink, sink: Sink,
@@ -61,6 +65,7 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink,
     t0 = time.perf_counter()
     try:
         cal, sizer, ref = await calibration(plan, link, sink, options.calibration)
+        plan = resized(plan, cal, options, link, sink) if shared is None else plan
         if shared is None:
             await snapshot(link, "start", snaps, sink)
 
@@ -89,7 +94,7 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink,
                     calibration=cal.model_dump(), env=calibration_env(cal),
                     metrics=metrics_summary(snaps, records), client=run.client if run else {},
                     incomplete=run.incomplete if run else "not started",
-                    interrupted=interrupted)
+                    interrupted=interrupted, plan=plan)
 
 
 class Shared(ExecutorShared, Protocol):
@@ -125,6 +130,69 @@ async def calibration(plan: Plan, link: EngineLink, sink: Sink,
         link.alone(False)
     sink.event("calibration", cal.model_dump())
     return cal, sizer, ref
+
+
+REREAD_UNCACHED = 64
+"""What a re-read of a cached context leaves uncached, at most: the few tokens it adds and a
+cache block's remainder."""
+
+
+def timing_tokens(cal: calibrate.Calibration, max_context: int | None = None) -> int:
+    """Output: `$timing_tokens`, the least prompt whose re-read timing tells a cache hit from a
+    recompute on this engine (`record.decisive_prompt` at the calibrated cold speed, over the
+    engine's own prefill time when it reports one), at most three quarters of `max_context`;
+    0 without a cold speed."""
+    need = decisive_prompt(REREAD_UNCACHED, reference(cal), server=bool(cal.hit_prefill_s))
+    if need is None:
+        return 0
+    return need if max_context is None else min(need, max_context * 3 // 4)
+
+
+def resized(plan: Plan, cal: calibrate.Calibration, options: RunOptions, link: EngineLink,
+            sink: Sink) -> Plan:
+    """Output: the plan to run: made again (`options.replan`) with what the calibration learnt
+    (`$timing_tokens`) when that changes it (a `plan` event and a note say so), else `plan`.
+    Before any session starts, a note names the re-reads whose timing cannot tell a hit from
+    a recompute at their size here, and the size that would."""
+    env = {TIMING_TOKENS: timing_tokens(cal, link.info.max_context)}
+    if options.replan is not None and env[TIMING_TOKENS]:
+        try:
+            again = options.replan(env)
+        except WorkloadError as e:
+            sink.event("note", {"message": "the plan could not be sized for this engine "
+                                f"(`$timing_tokens` {env[TIMING_TOKENS]:,}): "
+                                f"{e.diagnostics[0].message}; it runs as planned"})
+            again = plan
+        again = again if options.isolation else without_isolation(again)
+        if again.plan_hash != plan.plan_hash:
+            plan = again
+            plan_event(plan, link, sink, sized=env)
+            sink.event("note", {"message": f"sized for this engine: `$timing_tokens` "
+                                f"{env[TIMING_TOKENS]:,} (plan {plan.plan_hash[:16]})"})
+    for note in too_small_notes(plan, cal):
+        sink.event("note", {"message": note})
+    return plan
+
+
+def too_small_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
+    """Output: for each gate that reads whether timing backs a reported hit (`ttft_agrees`,
+    `ttft_disagrees`) of re-reads (probes of a context they expect cached) too small for
+    timing to tell a hit from a recompute here, what they need."""
+    need, out = timing_tokens(cal), []
+    for gp in plan.gates:
+        small = [r for ref in ir.gate_metric_refs(gp.gate)
+                 if ref.metric in ("ttft_agrees", "ttft_disagrees")
+                 for r in select_static(plan.requests, ref.selector, plan.params)
+                 if r.kind == "probe" and r.prompt_tokens <= r.expected_cached + REREAD_UNCACHED
+                 and r.prompt_tokens < need]
+        if small:
+            out.append(f"`{gp.gate.name}` cannot tell a cache hit from a recompute on this "
+                       f"engine: its {len(small)} re-read(s) of up to "
+                       f"{max(r.prompt_tokens for r in small):,} tokens are too small (a cold "
+                       f"prefill of them is too quick here to stand out of the noise); a "
+                       f"re-read of {need:,} tokens or more would tell (`$timing_tokens`). "
+                       f"It will be `undecidable` at these sizes")
+    return out
 
 
 def without_isolation(plan: Plan) -> Plan:

@@ -7,9 +7,10 @@ Input: what the caller decides (the command line, a distributed run's driver). O
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:  # `wl plan` imports these options, and nothing of the HTTP client
+    from workloadlang.plan.model import Plan
     from workloadlang.run.calibrate import Calibration
 
 
@@ -26,6 +27,10 @@ class RunOptions:
     - `calibration`: use this calibration (how text is sized, the TTFT reference) instead of
       measuring one: a shard of a distributed run uses its driver's, and sends no calibration
       request; None: calibrate against the engine.
+    - `replan`: the plan made again with what the calibration learnt about the engine (its
+      built-in refs, `$timing_tokens`: `api.Replan`), for a workload that sizes its decisive
+      requests by them; called by the process that calibrates, never shipped. None: the plan
+      runs as given.
     """
 
     time_budget_s: float | None = None
@@ -33,3 +38,4 @@ class RunOptions:
     sessions: frozenset[str] | None = None
     start_at_unix: float | None = None
     calibration: Calibration | None = None
+    replan: Callable[[Mapping[str, Any]], Plan] | None = None

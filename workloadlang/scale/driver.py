@@ -136,17 +136,18 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
     the workers reach it (default: the driver's). Output: `run.runner.Measured`."""
     from workloadlang import api
     from workloadlang.run.runner import (Measured, calibration_env, metrics_summary, plan_event,
-                                         snapshot, without_isolation)
+                                         resized, snapshot, without_isolation)
 
     if not options.isolation:
         plan = without_isolation(plan)
-    part = partition(plan, workers)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    plan_event(plan, engine, sink, workers=len(part.shards))
+    plan_event(plan, engine, sink, workers=len(partition(plan, workers).shards))
+    cal = await api.calibrate(plan, engine, sink)
+    plan = resized(plan, cal, options, engine, sink)
+    part = partition(plan, workers)  # of the plan as sized for the engine
     for note in part.notes:
         sink.event("note", {"message": note})
     snaps: list[dict[str, Any]] = []
-    cal = await api.calibrate(plan, engine, sink)
     await snapshot(engine, "start", snaps, sink)
     merge = Merge(plan, part, sink)
     t0 = time.time()
@@ -167,7 +168,7 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
                     metrics=metrics_summary(snaps, records),
                     client=merged_client(merge, part),
                     incomplete="interrupted" if interrupted else merge.incomplete(),
-                    interrupted=interrupted)
+                    interrupted=interrupted, plan=plan)
 
 
 def job_for(plan: Plan, engine: Any, url: str, shard: Any, cal: Any,
@@ -307,4 +308,4 @@ async def run_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, options:
     options = options or api.RunOptions()
     measured = await measure_sharded(plan, engine, sink, backend_for, options, workers=workers,
                                      worker_url=worker_url)
-    return api.judge(plan, measured, engine.engine_fields(), sink)
+    return api.judge(measured.plan or plan, measured, engine.engine_fields(), sink)
