@@ -378,7 +378,8 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
     told to `sink` (as events) when given."""
-    from workloadlang.gates import evaluate_gates, evaluate_report, session_verdicts, verdict_code
+    from workloadlang.gates import (client_could_move, evaluate_gates, evaluate_report,
+                                    session_verdicts, verdict_code)
     from workloadlang.kinds import gate_kind
     from workloadlang.latency import performance
 
@@ -386,6 +387,10 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     # each gate's value and threshold are shown by the kind of what it compares
     gates = [g.model_copy(update={"kind": gate_kind(gp.gate)})
              for g, gp in zip(evaluate_gates(plan, records, measured.env), plan.gates)]
+    client = measured.client
+    if client.get("client_bottleneck"):
+        client = {**client, "gates_client_could_move": client_could_move(
+            plan, records, {**plan.params, **measured.env})}
     if measured.interrupted:
         code = ExitCode.INTERRUPTED
     elif measured.incomplete:
@@ -396,7 +401,7 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
         workload=plan.workload, source=plan.source, params=plan.params, salt=plan.salt,
         plan_hash=plan.plan_hash, engine=engine, started_at=measured.started_at,
         elapsed_s=measured.elapsed_s, hit_ratio=plan.hit_ratio,
-        calibration=measured.calibration, metrics=measured.metrics, client=measured.client,
+        calibration=measured.calibration, metrics=measured.metrics, client=client,
         incomplete=measured.incomplete, exit_code=code, gates=gates,
         verdicts=session_verdicts(plan, gates),
         report=evaluate_report(plan, records, measured.env),

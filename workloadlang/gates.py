@@ -26,7 +26,8 @@ from typing import Any, Callable, Mapping
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
-from workloadlang.results import ExitCode, GateResult, Record, ScopeResult, Status
+from workloadlang.results import (DRIFT_ALLOWANCE, ExitCode, GateResult, Record, ScopeResult,
+                                  Status)
 from workloadlang.selector import select
 from workloadlang.spans import (BOOLEAN, Span, Unknown, aggregate, arith, compare, ends,  # noqa: F401
                                 span_of, stamped, unknown_value)
@@ -125,15 +126,36 @@ SPANS: dict[str, Callable[[Record], Span | None]] = {
 
 def metric_value(metric: str, r: Record) -> Any:
     """Output: `metric` of record `r`: a `Span` when it is read from a first-token stamp
-    that may be late or stands for a prefill that shared the engine, else the plain value
-    (None when unknown)."""
+    that may be late, stands for a prefill that shared the engine, or is a time measured while
+    the machine ran at another speed than for the first request of its stretch timed alone
+    (`drifted`), else the plain value (None when unknown)."""
     v = METRICS[metric](r)
     if (v is not None and (r.ttft_late_s or r.ttft_contended_s or r.prefill_contended_s)
             and metric in SPANS):
         span = SPANS[metric](r)
         if span is not None and span.lo != span.hi:
-            return span
+            v = span
+    if v is not None and metric in DRIFTING and drifted(r):
+        return widened(v, r.drift)  # type: ignore[arg-type]
     return v
+
+
+# times that a machine running slower makes longer
+DRIFTING = frozenset({"ttft", "prefill_time", "ttft_per_uncached"})
+
+
+def drifted(r: Record) -> bool:
+    """Output: True when `r` decoded more than `DRIFT_ALLOWANCE` times slower or faster per
+    token than the first request of its stretch timed alone (`Record.drift`)."""
+    return r.drift is not None and not 1 / DRIFT_ALLOWANCE <= r.drift <= DRIFT_ALLOWANCE
+
+
+def widened(v: Any, drift: float) -> Span:
+    """Output: the range of a time `v` (a value or a `Span`) measured on a machine `drift`
+    times slower than the one it is compared with: from what it is to what it would have
+    been at that one's speed."""
+    lo, hi = ends(v)
+    return Span(min(lo, lo / drift), max(hi, hi / drift), stamped(v))
 
 
 def prefill_work(r: Record) -> float | None:
@@ -181,6 +203,7 @@ class Judge:
         self.why: dict[str, str] = {}  # of those, why their record says it is unknown
         # of those, the ones unknown only because timing cannot tell at their size
         self.undecidable: set[str] = set()
+        self.drifted: list[Record] = []  # ranges read that a drifting machine made
         # `hit` / `miss` in a selector: a request whose outcome is unknown is left out, or
         # (`unknown_flags`) taken in; `flag_unknown` counts such requests met
         self.unknown_flags, self.flag_unknown = unknown_flags, 0
@@ -216,10 +239,16 @@ class Judge:
                 v = unknown_value(ref.metric)
             elif isinstance(v, Span):
                 self.ranges += 1
+                self.saw_drift(r, ref.metric)
             else:
                 self.exact += 1
             out.append(v)
         return out
+
+    def saw_drift(self, r: Record, metric: str) -> None:
+        """Keep `r` for the detail when its `metric` is a range because the machine drifted."""
+        if metric in DRIFTING and drifted(r) and r not in self.drifted:
+            self.drifted.append(r)
 
     def mark_unknown(self, r: Record, metric: str) -> None:
         """Count `metric` of `r` as not known, with why when its record says."""
@@ -262,8 +291,24 @@ def undecided(value: Any, threshold: Any) -> str:
     def show(v: Any) -> str:
         lo, hi = ends(v)
         return fmt(v) if lo == hi else f"{fmt(lo)}..{fmt(hi)}"
-    return (f"{show(value)} vs {show(threshold)}: TTFTs that may hold more than the prefill "
-            f"(ttft_late_s, ttft_contended_s, prefill_contended_s)")
+    return (f"{show(value)} vs {show(threshold)}: times known only as ranges (a first-token "
+            f"stamp that may be late or a prefill that may hold other requests' work: "
+            f"ttft_late_s, ttft_contended_s, prefill_contended_s; or measured while the machine "
+            f"ran at another speed: drift)")
+
+
+def drift_detail(rs: list[Record]) -> str:
+    """Output: `; the machine drifted: ID decoded 2.9x slower than ID (3 tries)`, for the
+    ranges a drifting machine made (`Record.drift`), or "" for none."""
+    if not rs:
+        return ""
+    def pace(d: float) -> str:
+        return f"{d:.2g}x slower" if d > 1 else f"{1 / d:.2g}x faster"
+
+    return "; the machine drifted: " + ", ".join(
+        f"{r.id} decoded {pace(r.drift or 1.0)} than {r.drift_of} ({r.attempts} "
+        f"tr{'y' if r.attempts == 1 else 'ies'})" for r in rs[:3]) + (
+        f" and {len(rs) - 3} more" if len(rs) > 3 else "")
 
 
 def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
@@ -336,7 +381,8 @@ def judge_test(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
         threshold = j.scalar(g.right)
         ok = compare(g.op, value, threshold)
         if ok is None:
-            why = left_out(j, decides=True) if j.unknown else undecided(value, threshold)
+            why = left_out(j, decides=True) if j.unknown else undecided(value, threshold) \
+                + drift_detail(j.drifted)
             return scope_result(j, scope, "unknown", stamped(value), stamped(threshold), why)
         return scope_result(j, scope, "pass" if ok else "fail", stamped(value),
                             stamped(threshold))
@@ -383,6 +429,9 @@ def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     j.exact += sum(v is not None and not isinstance(v, Span) for v in vals)
     j.ranges += sum(isinstance(v, Span) for v in vals)
     for r, v in zip(picked, vals):
+        if isinstance(v, Span):
+            j.saw_drift(r, g.left.metric)
+    for r, v in zip(picked, vals):
         if v is None:
             j.mark_unknown(r, g.left.metric)
     held = [None if v is None else compare(g.op, v, threshold) for v in vals]
@@ -401,7 +450,8 @@ def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     if unknown or open_:
         why = "; ".join(
             ([errors_or_unreported(j, unknown)] if unknown else [])
-            + [f"{rid}: {undecided(v, threshold)}" for rid, v in open_[:3]])
+            + [f"{rid}: {undecided(v, threshold)}" for rid, v in open_[:3]]) \
+            + drift_detail(j.drifted)
         return scope_result(j, scope, "unknown", None if unknown else worst,
                             stamped(threshold), why)
     return scope_result(j, scope, "pass", worst, stamped(threshold))
@@ -500,6 +550,30 @@ def verdict_code(gates: list[GateResult]) -> ExitCode:
     if any(g.status == "fail" for g in bad):
         return ExitCode.GATE
     return ExitCode.UNVERIFIED if bad else ExitCode.OK
+
+
+# what the client's own clock measured: a busy client can make them longer (the engine's own
+# prefill time and counts it cannot)
+CLIENT_TIMED = frozenset({"ttft", "ttft_content", "e2e", "tg", "schedule_lag", "isolation_wait"})
+CLIENT_TTFT = frozenset({"prefill_time", "pp", "ttft_per_uncached", "ttft_agrees",
+                         "ttft_disagrees"})
+
+
+def client_could_move(plan: Plan, records: list[Record], env: Mapping[str, Any]) -> list[str]:
+    """Output: the fail-severity gates that read a time the client measured (its clock, or a
+    prefill time that is its TTFT) of a request not timed alone: when the client was a
+    bottleneck, its load could have moved them. A request timed alone (`isolated`) waits for
+    the client to be quiet (`ClientHealth.quiet`) and is read by a thread that runs first."""
+    by_id = plan.by_id()
+    out = []
+    for gp in plan.gates:
+        refs = [ref for ref in ir.gate_metric_refs(gp.gate)
+                if ref.metric in CLIENT_TIMED or ref.metric in CLIENT_TTFT]
+        if gp.gate.severity == "fail" and any(
+                not r.isolated and (ref.metric in CLIENT_TIMED or r.prefill_source == "client_ttft")
+                for ref in refs for r in select(records, ref.selector, env, lambda r: by_id[r.id])):
+            out.append(gp.gate.name)
+    return out
 
 
 def evaluate_report(plan: Plan, records: list[Record],

@@ -33,6 +33,12 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130  # interrupted (after writing what was measured)
 
 
+DRIFT_ALLOWANCE = 1.5
+"""Two requests that decoded per token within this factor of each other ran on the same machine
+as far as a verdict can tell (`Record.drift`); beyond it, the machine's speed drifted between
+them."""
+
+
 ErrorKind = Literal["http", "connect", "timeout", "stream_cut", "malformed", "engine", "early_stop",
                     "overrun", "idle", "interrupted", "lost"]
 """Why a request did not complete normally:
@@ -148,6 +154,14 @@ class Record(BaseModel):
     isolated: bool = False
     isolation_wait_s: float | None = None
     isolation_held_s: float | None = None
+    # measured again alone (run.remeasure): the sends it took, and why each earlier one was
+    # not kept (a stamp that may be late, a machine that ran slower), with its times
+    attempts: int = 1
+    remeasured: list[str] = []
+    # of a request timed alone after the first of its stretch (`drift_of`): how many times
+    # slower it decoded per token than that one (the machine's speed then against now)
+    drift: float | None = None
+    drift_of: str | None = None
     e2e_s: float | None = None
     # every gap between two token events' arrivals, in order (`itl`: their spread), the time
     # per output token after the first ((e2e - ttft) / (completion tokens - 1)) and the output

@@ -169,16 +169,17 @@ def test_slow_prefill_scoped_by_the_planned_request_id(sim):
 
 
 def test_drift_slows_everything_in_its_window_and_nothing_after(sim):
-    """`drift=F` scoped to the finalizes with a window of 1 s: a request it names is F times
-    slower in prefill and decode, and so is one it does not name served inside the window
-    (everything slows); after the window, the same request costs what it did before."""
+    """`drift=F` scoped to the finalizes with a window of 1 s: the first request it names opens
+    it and is F times slower in prefill and decode, and so is one it does not name served inside
+    the window (everything slows); after the window, a request it names costs what one did
+    before (one window: a request measured again after it sees the machine as it was)."""
     h = sim("drift=3@*/finalize/*", prefill_us_per_token=50.0, prefill_ctx_scale=0,
             decode_us_per_token=2000.0, drift_seconds=1.0)
     before = chat(h, msgs("p", 400), request_id="main#0/back/baseline/0", max_tokens=4)
     named = chat(h, msgs("q", 400), request_id="main#0/back/finalize/0", max_tokens=4)
     inside = chat(h, msgs("r", 400), request_id="main#0/back/baseline/1", max_tokens=4)
     time.sleep(1.0)
-    after = chat(h, msgs("s", 400), request_id="main#0/back/baseline/2", max_tokens=4)
+    after = chat(h, msgs("s", 400), request_id="main#1/back/finalize/0", max_tokens=4)
     for slowed in (named, inside):
         for t in ("prompt_ms", "predicted_ms"):
             assert slowed["timings"][t] == pytest.approx(3 * before["timings"][t], rel=0.2), t

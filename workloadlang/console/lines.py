@@ -230,6 +230,18 @@ def unjudged(g: Any) -> str:
     return ", ".join(parts)
 
 
+def moved_by(client: dict[str, Any]) -> str:
+    """Output: which verdicts a client that was a bottleneck could have moved, for the footer
+    (`gates_client_could_move`)."""
+    moved = client.get("gates_client_could_move")
+    if moved is None:
+        return ""
+    if moved:
+        return f"; its load could have moved the gates {', '.join(moved)}"
+    return ("; no fail gate reads a time it measured while busy (they read requests timed "
+            "alone, sent once it was quiet, or the engine's own counts and times)")
+
+
 def footer(results: Any) -> str:
     line = f"{verdict_word(results)} · {results.workload} · " \
            f"{len(results.records)} requests in {results.elapsed_s:.1f}s · salt {results.salt}"
@@ -238,9 +250,10 @@ def footer(results: Any) -> str:
     client = results.client
     if client.get("bottleneck_workers"):
         line += (" · NOTE: worker(s) " + ", ".join(map(str, client["bottleneck_workers"]))
-                 + " were a bottleneck (see client.workers in the results)")
+                 + " were a bottleneck (see client.workers in the results)" + moved_by(client))
     elif client.get("client_bottleneck"):
-        line += " · NOTE: the client was a bottleneck (see client in the results)"
+        line += " · NOTE: the client was a bottleneck (see client in the results)" \
+            + moved_by(client)
     elif client.get("client_delay_over_10ms"):
         longest = client.get("client_delay_max_ms")
         upto = f", up to {longest:.1f} ms" if longest is not None else ""
@@ -251,6 +264,11 @@ def footer(results: Any) -> str:
                  f"after their planned time (lag p99 {client['schedule_lag_p99_ms']:.1f} ms, "
                  f"up to {client['schedule_lag_max_ms']:.1f} ms; schedule_lag_s): the load "
                  "came later than planned, and a verdict that rests on it may be too kind")
+    if client.get("remeasured_requests"):
+        line += (f" · NOTE: {client['remeasured_requests']} decisive measurement(s) were "
+                 f"measured again alone ({client['remeasures']} more send(s), "
+                 f"{client.get('remeasure_s', 0):.1f}s): a time that was a range or ran at "
+                 "another speed than its stretch's first (records' `remeasured`)")
     late, most = client.get("ttft_late"), client.get("ttft_late_max_ms")
     if late:
         upto = f" up to {most:.1f} ms" if most is not None else ""

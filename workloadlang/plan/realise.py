@@ -240,6 +240,19 @@ class Realiser:
             out.append(done)
         return out
 
+    def again(self, req: PRequest, replies: Mapping[str, Reply], k: int) -> list[dict[str, Any]]:
+        """The chat messages of `req` measured again, try `k`: as `messages` gives them, its
+        last message's fillers drawn afresh (keyed `KEY/again/k`, as many words) so that an
+        engine that cached the first try's text has none of this one's; a probe as it is."""
+        out = self.messages(req, replies)
+        if req.kind == "probe" or req.last_message is None or not out:
+            return out
+        m = self.plan.messages[req.last_message]
+        parts = [synth.filler(self.plan.salt, f"{s.key}/again/{k}",
+                              self.sizer.words_for(s.key, s.tokens))
+                 for s in m.segs if s.kind == "filler"]
+        return out[:-1] + [{**out[-1], "content": " ".join(parts)}]
+
     def can_realise(self, req: PRequest, replies: Mapping[str, Reply]) -> bool:
         """Output: True when every earlier reply that `req`'s messages carry is in `replies`
         (its messages are then final: a reply, once there, does not change). Looks only at

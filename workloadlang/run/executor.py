@@ -51,6 +51,7 @@ from workloadlang.run.maker import RequestMaker, by_session
 from workloadlang.run.pacing import Pacing
 from workloadlang.run.phases import Phases
 from workloadlang.run.record import Recorder, TtftReference, skipped_record
+from workloadlang.run.remeasure import Remeasure
 from workloadlang.run.schedule import Copies, planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
@@ -105,14 +106,15 @@ class Executor:
         self.queued = 0  # requests waiting for a concurrency slot
         self.isolation = Isolation(lambda: self.slots.held > 0 or self.queued > 0, clock,
                                    on_alone=on_alone, shared=shared and shared.isolation)
+        self.again = Remeasure(plan, clock)
         self.maker = RequestMaker(realiser, endpoint, clock, timeout_s=plan.timeout_s,
-                                  time_budget_s=time_budget_s)
+                                  time_budget_s=time_budget_s, tries=self.again.tries)
         self.stops = Stops(plan, clock, time_budget_s=time_budget_s,
                            max_errors=max_consecutive_errors, sleep=sleep)
         self.phases = Phases(self.requests, plan.phases, clock, self._phase_opened)
         self.copies = Copies(plan.sessions, self.requests, clock, self.stops.sleep_until)
         self.recorder = Recorder(plan, self.slots, self.isolation, ref or TtftReference(),
-                                 prefill_own, realiser.source_of)
+                                 prefill_own, realiser.source_of, self.again)
         self.health = ClientHealth(clock, cpu_clock)
         self.on_phase, self.start_at, self.shared = on_phase, start_at, shared
         # a shard tells its driver what it writes, before any record of it (`Shared.sent`)
@@ -166,8 +168,8 @@ class Executor:
         return RunResult(records=[self.records[r.id] for r in self.requests if r.id in self.records],
                          elapsed_s=self.clock() - self.t0,
                          incomplete=incomplete or self.stops.incomplete(self.records.values()),
-                         client=self.health.summary(self.outcomes.values(),
-                                                    self.isolation.summary()))
+                         client=self.health.summary(self.outcomes.values(), {
+                             **self.isolation.summary(), **self.again.summary()}))
 
     def _spawn(self, req: PRequest, ready: float) -> None:
         self.ready_at[req.id] = ready
@@ -213,9 +215,11 @@ class Executor:
         sent = await self._send(req, after)
         if isinstance(sent, str):  # a stop came while it waited (the budget ran out, ...)
             return self._skip(req, sent, after)
-        outcome, waited = sent
+        first, waited = sent
+        outcome = await self.again.settle(req, first, self.outcomes, self.isolation.first,
+                                          partial(self._send, req, None))
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
-        self.health.sent(due, outcome.t_send, waited, self.recorder.planned_at.get(req.id))
+        self.health.sent(due, first.t_send, waited, self.recorder.planned_at.get(req.id))
         self.outcomes[req.id] = outcome
         if outcome.error is not None or self.stops.decides(req):
             self.pacing.flush()  # the records of earlier answers first: stops and sink in order
@@ -240,6 +244,8 @@ class Executor:
         else:
             t = self.clock()
             await self.isolation.enter(req)
+            if req.isolated:  # nothing of the client's own in its way either
+                await self.health.quiet(self.pacing.flush)
             self.queued += 1
             if self.slots.locked() and self.queued <= self.concurrency:
                 self.pacing.ahead(req)  # next in line for a slot: made while it waits

@@ -26,6 +26,8 @@ _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _DELAY_BOUND_S = 0.010  # a client that holds requests back longer than this skews the run
 _BOTTLENECK_SHARE = 0.01  # ...when that is also more than this share of a median request
 LATE_S = 0.010  # a request sent this much after its planned send time is counted late
+QUIET_S = 0.001  # a loop that wakes this little late is quiet: a decisive measurement may go
+QUIET_MAX_S = 0.1  # how long a decisive measurement waits for a quiet client, at most
 
 
 class Lag:
@@ -117,6 +119,7 @@ class ClientHealth:
         self.unfrozen = 0  # records since the last gc.freeze()
         self.t0 = 0.0
         self.task: asyncio.Task | None = None
+        self.quiet_waits: list[float] = []  # decisive measurements' waits for a quiet client
 
     def before_clock(self) -> None:
         """What exists now lives through the run: out of the collector's scans."""
@@ -154,6 +157,25 @@ class ClientHealth:
         if self.worst_delay is None or own > self.worst_delay[0]:
             self.worst_delay = (own, due, t_send, self.gcs.within(due, t_send))
 
+    async def quiet(self, flush: Callable[[], None] = lambda: None) -> float:
+        """Do the client's deferred work now (`flush`), then wait until it is quiet (its event
+        loop's latest wake-up late by under `QUIET_S`), at most `QUIET_MAX_S`: a decisive
+        measurement then starts with nothing of the client's own in the way. Output: seconds
+        waited (0 when it was quiet)."""
+        flush()
+        samples = self.lag.samples
+        if self.task is None or not samples or samples[-1] < QUIET_S:
+            return 0.0
+        t0 = self.clock()
+        while self.clock() - t0 < QUIET_MAX_S:
+            seen = len(samples)
+            while len(samples) == seen and self.clock() - t0 < QUIET_MAX_S:
+                await asyncio.sleep(0.001)
+            if samples[-1] < QUIET_S:
+                break
+        self.quiet_waits.append(self.clock() - t0)
+        return self.quiet_waits[-1]
+
     def recorded(self) -> None:
         """A record was kept: every `_FREEZE_EVERY` of them, what the run keeps joins the
         frozen heap, so no collection walks the whole run's results."""
@@ -186,8 +208,9 @@ class ClientHealth:
             # the collector's longest pause during the run, and its generation
             "gc_pause_max_ms": ms(self.gcs.longest[0] if self.gcs.longest else None),
             "gc_pause_max_generation": self.gcs.longest[1] if self.gcs.longest else None,
-            # what `isolated` requests cost (run.isolation)
-            **isolation,
+            # what `isolated` requests cost (run.isolation), their waits for a quiet client
+            **isolation, "quiet_waits": len(self.quiet_waits),
+            "quiet_wait_s": round(sum(self.quiet_waits), 6),
             **schedule_summary(self.lags),
             # the process's CPU time (all its threads) from the run's start to its end
             "cpu_s": round(self.cpu[1] - self.cpu[0], 3) if len(self.cpu) == 2 else None,

@@ -62,6 +62,7 @@ class Isolation:
         self.active_s = 0.0  # total time an isolation was held, ended ones
         self.waited: dict[str, float] = {}  # request id -> its wait for the run to drain
         self.held: dict[str, float] = {}  # request id -> time held back by others' isolation
+        self.first: dict[str, str] = {}  # session -> the first request of its stretch alone
         self.count = 0  # isolated requests sent
         if shared is not None:
             shared.attach(self)
@@ -79,6 +80,8 @@ class Isolation:
             return 0.0
         t0 = self.clock()
         if req.isolated:
+            if self.owner != req.session:  # a new stretch timed alone begins with it
+                self.first[req.session] = req.id
             await self._take(req.session)
             if self.shared is not None:
                 await self.shared.take(req.session)

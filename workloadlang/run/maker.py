@@ -24,9 +24,11 @@ class RequestMaker:
     """Makes the chat requests of one run. `t0` is the run's start (set by the executor)."""
 
     def __init__(self, realiser: Realiser, endpoint: Endpoint, clock: Callable[[], float], *,
-                 timeout_s: float, time_budget_s: float | None = None) -> None:
+                 timeout_s: float, time_budget_s: float | None = None,
+                 tries: Mapping[str, int] | None = None) -> None:
         self.realiser, self.endpoint, self.clock = realiser, endpoint, clock
         self.timeout_s, self.time_budget_s = timeout_s, time_budget_s
+        self.tries = tries if tries is not None else {}  # measured again: request id -> try
         self.t0 = 0.0
         self.sizing_failed = False
 
@@ -46,8 +48,11 @@ class RequestMaker:
         (or at `at`: see `deadline`). Not re-validated: every field comes from the checked plan
         and the realiser (validating the messages copied each of them, on the path from an
         answer to the next send)."""
+        k = self.tries.get(req.id)
+        messages = self.realiser.again(req, replies, k) if k else \
+            self.realiser.encoded(req, replies, dumps_kept)
         return ChatRequest.model_construct(
-            id=req.id, messages=self.realiser.encoded(req, replies, dumps_kept),
+            id=req.id, messages=messages,
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,
             headers=headers(req), **self.deadline(at))
 

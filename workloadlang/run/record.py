@@ -25,6 +25,7 @@ from workloadlang.results import ErrorDetail, Record
 from workloadlang.run.contention import Slots
 from workloadlang.run.health import percentile
 from workloadlang.run.isolation import Isolation
+from workloadlang.run.remeasure import Remeasure, drift_of
 
 
 class TtftReference(BaseModel):
@@ -354,7 +355,9 @@ class Recorder:
 
     def __init__(self, plan: Plan, slots: Slots, isolation: Isolation, ref: TtftReference,
                  prefill_own: bool,
-                 source_of: Callable[[PRequest], str | None] = lambda r: r.prefix_source) -> None:
+                 source_of: Callable[[PRequest], str | None] = lambda r: r.prefix_source,
+                 again: Remeasure | None = None) -> None:
+        self.again = again
         self.by_id, self.hit_ratio, self.source_of = plan.by_id(), plan.hit_ratio, source_of
         self.slo = plan.slo
         self.windows = (plan.warmup_s, plan.cooldown_s, plan.duration_s)
@@ -382,6 +385,8 @@ class Recorder:
                            prefill_contended_s=self.prefill_contended(o),
                            isolation=(req.isolated, self.isolation.waited.get(req.id),
                                       self.isolation.held.get(req.id)))
+        if self.again is not None:
+            rec = remeasured(rec, self.again, outcomes)
         rec.window = latency.window_of(rec.t_start_s, *self.windows)  # type: ignore[assignment]
         rec.slo_met = latency.slo_met(rec, self.slo)
         self.cold.see(rec)
@@ -421,6 +426,19 @@ class Recorder:
                 update={"cold_prefill_tps": speed, "fixed_s": fixed}))
         assert self.learnt[1] is not None
         return self.learnt[1]
+
+
+def remeasured(rec: Record, again: Remeasure, outcomes: Mapping[str, Any]) -> Record:
+    """Output: `rec` with what measuring it again alone says (`run.remeasure`): its sends and
+    why the earlier ones were not kept, and, after the first request of its stretch timed
+    alone, how many times slower it decoded than that one (`drift`)."""
+    notes, anchor = again.notes.get(rec.id, []), again.anchors.get(rec.id)
+    if not notes and anchor is None:
+        return rec
+    drift = drift_of(outcomes.get(rec.id), outcomes.get(anchor)) if anchor else None
+    return rec.model_copy(update={"attempts": 1 + len(notes), "remeasured": list(notes),
+                                  "drift": None if drift is None else round(drift, 4),
+                                  "drift_of": anchor})
 
 
 class ColdSpeed:

@@ -225,8 +225,8 @@ _FIELD_HELP = {
                      "blocks prefilled before the cut",
     "decode_abort": "a request cut during its decode: keep (prompt and generated), prompt, "
                     "or drop",
-    "drift_seconds": "a `drift` fault slows everything while a request it names is served and "
-                     "for this long after each one arrives, s",
+    "drift_seconds": "a `drift` fault slows everything from the arrival of the first request it "
+                     "names for this long (and while that request is served), s",
     "slots": "concurrent request slots (more requests queue FIFO)",
     "think_tokens": "reasoning tokens emitted when thinking is on",
     "seed": "seed for error injection and reply text",

@@ -90,7 +90,7 @@ class Job:
     corrupt_at: Optional[int] = None  # corrupt_restored: where a restored reply diverges
     since: int = 0  # the cache's placements when the job matched (its own blocks come after)
     drift: float = 1.0  # the factor of a `drift` fault that names this request (1: none)
-    drifting: bool = False  # counted among the named requests being served (`Drift`)
+    drifting: bool = False  # it opened the `drift` fault's window and is being served (`Drift`)
     state: str = "queued"  # queued | prefill | decode | done | cancelled
     finished: bool = False
     slot_held: bool = False
@@ -224,31 +224,32 @@ def _factor(fault: FaultSpec | None) -> float:
 
 
 class Drift:
-    """The `drift` fault: a machine that runs slower for a while. While a request the fault
-    names is served, and for `seconds` after each such request arrives, everything (prefill,
-    restore, the first token, decode) costs the fault's factor times as much, for every request
-    served then. Input: jobs as they arrive and end; output: the factor now."""
+    """The `drift` fault: a machine that runs slower for a while. The first request the fault
+    names opens the window: from its arrival, while it is served and for `seconds` after its
+    arrival, everything (prefill, restore, the first token, decode) costs the fault's factor
+    times as much, for every request served then. One window per server: what a request
+    measured again after it sees the machine as it was before. Input: jobs as they arrive and
+    end; output: the factor now."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.until = float("-inf")  # the window after the latest named arrival
-        self.serving = 0  # named requests being served
-        self.k = 1.0  # the latest named request's factor
+        self.until = float("-inf")  # the window's end, once opened
+        self.opened = False
+        self.serving = False  # the request that opened it is being served
+        self.k = 1.0  # its factor
 
     def arrived(self, job: "Job") -> None:
-        if job.drift != 1.0 and not job.drifting:
-            job.drifting = True
-            self.k, self.serving = job.drift, self.serving + 1
-            self.until = max(self.until, perf_counter() + self.seconds)
+        if job.drift != 1.0 and not self.opened:
+            self.opened = self.serving = job.drifting = True
+            self.k, self.until = job.drift, perf_counter() + self.seconds
 
     def ended(self, job: "Job") -> None:
         if job.drifting:
-            job.drifting = False
-            self.serving -= 1
+            job.drifting = self.serving = False
 
     def factor(self) -> float:
-        """Output: how many times slower everything runs now (1.0 outside a window)."""
-        return self.k if self.serving > 0 or perf_counter() < self.until else 1.0
+        """Output: how many times slower everything runs now (1.0 outside the window)."""
+        return self.k if self.serving or perf_counter() < self.until else 1.0
 
 
 class Simulator:

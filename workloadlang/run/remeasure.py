@@ -1,0 +1,166 @@
+"""Measured again alone: a decisive measurement that the experiment can repeat is repeated
+rather than judged on what it could not tell.
+
+Input: the plan (which requests can be measured again), each isolated request's outcome as it
+comes, the outcome of the first request of its stretch timed alone (its anchor: in agent-sim
+the finalize, which nothing can repeat), the clock and a way to send the request again.
+Output: the outcome to keep, and per request why it was measured again (`notes`, the records'
+`remeasured`), and what it cost (`summary`, the results' `client`).
+
+A request timed alone (`isolated`) after the first of its stretch is a reference measurement
+(a re-read of a context the stretch has read, a fork of it with a suffix of its own) and can be
+measured again while its session still holds the isolation: a probe as it is (its context is
+cached either way), a request whose own new turn is filler with fresh filler of the same size
+(its first send cached that text, so sending it again would measure a hit). It is measured
+again, at most `TRIES - 1` more times, when
+- its first token's stamp may be late (`Outcome.ttft_late_s`) and its prefill time is that
+  TTFT (no engine prefill time): its time is a range, not a number;
+- it decoded more than `ALLOWANCE` times slower per token than its anchor (the engine's own
+  decode time when it reports one, else the client's, over at least `MIN_DECODE` tokens and
+  `MIN_DECODE_S`): the
+  machine ran slower than when the anchor ran, and its time would price the anchor at another
+  speed than the anchor's. A pause first (`PAUSES`), so a drift of a while can pass.
+The last try is kept; the earlier ones are in its note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Mapping
+
+from workloadlang.plan.model import Plan, PRequest
+from workloadlang.results import DRIFT_ALLOWANCE
+from workloadlang.run.sse import Outcome
+
+TRIES = 3  # sends of a request at most, the first included
+ALLOWANCE = DRIFT_ALLOWANCE  # decode paces within this factor are the same machine's
+MIN_DECODE = 4  # tokens decoded, at least, for a decode pace
+MIN_DECODE_S = 0.005  # and seconds of decoding: shorter, a timer's noise is most of it
+PAUSES = (0.25, 1.0)  # before each try again after a drift, seconds
+
+
+def decode_pace(o: Outcome | None) -> float | None:
+    """Output: seconds per decoded token after the first: the engine's own decode time when it
+    reports one (llama.cpp `timings.predicted_ms` over `predicted_n`), else the client's time
+    from the first token to the end; None for an error, or under `MIN_DECODE` tokens or
+    `MIN_DECODE_S` of decoding."""
+    if o is None or o.error is not None:
+        return None
+    t = o.timings or {}
+    n, ms = t.get("predicted_n"), t.get("predicted_ms")
+    if isinstance(n, (int, float)) and isinstance(ms, (int, float)) and n >= MIN_DECODE \
+            and ms >= MIN_DECODE_S * 1000:
+        return ms / 1000 / (n - 1)
+    n = o.completion_tokens if o.completion_tokens is not None else o.streamed_tokens
+    if n is None or n < MIN_DECODE or o.ttft_s is None or o.e2e_s - o.ttft_s < MIN_DECODE_S:
+        return None
+    return (o.e2e_s - o.ttft_s) / (n - 1)
+
+
+def drift_of(o: Outcome | None, anchor: Outcome | None) -> float | None:
+    """Output: how many times slower `o` decoded per token than `anchor` (below 1: faster);
+    None when either has no decode pace."""
+    a, b = decode_pace(anchor), decode_pace(o)
+    return None if a is None or b is None else b / a
+
+
+def why_again(o: Outcome, anchor: Outcome | None) -> tuple[str, float] | None:
+    """Output: why a request that can be measured again should be, and the pause before it
+    (seconds), or None. See the module."""
+    if o.error is not None:
+        return None
+    if o.ttft_late_s and o.server_prefill_ms is None:
+        return f"first-token stamp up to {o.ttft_late_s * 1000:.1f} ms late", 0.0
+    drift = drift_of(o, anchor)
+    if drift is not None and drift > ALLOWANCE:
+        return f"decoded {drift:.1f}x slower than {anchor.id if anchor else '?'}", 1.0
+    return None
+
+
+def repeatable(plan: Plan) -> frozenset[str]:
+    """Output: the isolated requests that can be measured again (see the module): probes, and
+    requests whose last message is their own turn of filler only that no other request's
+    prompt goes on from."""
+    iso = [r for r in plan.requests if r.isolated]
+    if not iso:
+        return frozenset()
+    extended: set[int] = set()  # messages some request's prompt goes on from
+    for r in plan.requests:
+        extended.update(plan.message_ids(r)[:-1])
+    out = set()
+    for r in iso:
+        if r.kind == "probe":
+            out.add(r.id)
+        elif r.kind == "reply" and r.last_message is not None and r.new_tokens > 0 \
+                and r.last_message not in extended and own_filler(plan, r):
+            out.add(r.id)
+    return frozenset(out)
+
+
+def own_filler(plan: Plan, r: PRequest) -> bool:
+    """Output: True when `r`'s last message is a user message of filler only."""
+    m = plan.messages[r.last_message] if r.last_message is not None else None
+    return m is not None and m.role == "user" and bool(m.segs) \
+        and all(s.kind == "filler" for s in m.segs)
+
+
+class Remeasure:
+    """The measuring again of one run (see the module). `tries`: request id -> the try being
+    made (the request maker makes fresh filler for tries after the first)."""
+
+    def __init__(self, plan: Plan, clock: Callable[[], float],
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+        self.can = repeatable(plan)
+        self.clock, self.sleep = clock, sleep
+        self.tries: dict[str, int] = {}
+        self.notes: dict[str, list[str]] = {}
+        self.anchors: dict[str, str] = {}  # request id -> the first request of its stretch
+        self.spent = 0.0  # seconds of measuring again, pauses included
+
+    async def settle(self, req: PRequest, o: Outcome, outcomes: Mapping[str, Outcome],
+                     first: Mapping[str, str],
+                     send: Callable[[], Awaitable[tuple[Outcome, Any] | str]]) -> Outcome:
+        """Output: the outcome to keep for `req` (answered with `o`): `o`, or that of its last
+        try again (`send` sends `req` again, its outcome first, or says why it was not: a stop
+        of the run; its session still holds the isolation). `outcomes`: the run's so far; `first`: session -> the first request of its
+        stretch timed alone (`Isolation.first`), whose outcome is `req`'s anchor."""
+        anchor = outcomes.get(first.get(req.session, "")) if req.isolated else None
+        if anchor is None or anchor.id == req.id:
+            return o
+        self.anchors[req.id] = anchor.id
+        if req.id not in self.can:
+            return o
+        for k in range(1, TRIES):
+            why = why_again(o, anchor)
+            if why is None:
+                break
+            t0 = self.clock()
+            self.notes.setdefault(req.id, []).append(f"try {k}: {why[0]}{timing(o)}")
+            if why[1]:
+                await self.sleep(PAUSES[min(k - 1, len(PAUSES) - 1)])
+            self.tries[req.id] = k
+            got = await send()
+            self.spent += self.clock() - t0
+            if isinstance(got, str):  # a stop came (the time budget ran out): keep what is in
+                break
+            o = got[0]
+        self.tries.pop(req.id, None)
+        return o
+
+    def summary(self) -> dict[str, Any]:
+        """Output: the results' `client` fields of measuring again: requests measured again, the
+        extra sends, and the seconds they took (pauses included)."""
+        return {"remeasured_requests": len(self.notes),
+                "remeasures": sum(len(v) for v in self.notes.values()),
+                "remeasure_s": round(self.spent, 6)}
+
+
+def timing(o: Outcome) -> str:
+    """Output: `o`'s times as a note gives them: ` (TTFT 12.3 ms, prefill 10.1 ms)`."""
+    bits = [] if o.ttft_s is None else [f"TTFT {o.ttft_s * 1000:.1f} ms"]
+    if o.server_prefill_ms is not None:
+        bits.append(f"prefill {o.server_prefill_ms:.1f} ms")
+    pace = decode_pace(o)
+    if pace is not None:
+        bits.append(f"decode {pace * 1000:.3f} ms/token")
+    return f" ({', '.join(bits)})" if bits else ""
