@@ -516,8 +516,9 @@ def overall_status(statuses: list[Status]) -> Status:
 
 def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
     """Per session: the verdict labels of its failed fail-severity per-session gates,
-    `unverified` when one could not be judged, else `ok`. Warnings show in the gate table, not
-    in the verdict."""
+    `unverified` when one could not be judged, `undecidable` when one could not at these sizes
+    and nothing else was found, else `ok`. Warnings show in the gate table, not in the
+    verdict."""
     out = {}
     for s in plan.sessions:
         labels = []
@@ -531,6 +532,8 @@ def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
                     labels.append("unverified")
                 elif r.status == "undecidable":
                     labels.append("undecidable")
+        if len(labels) > labels.count("undecidable"):  # a finding says more than a size
+            labels = [x for x in labels if x != "undecidable"]
         if any(g.scope == "each session" and any(r.scope == s.id for r in g.results)
                for g in gates):
             out[s.id] = ", ".join(dict.fromkeys(labels)) or "ok"

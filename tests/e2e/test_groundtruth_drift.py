@@ -102,3 +102,86 @@ def test_a_partial_lie_on_a_drifting_machine_stays_degraded(tmp_path, timings):
     assert gate(res, "restore")["results"][0]["status"] == "fail"
     assert gate(res, "timing")["status"] == "pass"
     assert gate(res, "survival")["status"] == "pass"
+
+
+# A machine that drifts (the simulator's `drift`: everything, decode included, 3x slower for a
+# window), placed over the finalize (while the first one is served), over the baselines (from
+# the first one, half a second: longer than a stretch, shorter than the pauses before a
+# baseline is measured again) and over both (from the first finalize to the end of the run).
+WINDOWS = {
+    "finalize": ["--sim-fault", "drift=3@*/finalize/*"],
+    "baselines": ["--sim-fault", "drift=3@*/baseline/*", "--sim-drift-seconds", "0.5"],
+    "both": ["--sim-fault", "drift=3@*/finalize/*", "--sim-drift-seconds", "60"],
+}
+# a decode long enough (64 tokens of 200 us) that its pace tells the machine's speed
+DECODE = ["--max-tokens", "64", "--sim-decode-us-per-token", "200"]
+
+
+def case_args(case: str, sessions: int) -> list[str]:
+    """healthy and degraded_host: a two-tier engine whose sub-agents push every main context to
+    the host (`small`); evicted: a device without a host tier the sub-agents empty."""
+    if case == "evicted":
+        return evicting(sessions) + DECODE
+    return small(sessions) + DECODE + (["--sim-fault", "degraded_host"] if case != "healthy"
+                                       else [])
+
+
+# every window with every case once, each at 1, 2 and 8 sessions across the others, with and
+# without engine timings (python -m bench.verdicts --drift runs every combination 10 times)
+MATRIX = [("finalize", "healthy", 1, "engine"), ("finalize", "evicted", 2, "client"),
+          ("finalize", "degraded_host", 8, "engine"), ("baselines", "healthy", 2, "client"),
+          ("baselines", "evicted", 8, "engine"), ("baselines", "degraded_host", 1, "client"),
+          ("both", "healthy", 8, "client"), ("both", "evicted", 1, "engine"),
+          ("both", "degraded_host", 2, "client")]
+WANT = {"healthy": ("ok", 0), "evicted": ("evicted", 1), "degraded_host": ("degraded", 1)}
+
+
+@pytest.mark.parametrize("window, case, sessions, timings", MATRIX)
+def test_verdicts_hold_when_the_machine_drifts(tmp_path, window, case, sessions, timings):
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args(case, sessions),
+                       *WINDOWS[window], *timings_args(timings))
+    verdict, exit_code = WANT[case]
+    assert set(verdicts(res).values()) == {verdict}, (res["gates"], verdicts(res))
+    assert code == exit_code
+    if case == "degraded_host":
+        assert {r["status"] for r in gate(res, "restore")["results"]} == {"fail"}
+
+
+def test_a_drift_over_the_baselines_is_seen_and_measured_again(tmp_path):
+    """The first baseline ran in the window: it decoded about 3x slower than its finalize, so
+    it was measured again after a pause, alone, and the try kept ran at the finalize's speed;
+    the records and the results say so."""
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args("degraded_host", 1),
+                       *WINDOWS["baselines"])
+    assert verdicts(res) == {"main#0": "degraded"} and code == 1
+    first = records(res, "baseline")[0]
+    assert first["attempts"] >= 2 and "slower than main#0/back/finalize/0" in \
+        first["remeasured"][0], first
+    assert 1 / 1.5 <= first["drift"] <= 1.5, "the try kept ran at the finalize's speed"
+    assert res["client"]["remeasured_requests"] >= 1 and res["client"]["remeasures"] >= 1
+
+
+def test_a_finalize_that_kept_part_of_its_context_is_not_degraded_when_the_machine_drifts(
+        tmp_path):
+    """The finalize keeps about 70 % of its prompt (an 18k device keeps the head of the main
+    context past the sub-agents) and honestly recomputes the rest while the machine runs 2.8x
+    slower. Priced in its own stretch, the window over it covers its price too: `ok`. Over the
+    finalize alone (a window that ends with it), its baselines decoded faster than it, so their
+    times are ranges reaching its speed: `restore` cannot be judged, and says why; never
+    `degraded`."""
+    args = evicting(1)
+    args[args.index("9000")] = "18000"
+    args += DECODE
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *args,
+                       "--sim-fault", "drift=2.8@*/finalize/*", "--sim-drift-seconds", "1")
+    (fin,) = records(res, "finalize")
+    assert 0.6 < fin["cached_tokens"] / fin["prompt_tokens"] < 0.8, fin
+    assert verdicts(res) == {"main#0": "ok"}, res["gates"]
+    assert code == 0
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *args, "--sim-fault",
+                       "drift=2.8@*/finalize/*")
+    restore = gate(res, "restore")["results"][0]
+    assert restore["status"] in ("pass", "unknown"), restore
+    assert "degraded" not in verdicts(res)["main#0"]
+    if restore["status"] == "unknown":
+        assert "the machine drifted" in restore["detail"] and code == 6
