@@ -89,3 +89,36 @@ def test_the_client_is_a_bottleneck_only_when_its_delay_shapes_the_load() -> Non
     assert bottleneck(0.0126, 10.0) is False  # 0.13 %
     assert bottleneck(0.009, 0.001) is False  # within the bound
     assert bottleneck(0.02, None) is True  # nothing completed: judged on the bound alone
+
+
+def test_a_decisive_measurement_waits_for_a_quiet_client_at_most_a_bound() -> None:
+    """`ClientHealth.quiet`: the client's deferred work is done first (`flush`); then, when the
+    event loop's latest wake-up was late, it waits for one that was not, at most
+    `QUIET_MAX_S`; quiet already, it does not wait. The clock is injected: each reading is
+    a millisecond on."""
+    from workloadlang.run.health import QUIET_MAX_S, ClientHealth
+
+    ticks = iter(range(10**6))
+    health = ClientHealth(clock=lambda: next(ticks) / 1000)
+    health.task = object()  # the watch is on
+    flushed = []
+
+    async def lag_settles() -> float:
+        health.lag.samples.append(0.004)  # the latest wake-up was 4 ms late
+
+        async def watch() -> None:
+            for lag in (0.003, 0.0002):
+                await asyncio.sleep(0)
+                health.lag.samples.append(lag)
+
+        task = asyncio.ensure_future(watch())
+        waited = await health.quiet(lambda: flushed.append(True))
+        await task
+        return waited
+
+    waited = asyncio.run(lag_settles())
+    assert flushed == [True] and 0 < waited < QUIET_MAX_S
+    assert health.lag.samples[-1] < 0.001 and health.quiet_waits == [waited]
+    assert asyncio.run(health.quiet()) == 0.0, "quiet already: no wait"
+    health.lag.samples.append(0.02)  # never quiet again: the bound holds
+    assert asyncio.run(health.quiet()) >= QUIET_MAX_S

@@ -1,0 +1,138 @@
+"""What a run that could not judge everything says: no gate failed and one could not be judged
+is `UNVERIFIED`, exit 6 (neither the pass of 0 nor the failure of 1); a gate that is unknown
+only because timing cannot tell at these sizes is `undecidable` (its own state, not a failure);
+a time measured while the machine ran at another speed than its stretch's first request is a
+range (`Record.drift`); a busy client names the gates its load could have moved."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from workloadlang.api import Source, make_plan, parse_checked
+from workloadlang.console.lines import footer
+from workloadlang.gates import (client_could_move, evaluate_gates, metric_value,
+                                session_verdicts, verdict_code)
+from workloadlang.results import ExitCode, GateResult, Record, ScopeResult
+from workloadlang.run.record import base_record
+from workloadlang.spans import Span
+from workloadlang.sweep import worst_exit
+
+WL = """
+workload w {
+  session s repeat 2 {
+    user filler 2k; reply 8 label fin
+    probe isolated label check
+    user filler 100; reply 8 isolated label base
+  }
+  gates {
+    timing: each session any(ttft_agrees{check}) -> degraded
+    kept: each session all(hit{fin}) -> evicted
+    price: each session prefill_time{fin} < 2 * min(prefill_time{base}) -> degraded
+    quick: overall max(ttft{fin}) < 1s
+  }
+}
+"""
+
+
+def plan():
+    source = Source(name="w.wl", text=WL)
+    return make_plan(parse_checked(source), source, {}, salt="t")
+
+
+def recs(p, **by_label) -> list[Record]:
+    """A record per planned request, each answered with a hit, 0.01 s of the engine's own
+    prefill; `by_label[label]`: fields to set on that label's records."""
+    out = []
+    for req in p.requests:
+        fields = dict(prompt_tokens=2000, cached_tokens=1990, uncached_tokens=10, hit=True,
+                      ttft_s=0.02, e2e_s=0.05, prefill_s=0.01, prefill_source="server",
+                      ttft_agrees=True, ttft_contended_s=0.0)
+        fields.update(by_label.get(req.label, {}))
+        out.append(Record(**base_record(req), **fields))
+    return out
+
+
+def scope(status: str) -> ScopeResult:
+    return ScopeResult(scope="s#0", status=status)
+
+
+def gate(name: str, status: str, severity: str = "fail") -> GateResult:
+    return GateResult(name=name, scope="each session", severity=severity, verdict=name,
+                      line=1, status=status, results=[scope(status)])
+
+
+def test_the_exit_code_says_fail_unverified_or_pass() -> None:
+    assert ExitCode.UNVERIFIED == 6
+    assert verdict_code([gate("a", "pass"), gate("b", "fail"), gate("c", "unknown")]) == 1
+    assert verdict_code([gate("a", "pass"), gate("c", "unknown")]) == 6
+    assert verdict_code([gate("a", "pass"), gate("c", "undecidable")]) == 6
+    assert verdict_code([gate("a", "pass"), gate("w", "unknown", "warn")]) == 0
+
+
+def test_the_summary_line_says_unverified_and_which_gates() -> None:
+    res = SimpleNamespace(exit_code=6, workload="w", records=[], elapsed_s=1.0, salt="x",
+                          incomplete=None, client={}, engine={},
+                          gates=[gate("timing", "undecidable"), gate("kept", "unknown"),
+                                 gate("price", "pass")])
+    line = footer(res)
+    assert line.startswith("UNVERIFIED (no gate failed; timing not decidable at these sizes in 1 "
+                           "of 1 scope(s); kept could not be judged in 1 of 1 scope(s))"), line
+    res.exit_code, res.gates = 1, [gate("kept", "fail"), gate("timing", "unknown")]
+    assert footer(res).startswith("FAIL (a gate failed: kept)")
+
+
+def test_a_sweep_ends_with_its_worst_point_unverified_below_a_failure() -> None:
+    assert worst_exit([0, 6, 0]) == 6
+    assert worst_exit([0, 6, 1]) == 1
+    assert worst_exit([6, 4]) == 4 and worst_exit([1, 130]) == 130 and worst_exit([]) == 0
+
+
+def test_timing_that_cannot_tell_at_this_size_is_undecidable_not_a_failure() -> None:
+    p = plan()
+    small = dict(ttft_agrees=None, ttft_agrees_note="too small", decides_at=9000)
+    gates = evaluate_gates(p, recs(p, check=small), {})
+    timing = next(g for g in gates if g.name == "timing")
+    assert timing.status == "undecidable"
+    assert timing.results[0].detail.startswith("not decidable at these sizes: ")
+    assert session_verdicts(p, gates) == {"s#0": "undecidable", "s#1": "undecidable"}
+    assert verdict_code(gates) == ExitCode.UNVERIFIED
+    # unknown for another reason (an engine that did not say): unknown, unverified
+    other = dict(ttft_agrees=None, ttft_agrees_note="no prefill time")
+    gates = evaluate_gates(p, recs(p, check=other), {})
+    assert next(g for g in gates if g.name == "timing").status == "unknown"
+    assert set(session_verdicts(p, gates).values()) == {"unverified"}
+    # with a finding, the session says the finding, not the size
+    gates = evaluate_gates(p, recs(p, check=small, fin={"hit": False}), {})
+    assert set(session_verdicts(p, gates).values()) == {"evicted"}
+    assert verdict_code(gates) == ExitCode.GATE
+
+
+def test_a_time_measured_on_a_drifted_machine_is_a_range_to_the_anchor_s_speed() -> None:
+    p = plan()
+    (base,) = [r for r in recs(p, base={"drift": 3.0, "drift_of": "s#0/fin/0"})
+               if r.session == "s#0" and r.label == "base"]
+    assert metric_value("prefill_time", base) == Span(pytest.approx(0.01 / 3), 0.01, 0.01)
+    assert metric_value("cached_tokens", base) == 1990  # counts do not drift
+    within = base.model_copy(update={"drift": 1.4})
+    assert metric_value("prefill_time", within) == 0.01
+    # the finalize at 0.015 s against 2x the baseline: 0.02 s as measured, 0.0067 s at the
+    # finalize's speed: either way it could be, so `price` is not judged, and says why
+    gates = evaluate_gates(p, recs(p, fin={"prefill_s": 0.015},
+                                   base={"drift": 3.0, "drift_of": "s#0/fin/0"}), {})
+    price = next(g for g in gates if g.name == "price")
+    assert price.status == "unknown" and "the machine drifted" in price.results[0].detail
+    # one that holds at both ends is judged
+    gates = evaluate_gates(p, recs(p, fin={"prefill_s": 0.005},
+                                   base={"drift": 3.0, "drift_of": "s#0/fin/0"}), {})
+    assert next(g for g in gates if g.name == "price").status == "pass"
+
+
+def test_a_busy_client_names_the_gates_it_could_have_moved() -> None:
+    p = plan()
+    rs = recs(p, fin={"prefill_source": "client_ttft"})
+    # `quick` reads the TTFT the client measured of a request not timed alone; `price` the
+    # finalize's prefill that is its TTFT; `kept` counts, `timing` requests timed alone
+    assert client_could_move(p, rs, p.params) == ["price", "quick"]
+    assert client_could_move(p, recs(p), p.params) == ["quick"]

@@ -1,0 +1,131 @@
+"""Measured again alone (`run.remeasure`): which requests of a stretch timed alone can be
+measured again (probes as they are, forks of filler with fresh filler; never the stretch's first,
+whose moment has passed), when (a first-token stamp that may be late and is the prefill time; a
+decode more than 1.5x slower than the stretch's first: the machine drifted), how often (at most
+twice more, with a pause after a drift), and what the records and the run say of it. Clocks and
+sleeps are injected."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from workloadlang import api
+from workloadlang.plan.realise import RatioSizer, Realiser
+from workloadlang.run.errors import ErrorInfo
+from workloadlang.run.remeasure import (PAUSES, TRIES, Remeasure, decode_pace, drift_of,
+                                        repeatable, why_again)
+from workloadlang.run.sse import Outcome
+
+
+def agent_plan():
+    source = api.load("agent-sim")
+    return api.make_plan(api.parse_checked(source), source, {
+        "sessions": "1", "main_tokens": "2k", "step_tokens": "1k", "sub_tokens": "1k",
+        "finalize_tokens": "300"}, salt="again")
+
+
+def outcome(rid: str, *, ttft: float = 0.02, decode_s: float = 0.03, n: int = 16,
+            late: float | None = None, server_ms: float | None = None,
+            timings: dict | None = None, error: bool = False) -> Outcome:
+    return Outcome(id=rid, t_send=0.0, t_send_unix=0.0, ttft_s=ttft, ttft_late_s=late,
+                   e2e_s=ttft + decode_s, completion_tokens=n, streamed_tokens=n,
+                   server_prefill_ms=server_ms, timings=timings,
+                   error=ErrorInfo(kind="http", message="x") if error else None)
+
+
+def test_a_decode_pace_is_the_engine_s_own_when_it_says_and_long_enough_to_tell() -> None:
+    assert decode_pace(outcome("a", decode_s=0.03, n=16)) == 0.002
+    engine = outcome("a", timings={"predicted_ms": 60.0, "predicted_n": 16})
+    assert decode_pace(engine) == 0.004
+    assert decode_pace(outcome("a", decode_s=0.003, n=16)) is None, "a timer's noise"
+    assert decode_pace(outcome("a", n=2)) is None and decode_pace(outcome("a", error=True)) is None
+    assert drift_of(outcome("b", decode_s=0.09), outcome("a")) == 3.0
+
+
+def test_why_a_request_is_measured_again() -> None:
+    anchor = outcome("fin")
+    late = why_again(outcome("b", late=0.002), anchor)
+    assert late is not None and "stamp up to 2.0 ms late" in late[0] and late[1] == 0
+    # its prefill time is the engine's own: the stamp does not decide anything
+    assert why_again(outcome("b", late=0.002, server_ms=5.0), anchor) is None
+    drift = why_again(outcome("b", decode_s=0.09), anchor)
+    assert drift is not None and "decoded 3.0x slower than fin" in drift[0] and drift[1] > 0
+    assert why_again(outcome("b", decode_s=0.04), anchor) is None, "within 1.5x"
+    assert why_again(outcome("b", decode_s=0.01), anchor) is None, "faster: no try helps"
+    assert why_again(outcome("b", late=0.002, error=True), anchor) is None
+
+
+def test_re_reads_and_baselines_can_be_measured_again_and_the_main_turns_cannot() -> None:
+    p = agent_plan()
+    can = repeatable(p)
+    labels = Counter(r.label for r in p.requests if r.id in can)
+    # the finalize is a fork like the baselines: at run time, as its stretch's first, it is
+    # the anchor and never measured again (`test_the_stretch_s_first_is_never_measured_again`)
+    assert labels == {"cached": 3, "baseline": 3, "reread": 3, "finalize": 1}
+    assert not any(r.label in ("main", "sub") for r in p.requests if r.id in can)
+
+
+def run_settle(p, first: Outcome, then: list[Outcome], anchor_id: str):
+    """Output: (the outcome kept, the Remeasure, the pauses slept) of settling `first` of
+    the request `first.id` whose stretch began with `anchor_id`; each send again gives the next
+    of `then`."""
+    again, slept, sent = Remeasure(p, clock=lambda: 0.0, sleep=None), [], iter(then)
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    async def send():
+        assert again.tries[first.id] >= 1, "the maker is told it is a try again"
+        return next(sent), 0.0
+
+    again.sleep = sleep
+    req = p.by_id()[first.id]
+    outcomes = {anchor_id: outcome(anchor_id)}
+    kept = asyncio.run(again.settle(req, first, outcomes, {req.session: anchor_id}, send))
+    return kept, again, slept
+
+
+def test_a_late_stamp_is_measured_again_at_once_and_the_clean_try_kept() -> None:
+    p = agent_plan()
+    rid = next(r.id for r in p.requests if r.label == "cached")
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    kept, again, slept = run_settle(p, outcome(rid, late=0.003), [outcome(rid, ttft=0.01)], fin)
+    assert kept.ttft_s == 0.01 and kept.ttft_late_s is None and slept == []
+    assert again.notes[rid] == ["try 1: first-token stamp up to 3.0 ms late (TTFT 20.0 ms, "
+                                "decode 2.000 ms/token)"]
+    assert again.anchors[rid] == fin and again.tries == {}
+    assert again.summary()["remeasured_requests"] == 1 and again.summary()["remeasures"] == 1
+
+
+def test_a_drift_is_measured_again_after_pauses_at_most_twice_more() -> None:
+    p = agent_plan()
+    rid = next(r.id for r in p.requests if r.label == "baseline")
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    slow = outcome(rid, decode_s=0.09)
+    kept, again, slept = run_settle(p, slow, [slow, slow, outcome(rid)], fin)
+    assert kept is slow, "bounded: the last try is kept, still slow"
+    assert len(again.notes[rid]) == TRIES - 1 and slept == list(PAUSES)
+
+
+def test_the_stretch_s_first_is_never_measured_again() -> None:
+    p = agent_plan()
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    first = outcome(fin, late=0.003)
+    kept, again, _ = run_settle(p, first, [], fin)
+    assert kept is first and again.notes == {}
+
+
+def test_a_fork_measured_again_sends_fresh_filler_of_its_size_and_a_probe_the_same() -> None:
+    p = agent_plan()
+    realiser = Realiser(p, RatioSizer(1.0))
+    base = next(r for r in p.requests if r.label == "baseline")
+    replies = {}
+    sent = realiser.messages(base, replies)
+    again = realiser.again(base, replies, 1)
+    assert again[:-1] == sent[:-1], "the same context"
+    assert again[-1]["content"] != sent[-1]["content"]
+    assert len(again[-1]["content"].split()) == len(sent[-1]["content"].split())
+    assert realiser.again(base, replies, 2)[-1] != again[-1]
+    probe = next(r for r in p.requests if r.label == "cached")
+    assert realiser.again(probe, replies, 1) == realiser.messages(probe, replies)
