@@ -31,10 +31,12 @@ has one value per gap between a request's token events)."""
 AGGREGATIONS = ("median", "mean", "min", "max", "sum", "count", "p50", "p90", "p95", "p99",
                 "all", "any", "fraction", "rate")
 CALIBRATION_REFS = {"ttft_threshold": "ttft_threshold", "cold_ttft": "ttft_threshold",
-                    "hit_ttft": "ttft_threshold", "chars_per_token": "chars_per_token"}
+                    "hit_ttft": "ttft_threshold", "timing_floor": "ttft_threshold",
+                    "chars_per_token": "chars_per_token"}
 """Run-time results usable in gates and report -> the `calibrate` step that measures them."""
 CALIBRATION_KINDS = {"ttft_threshold": "duration", "cold_ttft": "duration",
-                      "hit_ttft": "duration", "chars_per_token": "number"}
+                      "hit_ttft": "duration", "timing_floor": "duration",
+                      "chars_per_token": "number"}
 BUILTIN_REFS = {MAX_CONTEXT: "number", TIMING_TOKENS: "number"}
 TYPE_KINDS = {"int": "number", "tokens": "number", "float": "number", "duration": "duration",
               "ratio": "ratio", "bool": "bool", "string": "string"}

@@ -71,6 +71,11 @@ class Calibration(BaseModel):
     # the engine's own prefill time of each cached twin, when it reports one: what its timing
     # of a prefill that is all but nothing comes to here
     hit_prefill_s: list[float] = []
+    # of each cold speed above, the time it is over (the engine's prefill time, or the cold
+    # twin's TTFT beyond the fastest few-word prompt's): under `resolves` it is noise's
+    cold_took_s: list[float] = []
+    # the largest cold prompt timed, when even it was too quick to time apart from noise
+    too_quick_tokens: int | None = None
     separation: float | None = None
     notes: list[str] = []
 
@@ -187,8 +192,59 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
         speed = cold_speed(cold, base, floor)
         if speed is not None:
             cal.cold_prefill_tps.append(speed)
+            cal.cold_took_s.append(took(cold, base, floor))
     decide_threshold(cal, tokens)
     return outcomes
+
+
+RESOLVE_S = 0.02  # a cold twin's TTFT beyond a few-word prompt's: shorter, noise is most of it
+RESOLVE_SERVER_S = 0.001  # the engine's own prefill time, which holds none of the client's
+GROW = 8  # each larger cold prefill measured to resolve the speed: this many times the last
+
+
+def took(cold: Outcome, base: Outcome, floor: float | None) -> float:
+    """Output: what a cold speed (`cold_speed`) is over: the engine's own prefill time, else the
+    cold twin's TTFT beyond the faster of its few-word prompt's and `floor`."""
+    if cold.server_prefill_ms:
+        return cold.server_prefill_ms / 1000
+    return (cold.ttft_s or 0.0) - min(base.ttft_s or 0.0, base.ttft_s if floor is None
+                                      else floor)
+
+
+def resolves(cal: Calibration) -> float:
+    """Output: how long a cold prefill must take for its speed to be the engine's rather than
+    noise's: `RESOLVE_SERVER_S` over the engine's own prefill time, else `RESOLVE_S`."""
+    return RESOLVE_SERVER_S if cal.hit_prefill_s else RESOLVE_S
+
+
+async def resolve_speed(transport: Transport, endpoint: Endpoint, sizer: Sizer, salt: str,
+                        tokens: int, cal: Calibration, limit: int) -> None:
+    """The cold speed measured where it is the engine's: when no cold twin of `tokens` took
+    `resolves(cal)` (a prefill too quick here to time at that size), a cold prompt `GROW`
+    times larger each time, after a fresh few-word prompt, up to `limit` tokens, until one
+    does. Then only the speeds that resolve are kept; none does: no cold speed (a note
+    says so: timing cannot tell a hit from a recompute at these sizes here)."""
+    size, bases = tokens, []
+    while not any(t >= resolves(cal) for t in cal.cold_took_s) and size * GROW <= limit:
+        size *= GROW
+        key = f"calibrate/speed/{size}"
+        few = synth.filler(salt, f"{key}/base", BASE_WORDS)
+        bases.append(await send(transport, endpoint, probe(f"{key}/base", few)))
+        cold = await send(transport, endpoint, probe(f"{key}/cold", synth.filler(
+            salt, key, sizer.words_for(key, size))))
+        floor = fastest_base(bases)
+        speed = cold_speed(cold, bases[-1], floor)
+        if speed is not None:
+            cal.cold_prefill_tps.append(speed)
+            cal.cold_took_s.append(took(cold, bases[-1], floor))
+    kept = [(s, t) for s, t in zip(cal.cold_prefill_tps, cal.cold_took_s) if t >= resolves(cal)]
+    if not kept:
+        cal.too_quick_tokens = size
+        cal.notes.append(f"a cold prefill of up to {size:,} tokens took under "
+                         f"{resolves(cal) * 1000:.0f} ms here: too quick to time apart from a "
+                         "hit; no cold speed")
+    cal.cold_prefill_tps = [s for s, _ in kept]
+    cal.cold_took_s = [t for _, t in kept]
 
 
 def fastest_base(bases: list[Outcome]) -> float | None:

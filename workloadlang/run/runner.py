@@ -132,6 +132,9 @@ async def calibration(plan: Plan, link: EngineLink, sink: Sink,
     return cal, sizer, ref
 
 
+SPEED_LIMIT = 65536
+"""The largest cold prompt the calibration sends to time a cold prefill (and half the context
+limit at most)."""
 REREAD_UNCACHED = 64
 """What a re-read of a cached context leaves uncached, at most: the few tokens it adds and a
 cache block's remainder."""
@@ -179,6 +182,12 @@ def too_small_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
     `ttft_disagrees`) of re-reads (probes of a context they expect cached) too small for
     timing to tell a hit from a recompute here, what they need."""
     need, out = timing_tokens(cal), []
+    if not need and cal.too_quick_tokens:
+        return [f"`{gp.gate.name}` cannot tell a cache hit from a recompute on this engine: a "
+                f"cold prefill of {cal.too_quick_tokens:,} tokens (the largest the calibration "
+                "timed) was too quick to time apart from a hit here; it will not be judged"
+                for gp in plan.gates if any(ref.metric in ("ttft_agrees", "ttft_disagrees")
+                                            for ref in ir.gate_metric_refs(gp.gate))]
     for gp in plan.gates:
         small = [r for ref in ir.gate_metric_refs(gp.gate)
                  if ref.metric in ("ttft_agrees", "ttft_disagrees")
@@ -218,6 +227,9 @@ async def threshold_reference(plan: Plan, link: EngineLink, sizer: Any,
         repeat = int(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
         await calibrate.ttft_threshold(link.chat, link.endpoint, sizer, salt, tokens, repeat,
                                        cal)
+        limit = (link.info.max_context or 2 * SPEED_LIMIT) // 2
+        await calibrate.resolve_speed(link.chat, link.endpoint, sizer, salt, tokens, cal,
+                                      min(limit, SPEED_LIMIT))
     return reference(cal)
 
 
@@ -237,8 +249,15 @@ def reference(cal: calibrate.Calibration) -> TtftReference:
 def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
     return {"ttft_threshold": cal.threshold_s, "cold_ttft": med(cal.cold_ttft_s),
-            "hit_ttft": med(cal.hit_ttft_s),
+            "hit_ttft": med(cal.hit_ttft_s), "timing_floor": timing_floor(cal),
             "chars_per_token": cal.chars_per_token}
+
+
+def timing_floor(cal: calibrate.Calibration) -> float:
+    """Output: `$timing_floor`, the least time a timing resolves here: over the engine's own
+    prefill time when it reports one (the calibration's all-but-cached twins), else a busy
+    host's noise on the client's TTFT (`record.TIMING_FLOOR_S`)."""
+    return reference(cal).floor(server=bool(cal.hit_prefill_s))
 
 
 async def snapshot(link: EngineLink, at: str, snaps: list[dict[str, Any]], sink: Sink) -> None:
