@@ -322,20 +322,26 @@ class Executor:
             self.sink_error = self.sink_error or exc
 
     def fill_unrun(self) -> None:
-        """A record for every request without one, given to the sink too (in plan order): one
-        in flight when the run was stopped is a sent request with error `interrupted` and what
-        it measured until then; one written ahead but never read likewise, from its write; the
-        rest were not sent (skipped)."""
-        for r in self.requests:
-            if r.id in self.records:
-                continue
-            written = (self.pacing.written_at(r) or (self.t0, 0.0)) if r.id in self.holding \
-                else None  # written ahead, its answer never read
-            o = self.cut.get(r.id) or (written and interrupted(r, written, self.clock()))
-            rec = self.recorder.make(r, o, self.outcomes, self.t0) if o is not None else \
-                skipped_record(r, self.stops.stop_all or "not run (interrupted)")
-            self.records[r.id] = rec
-            self._to_sink(rec)
+        """A record for every request without one, given to the sink too (`fill_unrun`)."""
+        fill_unrun(self)
+
+
+def fill_unrun(ex: Executor) -> None:
+    """A record for every request of `ex` without one, given to the sink too (in plan order):
+    one in flight when the run was stopped is a sent request with error `interrupted` and what
+    it measured until then; one written ahead but never read likewise, from its write; the
+    rest were not sent (skipped)."""
+    for r in ex.requests:
+        if r.id in ex.records:
+            continue
+        written = (ex.pacing.written_at(r) or (ex.t0, 0.0)) if r.id in ex.holding \
+            else None  # written ahead, its answer never read
+        o = ex.cut.get(r.id) or (written and interrupted(r, written, ex.clock()))
+        rec = ex.recorder.make(r, o, ex.outcomes, ex.t0) if o is not None else \
+            skipped_record(r, ex.stops.stop_all or "not run (interrupted)")
+        ex.records[r.id] = rec
+        ex._to_sink(rec)
+
 
 
 def links(requests: list[PRequest]) -> tuple[dict[str, list[PRequest]], dict[str, PRequest]]:

@@ -1,0 +1,177 @@
+"""The confusion table of agent-sim's verdicts on a busy machine: for each case (what the engine
+truly did, and what the host did meanwhile), over repeated runs, how many sessions got each
+verdict, and how the runs exited. The truth is the simulator's configuration: `healthy` (a
+two-tier engine whose context survives), `evicted` (a device the sub-agents empty, no host
+tier), `degraded_host` (what comes back from the host tier is paid like a prefill and reported
+cached), `degraded` (everything reported cached is recomputed).
+
+What the host does:
+- `quiet`: nothing besides (this machine's own load);
+- `drift over finalize|baselines|both`: the simulator's `drift=3` window (everything 3x slower)
+  opened by the first finalize (while it is served), by the first baseline (0.5 s), or by the
+  first finalize for the rest of the run;
+- `cpu over finalize|baselines|both`: two processes spinning on this machine's CPUs (started and
+  stopped by PID) from the start to the first finalize's record, from then to the end, or
+  throughout;
+- `64 sessions` (2k contexts) on the simulator and on one with almost no prefill cost;
+- `fast 2k|4k|8k`: 2 sessions whose main context is that size on a simulator whose cold 4k
+  prefill takes about 8 ms.
+
+Run i of a case has 1, 2 or 8 sessions (i mod 3) and the engine's own prefill time or not
+(i mod 2), so every case is measured at every size and both ways. Each run is `wl run` in a
+child process.
+
+Usage: python -m bench.busy_verdicts [--runs 10] [--only drift] [--json PATH]
+Output: a markdown table (sessions per verdict, runs per exit code) and, with --json, the
+figures and the machine they were measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.harness import ROOT, add_json_argument, describe_machine, machine, write_json
+
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' CPU load helper
+from cpuload import placed_load  # noqa: E402
+
+BASE = ["--main-tokens", "8k", "--step-tokens", "1k", "--sub-tokens", "6k",
+        "--finalize-tokens", "500", "--max-tokens", "64", "--sim-prefill-us-per-token", "10",
+        "--sim-decode-us-per-token", "200"]
+DRIFT = {"finalize": ["--sim-fault", "drift=3@*/finalize/*"],
+         "baselines": ["--sim-fault", "drift=3@*/baseline/*", "--sim-drift-seconds", "0.5"],
+         "both": ["--sim-fault", "drift=3@*/finalize/*", "--sim-drift-seconds", "60"]}
+TRUTHS = ["healthy", "evicted", "degraded_host", "degraded"]
+SIZES = [1, 2, 8]
+
+
+def truth_args(truth: str, sessions: int) -> list[str]:
+    """The simulator for `truth` at `sessions` sessions (tests/e2e/test_groundtruth_drift.py's
+    `case_args`, and `degraded`: every cached token recomputed)."""
+    if truth == "evicted":
+        return ["--sim-device-tokens", "9000"]
+    out = ["--sim-device-tokens", str(sessions * 10_000 + 2_000), "--sim-host-tokens", "400000",
+           "--sim-host-restore-us-per-token", "0.2"]
+    return out + (["--sim-fault", truth] if truth != "healthy" else [])
+
+
+def expected(truth: str) -> str:
+    return {"healthy": "ok", "evicted": "evicted"}.get(truth, "degraded")
+
+
+def run(args: list[str], records: Path | None = None) -> tuple[int, dict]:
+    """Output: the exit code and the results JSON of `wl run agent-sim --sim ARGS`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        extra = ["--records", str(records)] if records else []
+        code = subprocess.run([sys.executable, "-m", "workloadlang.cli", "run", "agent-sim",
+                               "--sim", "--no-viz", "--output", str(out), *extra, *args],
+                              cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode
+        return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def cases(only: str | None) -> list[tuple[str, str, object]]:
+    """Output: (host, truth, how run i is made: i -> (args, cpu load placement or None))."""
+    out: list[tuple[str, str, object]] = []
+
+    def sized(truth: str, more: list[str]):
+        def make(i: int):
+            s = SIZES[i % 3]
+            timings = ["--sim-fault", "no_timings"] if i % 2 else []
+            return ["--sessions", str(s), *BASE, *truth_args(truth, s), *more, *timings], None
+        return make
+
+    for truth in TRUTHS:
+        out.append(("quiet", truth, sized(truth, [])))
+        for where, args in DRIFT.items():
+            out.append((f"drift over {where}", truth, sized(truth, args)))
+    for truth in TRUTHS[:3]:
+        for where in ("over_finalize", "over_baselines", "both"):
+            def load(i: int, truth=truth, where=where):
+                return sized(truth, [])(i)[0], where
+            out.append((f"cpu {where.replace('_', ' ')}", truth, load))
+    for name, us in (("64 sessions", "2"), ("64 sessions, near-zero prefill", "0.01")):
+        out.append((name, "healthy", lambda i, us=us: (SIXTY_FOUR + [
+            "--sim-prefill-us-per-token", us, *(["--sim-fault", "no_timings"] if i % 2 and
+                                                us == "2" else [])], None)))
+    for main in ("2k", "4k", "8k"):
+        for truth in ("healthy", "degraded"):
+            out.append((f"fast {main}", truth, lambda i, main=main, truth=truth: (FAST + [
+                "--main-tokens", main, *(["--sim-fault", truth] if truth != "healthy" else []),
+                *(["--sim-fault", "no_timings"] if i % 2 else [])], None)))
+    return [c for c in out if only is None or c[0].startswith(only)]
+
+
+SIXTY_FOUR = ["--sessions", "64", "--main-tokens", "2k", "--step-tokens", "1k", "--sub-tokens",
+              "1k", "--sub-windows", "1", "--finalize-tokens", "300", "--max-tokens", "16",
+              "--baselines", "2"]
+FAST = ["--sessions", "2", "--step-tokens", "1k", "--sub-tokens", "1k", "--finalize-tokens",
+        "200", "--max-tokens", "16", "--sim-prefill-us-per-token", "2"]
+
+
+def measure(make, runs: int) -> dict:
+    """Output: for `runs` runs of a case, sessions per verdict, runs per exit code, the tries
+    again and the seconds."""
+    verdicts: Counter = Counter()
+    codes: Counter = Counter()
+    again, seconds = 0, []
+    for i in range(runs):
+        args, where = make(i)
+        t0 = time.perf_counter()
+        if where:
+            with tempfile.TemporaryDirectory() as tmp:
+                rec = Path(tmp) / "r.jsonl"
+                with placed_load(rec, where, n=2):
+                    code, res = run(args, rec)
+        else:
+            code, res = run(args)
+        seconds.append(time.perf_counter() - t0)
+        codes[code] += 1
+        verdicts.update(res.get("verdicts", {}).values() if res else ["(no results)"])
+        again += (res.get("client") or {}).get("remeasures", 0) if res else 0
+    return {"verdicts": dict(verdicts), "exit_codes": dict(codes), "remeasures": again,
+            "median_s": sorted(seconds)[len(seconds) // 2]}
+
+
+def row(host: str, truth: str, m: dict) -> dict:
+    v = m["verdicts"]
+    want = expected(truth)
+    right = v.get(want, 0)
+    return {"host": host, "truth": truth, "want": want, "sessions": sum(v.values()),
+            "right": right, "wrong": {k: n for k, n in v.items() if k != want},
+            "exit_codes": m["exit_codes"], "remeasures": m["remeasures"],
+            "median_s": round(m["median_s"], 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=10, help="runs per case (default 10)")
+    ap.add_argument("--only", help="the cases whose host starts so (`drift`, `cpu`, `fast`, ...)")
+    add_json_argument(ap)
+    ns = ap.parse_args()
+    started = machine()
+    print(f"machine: {describe_machine(started)}; {ns.runs} runs per case")
+    print("| host | truth | sessions judged | right | other verdicts (sessions) | exit codes (runs) "
+          "| tries again | median s/run |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for host, truth, make in cases(ns.only):
+        r = row(host, truth, measure(make, ns.runs))
+        rows.append(r)
+        wrong = ", ".join(f"{n}× {k}" for k, n in sorted(r["wrong"].items())) or "–"
+        codes = ", ".join(f"{n}× {c}" for c, n in sorted(r["exit_codes"].items()))
+        print(f"| {host} | {truth} | {r['sessions']} | {r['right']} {r['want']} | {wrong} | "
+              f"{codes} | {r['remeasures']} | {r['median_s']} |", flush=True)
+    write_json(ns.json, "busy_verdicts", ns, rows, started)
+
+
+if __name__ == "__main__":
+    main()
