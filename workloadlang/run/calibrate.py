@@ -222,11 +222,11 @@ async def resolve_speed(transport: Transport, endpoint: Endpoint, sizer: Sizer, 
     """The cold speed measured where it is the engine's: when no cold twin of `tokens` took
     `resolves(cal)` (a prefill too quick here to time at that size), a cold prompt `GROW`
     times larger each time, after a fresh few-word prompt, up to `limit` tokens, until one
-    does. Then only the speeds that resolve are kept; none does: no cold speed (a note
-    says so: timing cannot tell a hit from a recompute at these sizes here)."""
+    does (the last at `limit`). Then only the speeds that resolve are kept; none does: no cold
+    speed (a note says so: timing cannot tell a hit from a recompute at these sizes here)."""
     size, bases = tokens, []
-    while not any(t >= resolves(cal) for t in cal.cold_took_s) and size * GROW <= limit:
-        size *= GROW
+    while not any(t >= resolves(cal) for t in cal.cold_took_s) and size < limit:
+        size = min(size * GROW, limit)
         key = f"calibrate/speed/{size}"
         few = synth.filler(salt, f"{key}/base", BASE_WORDS)
         bases.append(await send(transport, endpoint, probe(f"{key}/base", few)))
