@@ -378,9 +378,9 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
     told to `sink` (as events) when given."""
-    from workloadlang.gates import (client_could_move, evaluate_gates, evaluate_report,
-                                    session_verdicts, verdict_code)
+    from workloadlang.gates import evaluate_gates, evaluate_report
     from workloadlang.kinds import gate_kind
+    from workloadlang.verdicts import client_could_move, session_verdicts, verdict_code
     from workloadlang.latency import performance
 
     records = measured.records

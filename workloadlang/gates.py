@@ -1,8 +1,9 @@
 """Gates and report items, judged from run records exactly as declared.
 
 Input: a `Plan` (its gates, report items, params), the run's `Record`s, and calibration results.
-Output: `GateResult`s (per scope: pass / fail / unknown with value, threshold and the `.wl` line),
-per-session verdicts, and the report's headline numbers.
+Output: `GateResult`s (per scope: pass / fail / unknown / undecidable with value, threshold and
+the `.wl` line; what they make of the sessions and the run: `verdicts.py`), and the report's
+headline numbers.
 
 A gate that reads no data fails ("unknown" counts as not passed, labelled `unverified`); an
 errored or skipped request is neither a hit nor a miss, so it never feeds cache evidence.
@@ -26,8 +27,7 @@ from typing import Any, Callable, Mapping
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
-from workloadlang.results import (DRIFT_ALLOWANCE, ExitCode, GateResult, Record, ScopeResult,
-                                  Status)
+from workloadlang.results import DRIFT_ALLOWANCE, GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
 from workloadlang.spans import (BOOLEAN, Span, Unknown, aggregate, arith, compare, ends,  # noqa: F401
                                 span_of, stamped, unknown_value)
@@ -512,71 +512,6 @@ def overall_status(statuses: list[Status]) -> Status:
     """Output: a gate's status over its scopes: the worst of `fail`, `unknown`, `undecidable`,
     `pass`."""
     return next((s for s in ("fail", "unknown", "undecidable") if s in statuses), "pass")
-
-
-def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
-    """Per session: the verdict labels of its failed fail-severity per-session gates,
-    `unverified` when one could not be judged, `undecidable` when one could not at these sizes
-    and nothing else was found, else `ok`. Warnings show in the gate table, not in the
-    verdict."""
-    out = {}
-    for s in plan.sessions:
-        labels = []
-        for g in (g for g in gates if g.severity == "fail"):
-            for r in g.results:
-                if r.scope != s.id:
-                    continue
-                if r.status == "fail":
-                    labels.append(g.verdict or g.name)
-                elif r.status == "unknown":
-                    labels.append("unverified")
-                elif r.status == "undecidable":
-                    labels.append("undecidable")
-        if len(labels) > labels.count("undecidable"):  # a finding says more than a size
-            labels = [x for x in labels if x != "undecidable"]
-        if any(g.scope == "each session" and any(r.scope == s.id for r in g.results)
-               for g in gates):
-            out[s.id] = ", ".join(dict.fromkeys(labels)) or "ok"
-    return out
-
-
-def failed(gates: list[GateResult]) -> list[GateResult]:
-    """Fail-severity gates that did not pass (fail or could not be judged)."""
-    return [g for g in gates if g.severity == "fail" and g.status != "pass"]
-
-
-def verdict_code(gates: list[GateResult]) -> ExitCode:
-    """Output: the exit code the gates give a complete run: `GATE` when a fail-severity gate
-    failed, else `UNVERIFIED` when one could not be judged (unknown, or undecidable at these
-    sizes), else `OK`."""
-    bad = failed(gates)
-    if any(g.status == "fail" for g in bad):
-        return ExitCode.GATE
-    return ExitCode.UNVERIFIED if bad else ExitCode.OK
-
-
-# what the client's own clock measured: a busy client can make them longer (the engine's own
-# prefill time and counts it cannot)
-CLIENT_TIMED = frozenset({"ttft", "ttft_content", "e2e", "tg", "schedule_lag", "isolation_wait"})
-CLIENT_TTFT = frozenset({"prefill_time", "pp", "ttft_per_uncached", "ttft_agrees",
-                         "ttft_disagrees"})
-
-
-def client_could_move(plan: Plan, records: list[Record], env: Mapping[str, Any]) -> list[str]:
-    """Output: the fail-severity gates that read a time the client measured (its clock, or a
-    prefill time that is its TTFT) of a request not timed alone: when the client was a
-    bottleneck, its load could have moved them. A request timed alone (`isolated`) waits for
-    the client to be quiet (`ClientHealth.quiet`) and is read by a thread that runs first."""
-    by_id = plan.by_id()
-    out = []
-    for gp in plan.gates:
-        refs = [ref for ref in ir.gate_metric_refs(gp.gate)
-                if ref.metric in CLIENT_TIMED or ref.metric in CLIENT_TTFT]
-        if gp.gate.severity == "fail" and any(
-                not r.isolated and (ref.metric in CLIENT_TIMED or r.prefill_source == "client_ttft")
-                for ref in refs for r in select(records, ref.selector, env, lambda r: by_id[r.id])):
-            out.append(gp.gate.name)
-    return out
 
 
 def evaluate_report(plan: Plan, records: list[Record],

@@ -10,7 +10,8 @@ import pytest
 from workloadlang.api import Source, make_plan, parse_checked
 from workloadlang.check import check
 from workloadlang.diagnostics import WorkloadError
-from workloadlang.gates import evaluate_gates, session_verdicts
+from workloadlang.gates import evaluate_gates
+from workloadlang.verdicts import session_verdicts
 from workloadlang.parse import parse
 from workloadlang.plan.dryrun import gates_block
 from workloadlang.results import Record

@@ -12,12 +12,12 @@ import pytest
 
 from workloadlang.api import Source, make_plan, parse_checked
 from workloadlang.console.lines import footer
-from workloadlang.gates import (client_could_move, evaluate_gates, metric_value,
-                                session_verdicts, verdict_code)
+from workloadlang.gates import evaluate_gates, metric_value
 from workloadlang.results import ExitCode, GateResult, Record, ScopeResult
 from workloadlang.run.record import base_record
 from workloadlang.spans import Span
 from workloadlang.sweep import worst_exit
+from workloadlang.verdicts import client_could_move, session_verdicts, verdict_code
 
 WL = """
 workload w {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from workloadlang.gates import verdict_code
+from workloadlang.verdicts import verdict_code
 from workloadlang.report.source import read_source
 from workloadlang.results import ErrorDetail, GateResult, Record, Results, ScopeResult
 
