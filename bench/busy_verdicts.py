@@ -142,6 +142,8 @@ def measure(make, runs: int) -> dict:
 
 
 def row(host: str, truth: str, m: dict) -> dict:
+    """Output: a case's row: sessions judged, of them called exactly what they are (`right`),
+    the others by verdict (`wrong`: another finding, or the right one beside `unverified`)."""
     v = m["verdicts"]
     want = expected(truth)
     right = v.get(want, 0)
@@ -151,12 +153,12 @@ def row(host: str, truth: str, m: dict) -> dict:
             "median_s": round(m["median_s"], 2)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=10, help="runs per case (default 10)")
     ap.add_argument("--only", help="the cases whose host starts so (`drift`, `cpu`, `fast`, ...)")
     add_json_argument(ap)
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
     started = machine()
     print(f"machine: {describe_machine(started)}; {ns.runs} runs per case")
     print("| host | truth | sessions judged | right | other verdicts (sessions) | exit codes (runs) "
@@ -171,7 +173,8 @@ def main() -> None:
         print(f"| {host} | {truth} | {r['sessions']} | {r['right']} {r['want']} | {wrong} | "
               f"{codes} | {r['remeasures']} | {r['median_s']} |", flush=True)
     write_json(ns.json, "busy_verdicts", ns, rows, started)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

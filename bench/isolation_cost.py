@@ -47,12 +47,12 @@ def wall(tree: Path, args: list[str]) -> tuple[float, dict]:
         return took, client
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--against", type=Path, help="another checkout's source tree")
     add_json_argument(ap)
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
     started = machine()
     variants = {"this": (ROOT, []), "no isolation": (ROOT, ["--no-isolation"])}
     if ns.against:
@@ -80,7 +80,8 @@ def main() -> None:
         if vals:
             print(f"{k:>20}: median {statistics.median(vals)}")
     write_json(ns.json, "isolation_cost", ns, rows, started, costs=costs)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

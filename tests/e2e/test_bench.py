@@ -312,6 +312,39 @@ def test_verdicts_runs_small(monkeypatch, capsys) -> None:
     assert [row.split(" | ")[2] for row in rows] == ["0", "1"], out
 
 
+@pytest.mark.alone
+def test_busy_verdicts_runs_small(tmp_path: Path, capsys) -> None:
+    """The confusion table's bench, one run of the fast 2k cases: a row each, every session
+    judged and counted once."""
+    from bench import busy_verdicts
+
+    out = tmp_path / "busy.json"
+    assert busy_verdicts.main(["--runs", "1", "--only", "fast 2k", "--json", str(out)]) == 0
+    rows = figures(out)
+    assert [(r["host"], r["truth"]) for r in rows] == [("fast 2k", "healthy"),
+                                                        ("fast 2k", "degraded")]
+    for r in rows:
+        assert r["sessions"] == 2 and r["right"] + sum(r["wrong"].values()) == 2
+        assert sum(r["exit_codes"].values()) == 1
+    assert "| fast 2k | healthy |" in capsys.readouterr().out
+
+
+@pytest.mark.alone
+def test_isolation_cost_runs_small(tmp_path: Path) -> None:
+    """One run of default agent-sim with isolation and one without: the figures hold to each
+    other (the ratio of the two runs' times), and the isolation's cost is read."""
+    from bench import isolation_cost
+
+    out = tmp_path / "cost.json"
+    assert isolation_cost.main(["--runs", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    this, plain = doc["rows"]
+    assert (this["variant"], plain["variant"]) == ("this", "no isolation")
+    assert this["this_over_it"] == 1.0 and this["median_s"] > 0
+    assert plain["this_over_it"] == pytest.approx(this["median_s"] / plain["median_s"], rel=0.01)
+    assert doc["costs"][0]["isolated_requests"] >= 30  # 3 sessions x 10 timed alone, and tries
+
+
 def test_ttft_ranges_runs_small(monkeypatch, capsys) -> None:
     from bench import ttft_ranges
 
