@@ -206,8 +206,8 @@ def report_rows(report: dict[str, Any], formats: dict[str, str] | None = None) -
 
 def verdict_word(results: Any) -> str:
     """Output: the summary line's first word, with why when it is not a pass (docs/cli.md, exit
-    codes): `PASS`, `FAIL (a gate failed: ...)`, `UNVERIFIED (no gate failed; could not be
-    judged: ...)`, `INCOMPLETE`, `INTERRUPTED`."""
+    codes): `PASS`, `FAIL (a gate failed: NAMES)`, `UNVERIFIED (no gate failed; NAME could not
+    be judged in N of M scope(s); ...)`, `INCOMPLETE`, `INTERRUPTED`."""
     code = results.exit_code
     bad = [g for g in results.gates if g.severity == "fail" and g.status != "pass"]
     if code == 1:
@@ -220,8 +220,8 @@ def verdict_word(results: Any) -> str:
 
 
 def unjudged(g: Any) -> str:
-    """Output: why a gate was not judged, in a few words: `not decidable at these sizes (N
-    session(s))` or `could not be judged (N of M scope(s))`."""
+    """Output: why a gate was not judged, in a few words: `could not be judged in N of M
+    scope(s)`, `not decidable at these sizes in N of M scope(s)`, or both."""
     small = [r for r in g.results if r.status == "undecidable"]
     unknown = [r for r in g.results if r.status == "unknown"]
     parts = ([f"could not be judged in {len(unknown)} of {len(g.results)} scope(s)"]
