@@ -50,13 +50,13 @@ def wall(tree: Path, args: list[str]) -> tuple[float, dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--against", type=Path, help="another checkout's source tree")
+    ap.add_argument("--against", help="another checkout's source tree")
     add_json_argument(ap)
     ns = ap.parse_args(argv)
     started = machine()
     variants = {"this": (ROOT, []), "no isolation": (ROOT, ["--no-isolation"])}
     if ns.against:
-        variants["other"] = (ns.against.resolve(), [])
+        variants["other"] = (Path(ns.against).resolve(), [])
     times: dict[str, list[float]] = {k: [] for k in variants}
     costs: list[dict] = []
     for _ in range(ns.runs):
