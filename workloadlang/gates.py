@@ -54,12 +54,12 @@ METRICS: dict[str, Callable[[Record], Any]] = {
     "ttft_agrees": lambda r: r.ttft_agrees,
     "ttft_disagrees": lambda r: None if r.ttft_agrees is None else not r.ttft_agrees,
     "prefill_work": lambda r: prefill_work(r),
-    "prefill_time": lambda r: r.prefill_s,
+    "prefill_time": lambda r: None if r.priced_at else r.prefill_s,
     "completion_tokens": lambda r: r.completion_tokens,
     "streamed_tokens": lambda r: r.streamed_tokens,
     "pp": lambda r: r.pp_tps,
     "tg": lambda r: r.tg_tps,
-    "ttft_per_uncached": lambda r: r.ttft_per_uncached,
+    "ttft_per_uncached": lambda r: None if r.priced_at else r.ttft_per_uncached,
     "server_ttft": lambda r: None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
     "isolation_wait": lambda r: r.isolation_wait_s if r.isolated else None,
     "schedule_lag": lambda r: r.schedule_lag_s,
@@ -253,6 +253,10 @@ class Judge:
     def mark_unknown(self, r: Record, metric: str) -> None:
         """Count `metric` of `r` as not known, with why when its record says."""
         self.unknown_ids.append(r.id)
+        if metric in ("prefill_time", "ttft_per_uncached") and r.priced_at and r.error is None:
+            self.why[r.id] = (f"{r.uncached_tokens:,} tokens of its own prefill too quickly here "
+                              f"to price a token apart from the noise; {r.priced_at:,} would")
+            self.undecidable.add(r.id)
         if metric in ("ttft_agrees", "ttft_disagrees") and r.ttft_agrees_note:
             self.why[r.id] = r.ttft_agrees_note
             if r.decides_at is not None:

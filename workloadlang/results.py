@@ -190,6 +190,10 @@ class Record(BaseModel):
     # when it could not be judged because the prompt is too small for timing to tell on this
     # engine: the least prompt (tokens) whose cold prefill would
     decides_at: int | None = None
+    # of a request timed alone that prefills tokens of its own (a finalize, a baseline): when
+    # they are too few for its time to price a token here (their prefill within what a timing
+    # resolves), the least that would; its prefill time is then not read
+    priced_at: int | None = None
     pp_tps: float | None = None
     tg_tps: float | None = None
     ttft_per_uncached: float | None = None

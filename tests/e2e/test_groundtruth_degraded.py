@@ -20,9 +20,10 @@ pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in fl
 
 def small(sessions: int) -> list[str]:
     """agent-sim at `sessions` sessions, sized so each session's sub-agents (2 x 6k) push its
-    8k main context out of a device that holds every main context (10k a session)."""
+    8k main context out of a device that holds every main context (10k a session). The finalize
+    is as large as prices a token here (the default: `max(2k, $timing_tokens)`)."""
     return ["--sessions", str(sessions), "--main-tokens", "8k", "--step-tokens", "1k",
-            "--sub-tokens", "6k", "--finalize-tokens", "500", "--max-tokens", "16",
+            "--sub-tokens", "6k", "--max-tokens", "16",
             "--sim-prefill-us-per-token", "10", "--sim-decode-us-per-token", "100",
             "--sim-device-tokens", str(sessions * 10_000 + 2_000),
             "--sim-host-tokens", "400000", "--sim-host-restore-us-per-token", "0.2"]
@@ -71,7 +72,7 @@ def test_agent_sim_degradation_ground_truth(tmp_path, sessions, fault, timings):
 # the issue's case, as a new user would try it: 2 sessions whose main contexts do not both
 # fit the device, a host tier that restores at the cost of a prefill
 ISSUE = ["--sessions", "2", "--main-tokens", "20000", "--step-tokens", "2000",
-         "--sub-tokens", "8000", "--finalize-tokens", "1000", "--sim-device-tokens", "30000",
+         "--sub-tokens", "8000", "--sim-device-tokens", "30000",
          "--sim-host-tokens", "300000", "--sim-prefill-us-per-token", "20", "--salt", "demo"]
 
 

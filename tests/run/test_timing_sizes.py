@@ -39,8 +39,12 @@ def test_timing_tokens_is_the_least_decisive_re_read_within_the_context() -> Non
     client = Calibration(cold_prefill_tps=[SPEED])
     assert timing_tokens(client) == 20_000
     assert timing_tokens(client, max_context=16_384) == 12_288
-    engine = Calibration(cold_prefill_tps=[SPEED], hit_prefill_s=[0.00002, 0.00001])
+    engine = Calibration(cold_prefill_tps=[SPEED], hit_prefill_s=[0.00002, 0.00001],
+                         cold_prefill_s=[0.004, 0.004])
     assert timing_tokens(engine) == 8 * 64  # the re-read's own few uncached tokens decide
+    # its "cached" twins took as long as the cold ones (it recomputed them): no floor of its own
+    liar = engine.model_copy(update={"hit_prefill_s": [0.004, 0.004]})
+    assert timing_tokens(liar) == 20_000
     assert timing_tokens(Calibration()) == 0
 
 
@@ -56,11 +60,15 @@ def test_agent_sim_pads_its_re_reads_to_timing_tokens_and_says_when_it_cannot() 
     rereads = [r for r in plan.requests if r.label == "reread"]
     assert rereads and all(r.prompt_tokens < 5000 for r in rereads)
     cal = Calibration(cold_prefill_tps=[SPEED])
-    (note,) = too_small_notes(plan, cal)
+    priced, note = too_small_notes(plan, cal)
+    # over the client's TTFT a 300-token finalize and its baselines cannot price a token
+    assert priced.startswith("`restore` cannot price a token on this engine: its requests "
+                             "timed alone (finalize, baseline) prefill 300 tokens") \
+        and "20,000 or more would" in priced
     assert note.startswith("`timing` cannot tell a cache hit from a recompute on this engine: "
                            "its 3 re-read(s) of up to 4,") and "20,000 tokens or more" in note
     padded = agent_plan(timing_tokens=timing_tokens(cal))
     pad = [r for r in padded.requests if r.label == "pad"]
     assert len(pad) == 1 and pad[0].isolated and pad[0].new_tokens == 16_000
     assert all(r.prompt_tokens >= 20_000 for r in padded.requests if r.label == "reread")
-    assert too_small_notes(padded, cal) == []
+    assert [n for n in too_small_notes(padded, cal) if n.startswith("`timing`")] == []

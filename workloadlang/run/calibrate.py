@@ -68,9 +68,10 @@ class Calibration(BaseModel):
     # with speeds from the TTFT: what any request costs here besides its prefill (each few-word
     # prompt's TTFT): sending, scheduling, the first decode step
     fixed_s: list[float] = []
-    # the engine's own prefill time of each cached twin, when it reports one: what its timing
-    # of a prefill that is all but nothing comes to here
+    # the engine's own prefill time of each cached twin, and of each cold one, when it reports
+    # one: what its timing of a prefill that is all but nothing comes to here
     hit_prefill_s: list[float] = []
+    cold_prefill_s: list[float] = []
     # of each cold speed above, the time it is over (the engine's prefill time, or the cold
     # twin's TTFT beyond the fastest few-word prompt's): under `resolves` it is noise's
     cold_took_s: list[float] = []
@@ -179,8 +180,9 @@ async def ttft_threshold(transport: Transport, endpoint: Endpoint, sizer: Sizer,
             continue
         cal.cold_ttft_s.append(cold.ttft_s)
         cal.hit_ttft_s.append(hot.ttft_s)
-        if hot.server_prefill_ms is not None:
+        if hot.server_prefill_ms is not None and cold.server_prefill_ms is not None:
             cal.hit_prefill_s.append(hot.server_prefill_ms / 1000)
+            cal.cold_prefill_s.append(cold.server_prefill_ms / 1000)
         if speed is None and not cold.server_prefill_ms and base.ttft_late_s:
             cal.notes.append(f"threshold probe {k}'s cold speed not used: the few-word "
                              "prompt's first-token stamp may be up to "

@@ -194,6 +194,9 @@ def build_record(req: PRequest, o: Any, *, src_req: PRequest | None, src: Any | 
     if err is None:
         rec.update(evidence(req, o, src_req, src, hit_ratio, ref, contended_s,
                             prefill_contended_s))
+        if req.isolated:
+            rec["priced_at"] = too_few_to_price(rec.get("uncached_tokens"),
+                                                rec.get("prefill_source"), ref)
     if impossible:  # no evidence, not even the timing's: the engine's numbers are not sound
         rec.update(hit=None, hit_basis=None)
     rec["expect_ok"] = expectations_met(req, o)
@@ -262,6 +265,9 @@ def prefill_time(o: Any) -> tuple[float | None, str | None]:
 TIMING_FLOOR_S = 0.005
 """The least work a timing is taken to resolve on a busy host: a claimed prefill is counted as
 at least this long."""
+REREAD_UNCACHED = 64
+"""What a re-read of a cached context leaves uncached, at most: the few tokens it adds and a
+cache block's remainder."""
 TIMING_MARGIN = 8
 """A timing tells a hit from a recompute only when a cold prefill of the whole prompt costs at
 least this many times the claimed work (so noise cannot flip it)."""
@@ -297,6 +303,23 @@ def not_judged(prompt: int, uncached: int, prefill: float | None, ref: TtftRefer
             and too_small(prompt, uncached, ref, server):
         out["decides_at"] = decisive_prompt(uncached, ref, server)
     return out
+
+
+def too_few_to_price(uncached: int | None, source: str | None,
+                     ref: TtftReference) -> int | None:
+    """Output: for a request timed alone that prefills `uncached` tokens of its own (more than
+    a re-read's few) whose prefill time is the client's TTFT, when their cold prefill at the
+    reference's speed costs under `TIMING_MARGIN` times what such a timing resolves on a busy
+    host (`TIMING_FLOOR_S`): the least uncached tokens whose prefill would stand out of the
+    noise, else None. Its time cannot price a token: a price over a few milliseconds of a
+    loaded client's TTFT came out twice the engine's, and a finalize that recomputed what it
+    said it restored passed (docs/verdicts.md). The engine's own prefill time holds none of
+    the client's noise."""
+    if (uncached is None or source != "client_ttft" or not ref.cold_prefill_tps
+            or uncached <= REREAD_UNCACHED):
+        return None
+    need = math.ceil(TIMING_MARGIN * TIMING_FLOOR_S * ref.cold_prefill_tps)
+    return need if uncached < need else None
 
 
 def too_small(prompt: int, uncached: int, ref: TtftReference, server: bool = False) -> bool:

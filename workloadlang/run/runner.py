@@ -29,7 +29,8 @@ from workloadlang.run.executor import Executor, RunResult
 from workloadlang.run.executor import Shared as ExecutorShared
 from workloadlang.run.link import EngineLink
 from workloadlang.run.runoptions import RunOptions
-from workloadlang.run.record import TtftReference, decisive_prompt
+from workloadlang.run.record import (REREAD_UNCACHED, TtftReference, decisive_prompt,
+                                     too_few_to_price)
 from workloadlang.selector import select_static
 
 
@@ -135,11 +136,6 @@ async def calibration(plan: Plan, link: EngineLink, sink: Sink,
 SPEED_LIMIT = 65536
 """The largest cold prompt the calibration sends to time a cold prefill (and half the context
 limit at most)."""
-REREAD_UNCACHED = 64
-"""What a re-read of a cached context leaves uncached, at most: the few tokens it adds and a
-cache block's remainder."""
-
-
 def timing_tokens(cal: calibrate.Calibration, max_context: int | None = None) -> int:
     """Output: `$timing_tokens`, the least prompt whose re-read timing tells a cache hit from a
     recompute on this engine (`record.decisive_prompt` at the calibrated cold speed, over the
@@ -178,7 +174,7 @@ def resized(plan: Plan, cal: calibrate.Calibration, options: RunOptions, link: E
 
 
 def too_small_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
-    """Output: for each gate that reads whether timing backs a reported hit (`ttft_agrees`,
+    """Output: for each fail gate that reads whether timing backs a reported hit (`ttft_agrees`,
     `ttft_disagrees`) of re-reads (probes of a context they expect cached) too small for
     timing to tell a hit from a recompute here, what they need."""
     need, out = timing_tokens(cal), []
@@ -188,7 +184,8 @@ def too_small_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
                 "timed) was too quick to time apart from a hit here; it will not be judged"
                 for gp in plan.gates if any(ref.metric in ("ttft_agrees", "ttft_disagrees")
                                             for ref in ir.gate_metric_refs(gp.gate))]
-    for gp in plan.gates:
+    out += too_few_notes(plan, cal)
+    for gp in (gp for gp in plan.gates if gp.gate.severity == "fail"):
         small = [r for ref in ir.gate_metric_refs(gp.gate)
                  if ref.metric in ("ttft_agrees", "ttft_disagrees")
                  for r in select_static(plan.requests, ref.selector, plan.params)
@@ -201,6 +198,27 @@ def too_small_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
                        f"prefill of them is too quick here to stand out of the noise); a "
                        f"re-read of {need:,} tokens or more would tell (`$timing_tokens`). "
                        f"It will be `undecidable` at these sizes")
+    return out
+
+
+def too_few_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
+    """Output: for each fail gate that reads the prefill time of requests timed alone whose own new
+    tokens are too few for it to price a token here (`record.too_few_to_price`), what they
+    need."""
+    ref, out = reference(cal), []
+    for gp in (gp for gp in plan.gates if gp.gate.severity == "fail"):
+        few = [r for ref_ in ir.gate_metric_refs(gp.gate)
+               if ref_.metric in ("prefill_time", "ttft_per_uncached")
+               for r in select_static(plan.requests, ref_.selector, plan.params)
+               if r.isolated and not cal.hit_prefill_s
+               and too_few_to_price(r.new_tokens, "client_ttft", ref)]
+        if few:
+            need = too_few_to_price(few[0].new_tokens, "client_ttft", ref)
+            labels = ", ".join(dict.fromkeys(r.label for r in few))
+            out.append(f"`{gp.gate.name}` cannot price a token on this engine: its requests "
+                       f"timed alone ({labels}) prefill {min(r.new_tokens for r in few):,} "
+                       f"tokens of their own, too quick here to stand out of the noise; "
+                       f"{need:,} or more would. It will be `undecidable` at these sizes")
     return out
 
 
@@ -240,10 +258,15 @@ def reference(cal: calibrate.Calibration) -> TtftReference:
     cold = max(cal.cold_prefill_tps, default=None)
     # what a request costs besides its prefill, the dearest seen: only noise makes it dearer
     # the engine's own timing of an all-but-cached prefill, the slowest seen: what such a
-    # timing resolves here (none: a busy host's `TIMING_FLOOR_S`)
+    # timing resolves here; only when its times told the twins apart (an engine that recomputed
+    # its "cached" twin timed a whole prefill); none: a busy host's `TIMING_FLOOR_S`
+    hit = max(cal.hit_prefill_s, default=None)
+    apart = hit is not None and bool(cal.cold_prefill_s) and \
+        hit * calibrate.MIN_SEPARATION <= min(cal.cold_prefill_s)
+    floor = hit if apart else None
     return TtftReference(threshold_s=cal.threshold_s, threshold_tokens=cal.threshold_tokens,
                          cold_prefill_tps=cold, fixed_s=max(cal.fixed_s, default=0.0),
-                         server_floor_s=max(cal.hit_prefill_s, default=None))
+                         server_floor_s=floor)
 
 
 def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:
