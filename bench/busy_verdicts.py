@@ -44,10 +44,18 @@ from bench.harness import ROOT, add_json_argument, describe_machine, machine, wr
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' CPU load helper
 from cpuload import placed_load  # noqa: E402
 
-# the finalize as agent-sim sizes it to price a token here (half the 8k context at most)
-BASE = ["--main-tokens", "8k", "--step-tokens", "1k", "--sub-tokens", "6k",
-        "--max-tokens", "64", "--sim-prefill-us-per-token", "10",
+BASE = ["--step-tokens", "2k", "--max-tokens", "64", "--sim-prefill-us-per-token", "10",
         "--sim-decode-us-per-token", "200"]
+
+
+def shape(client: bool) -> tuple[int, list[str]]:
+    """Output: the main context and the sizes (tests/e2e/test_groundtruth_degraded.py's
+    `small`): 8k over the engine's own prefill time; over the client's TTFT 16k, so that the
+    finalize agent-sim sizes to price a token apart from a busy host's noise (about 4k) is a
+    quarter of it. Sub-agents of three quarters of it push it out; the finalize is agent-sim's
+    default."""
+    main = 16_000 if client else 8_000
+    return main, ["--main-tokens", str(main), "--sub-tokens", str(main * 3 // 4), *BASE]
 DRIFT = {"finalize": ["--sim-fault", "drift=3@*/finalize/*"],
          "baselines": ["--sim-fault", "drift=3@*/baseline/*", "--sim-drift-seconds", "0.5"],
          "both": ["--sim-fault", "drift=3@*/finalize/*", "--sim-drift-seconds", "60"]}
@@ -55,13 +63,14 @@ TRUTHS = ["healthy", "evicted", "degraded_host", "degraded"]
 SIZES = [1, 2, 8]
 
 
-def truth_args(truth: str, sessions: int) -> list[str]:
-    """The simulator for `truth` at `sessions` sessions (tests/e2e/test_groundtruth_drift.py's
-    `case_args`, and `degraded`: every cached token recomputed)."""
+def truth_args(truth: str, sessions: int, main: int) -> list[str]:
+    """The simulator for `truth` at `sessions` sessions of a `main`-token context
+    (tests/e2e/test_groundtruth_drift.py's `case_args`, and `degraded`: every cached token
+    recomputed)."""
     if truth == "evicted":
-        return ["--sim-device-tokens", "9000"]
-    out = ["--sim-device-tokens", str(sessions * 10_000 + 2_000), "--sim-host-tokens", "400000",
-           "--sim-host-restore-us-per-token", "0.2"]
+        return ["--sim-device-tokens", str(main + 1_000)]
+    out = ["--sim-device-tokens", str(sessions * (main + 2_000) + 2_000),
+           "--sim-host-tokens", "400000", "--sim-host-restore-us-per-token", "0.2"]
     return out + (["--sim-fault", truth] if truth != "healthy" else [])
 
 
@@ -87,9 +96,11 @@ def cases(only: str | None) -> list[tuple[str, str, object]]:
 
     def sized(truth: str, more: list[str]):
         def make(i: int):
-            s = SIZES[i % 3]
-            timings = ["--sim-fault", "no_timings"] if i % 2 else []
-            return ["--sessions", str(s), *BASE, *truth_args(truth, s), *more, *timings], None
+            s, client = SIZES[i % 3], bool(i % 2)
+            main, args = shape(client)
+            timings = ["--sim-fault", "no_timings"] if client else []
+            return ["--sessions", str(s), *args, *truth_args(truth, s, main), *more,
+                    *timings], None
         return make
 
     for truth in TRUTHS:

@@ -10,7 +10,7 @@ workload agent_sim {
     step_tokens: tokens = 5k in 1.. doc "main growth per turn"
     sub_tokens: tokens = 40k in 1.. doc "size of each sub-agent window"
     sub_windows: int = 2 in 0.. doc "sub-agents per session"
-    finalize_tokens: tokens = min(max(2k, $timing_tokens), max(2k, $main_tokens / 2)) in 1.. doc "new suffix of the back-to-main turn (what prices a token here, $timing_tokens, within half the main context)"
+    finalize_tokens: tokens = min(max(2k, $timing_tokens), max(2k, $main_tokens / 4)) in 1.. doc "new suffix of the back-to-main turn (what prices a token here, $timing_tokens, within a quarter of the main context)"
     max_tokens: int = 64 in 1.. doc "generation per turn, replayed into the next"
     miss_threshold: ratio = 66% in 0..1 doc "least reuse of a hit (the finalize must be one)"
     ttft_ratio: float = 1.75 in 1.. doc "finalize prefill time vs its baseline (a warning)"

@@ -31,7 +31,7 @@ LOAD = [("over_finalize", "healthy", "engine"), ("over_finalize", "degraded_host
 def test_verdicts_hold_under_a_real_cpu_load(tmp_path, where, case, timings):
     rec = tmp_path / "r.jsonl"
     with placed_load(rec, where, n=2):
-        code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args(case, 2),
+        code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args(case, 2, timings),
                            *timings_args(timings), "--records", str(rec))
     verdict, exit_code = WANT[case]
     assert set(verdicts(res).values()) == {verdict}, (res["gates"], verdicts(res))

@@ -18,14 +18,20 @@ from runhelp import gate, records, verdicts, wl_run
 pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
 
 
-def small(sessions: int) -> list[str]:
-    """agent-sim at `sessions` sessions, sized so each session's sub-agents (2 x 6k) push its
-    8k main context out of a device that holds every main context (10k a session). The finalize
-    is as large as prices a token here (the default: `max(2k, $timing_tokens)`)."""
-    return ["--sessions", str(sessions), "--main-tokens", "8k", "--step-tokens", "1k",
-            "--sub-tokens", "6k", "--max-tokens", "16",
+def small(sessions: int, timings: str = "engine") -> list[str]:
+    """agent-sim at `sessions` sessions, sized so each session's sub-agents (2 x 6k, 2 x 12k
+    beside a 16k context) push its main context out of a device that holds every main context
+    (2k more a session), with the
+    finalize agent-sim sizes to price a token here (`max(2k, $timing_tokens)`, a quarter of
+    the context at most). Over the engine's own prefill time an 8k context and a 2k finalize
+    decide; over the client's TTFT a finalize must prefill 40 ms (about 3.6k tokens) to price a
+    token apart from a busy host's noise, and the context must be four times that for a lie
+    about it to stand out of the allowance for the finalize's own work: 16k."""
+    main = 8_000 if timings == "engine" else 16_000
+    return ["--sessions", str(sessions), "--main-tokens", str(main), "--step-tokens", "2k",
+            "--sub-tokens", str(main * 3 // 4), "--max-tokens", "16",
             "--sim-prefill-us-per-token", "10", "--sim-decode-us-per-token", "100",
-            "--sim-device-tokens", str(sessions * 10_000 + 2_000),
+            "--sim-device-tokens", str(sessions * (main + 2_000) + 2_000),
             "--sim-host-tokens", "400000", "--sim-host-restore-us-per-token", "0.2"]
 
 
@@ -44,7 +50,7 @@ def survival_agrees_with_its_report(res: dict) -> None:
 @pytest.mark.parametrize("fault", [None, "degraded", "degraded_host"])
 @pytest.mark.parametrize("sessions", [1, 2, 8])
 def test_agent_sim_degradation_ground_truth(tmp_path, sessions, fault, timings):
-    args = small(sessions)
+    args = small(sessions, timings)
     if fault:
         args += ["--sim-fault", fault]
     if timings == "client":

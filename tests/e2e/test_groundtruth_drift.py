@@ -36,6 +36,13 @@ def timings_args(timings: str) -> list[str]:
     return ["--sim-fault", "no_timings"] if timings == "client" else []
 
 
+def priced(timings: str) -> list[str]:
+    """Over the client's TTFT, a finalize that prefills enough of its own to price a token
+    apart from a busy host's noise (40 ms at 10 us a token: 4k tokens; agent-sim's default
+    keeps to a quarter of an 8k context, and `restore` would be undecidable)."""
+    return ["--finalize-tokens", "4k"] if timings == "client" else []
+
+
 def unconditional(tmp_path) -> str:
     """agent-sim as it was without the condition, as a file to run."""
     text = dict(bundled_workloads())["agent-sim"].read_text(encoding="utf-8")
@@ -66,6 +73,7 @@ def test_without_the_condition_the_same_run_is_falsely_degraded(tmp_path, timing
     """The control: the test above can fail. Judged without `when`, the finalize that
     recomputed its context honestly at 3x the baselines' price is called `degraded` too."""
     code, res = wl_run(tmp_path, unconditional(tmp_path), "--sim", *evicting(1), *DRIFT,
+                       *priced(timings),
                        *timings_args(timings))
     assert verdicts(res) == {"main#0": "evicted, degraded"}, res["gates"]
     assert gate(res, "restore")["not_applicable"] == 0
@@ -76,7 +84,7 @@ def test_without_the_condition_the_same_run_is_falsely_degraded(tmp_path, timing
 @pytest.mark.parametrize("sessions", [1, 2])
 def test_a_host_tier_as_slow_as_a_recompute_stays_degraded_on_a_drifting_machine(
         tmp_path, sessions, timings):
-    code, res = wl_run(tmp_path, "agent-sim", "--sim", *small(sessions), "--sim-fault",
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *small(sessions, timings), "--sim-fault",
                        "degraded_host", *DRIFT, *timings_args(timings))
     assert set(verdicts(res).values()) == {"degraded"}, res["gates"]
     assert code == 1
@@ -91,7 +99,7 @@ def test_a_partial_lie_on_a_drifting_machine_stays_degraded(tmp_path, timings):
     the main context past the sub-agents) and recomputes all of it (`degraded` scoped to the
     finalize, so the re-reads are honest and `timing` cannot see it), 3x slower besides:
     `restore` applies and calls it `degraded`; `survival` passes (a hit)."""
-    args = evicting(1)
+    args = evicting(1) + priced(timings)
     args[args.index("9000")] = "18000"
     code, res = wl_run(tmp_path, "agent-sim", "--sim", *args, *DRIFT,
                        "--sim-fault", "degraded@*/finalize/*", *timings_args(timings))
@@ -117,13 +125,13 @@ WINDOWS = {
 DECODE = ["--max-tokens", "64", "--sim-decode-us-per-token", "200"]
 
 
-def case_args(case: str, sessions: int) -> list[str]:
+def case_args(case: str, sessions: int, timings: str = "engine") -> list[str]:
     """healthy and degraded_host: a two-tier engine whose sub-agents push every main context to
     the host (`small`); evicted: a device without a host tier the sub-agents empty."""
     if case == "evicted":
         return evicting(sessions) + DECODE
-    return small(sessions) + DECODE + (["--sim-fault", "degraded_host"] if case != "healthy"
-                                       else [])
+    fault = ["--sim-fault", "degraded_host"] if case != "healthy" else []
+    return small(sessions, timings) + DECODE + fault
 
 
 # every window with every case once, each at 1, 2 and 8 sessions across the others, with and
@@ -138,7 +146,7 @@ WANT = {"healthy": ("ok", 0), "evicted": ("evicted", 1), "degraded_host": ("degr
 
 @pytest.mark.parametrize("window, case, sessions, timings", MATRIX)
 def test_verdicts_hold_when_the_machine_drifts(tmp_path, window, case, sessions, timings):
-    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args(case, sessions),
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args(case, sessions, timings),
                        *WINDOWS[window], *timings_args(timings))
     verdict, exit_code = WANT[case]
     assert set(verdicts(res).values()) == {verdict}, (res["gates"], verdicts(res))
