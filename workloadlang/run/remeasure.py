@@ -17,9 +17,9 @@ again, at most `TRIES - 1` more times, when
   TTFT (no engine prefill time): its time is a range, not a number;
 - it decoded more than `ALLOWANCE` times slower per token than its anchor (the engine's own
   decode time when it reports one, else the client's, over at least `MIN_DECODE` tokens and
-  `MIN_DECODE_S`): the
-  machine ran slower than when the anchor ran, and its time would price the anchor at another
-  speed than the anchor's. A pause first (`PAUSES`), so a drift of a while can pass.
+  `MIN_DECODE_S`): the machine ran slower than when the anchor ran, and its time would price
+  the anchor at another speed than the anchor's. A pause first (`PAUSES`), so a drift of a
+  while can pass.
 The last try is kept; the earlier ones are in its note.
 """
 
