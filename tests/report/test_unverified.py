@@ -16,7 +16,7 @@ from workloadlang.gates import evaluate_gates, metric_value
 from workloadlang.results import ExitCode, GateResult, Record, ScopeResult
 from workloadlang.run.record import base_record
 from workloadlang.spans import Span
-from workloadlang.sweep import worst_exit
+from workloadlang.sweepresults import worst_exit
 from workloadlang.verdicts import client_could_move, session_verdicts, verdict_code
 
 WL = """
