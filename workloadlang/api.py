@@ -107,7 +107,7 @@ def make_plan(wl: ir.Workload, source: Source, overrides: Mapping[str, str],
     `limits`: the planner's size limits (default `Limits()`); `cache`: the LRU cache whose
     figures the plan carries (`--cache-tokens`); `budget`: what the plan counts against, when
     not a budget of its own (a sweep's points share one: `plan_runs`)."""
-    env = {"max_context": None, "timing_tokens": 0, **(env or {})}
+    env = planning_env(env)
     params, diags = resolve_params(wl, overrides, env)
     errors = [d for d in diags if d.severity == "error"]
     if errors:
@@ -146,6 +146,12 @@ class Replan:
     def __call__(self, more: Mapping[str, Any]) -> Plan:
         return make_plan(self.wl, self.source, self.overrides, self.salt, {**self.env, **more},
                          limits=self.limits, cache=self.cache)
+
+
+def planning_env(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The built-in refs a plan is made with: `env` over what is known before an engine is
+    reached (`$max_context` None: not known; `$timing_tokens` 0: no calibration yet)."""
+    return {"max_context": None, "timing_tokens": 0, **(env or {})}
 
 
 def load_traces(wl: ir.Workload, env: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
@@ -242,7 +248,7 @@ def check_params(wl: ir.Workload, overrides: Mapping[str, str],
     value out of range), before an engine is reached. A param that needs the engine's context
     limit while `env` does not know it (WL407) leaves the params to `make_plan`, which learns
     it from the engine."""
-    _, diags = resolve_params(wl, overrides, {"max_context": None, **(env or {})})
+    _, diags = resolve_params(wl, overrides, planning_env(env))
     if any(d.code == "WL407" for d in diags):
         return
     errors = [d for d in diags if d.severity == "error"]
