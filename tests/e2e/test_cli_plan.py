@@ -176,7 +176,12 @@ def test_json_plan_is_the_whole_plan(capsys):
 def test_list_shows_the_bundled_with_doc_and_params(capsys):
     code, out, err = main(capsys, "list")
     assert code == 0, err
-    names = [line.split()[0] for line in out.splitlines()[2:] if line and not line[0].isspace()]
+    benchmarks, probes = out.split("\n\n", 1)  # the benchmarks' table, then wl probe's
+    names = [line.split()[0] for line in benchmarks.splitlines()[2:]
+             if line and not line[0].isspace()]
+    assert [line.split()[0] for line in probes.splitlines()[2:]
+            if line and not line[0].isspace()] == ["probes/abort", "probes/capacity",
+                                                   "probes/granularity", "probes/idle"]
     assert names == BUNDLED == ["abort-sim", "agent-sim", "cache-pressure", "chat-rate",
                                 "coding-agent", "idle-resume", "mooncake", "needle-test", "perf-sim",
                                 "shared-prompt", "tenant-flood"]

@@ -32,10 +32,10 @@ workload hostile {
 
 # fault -> (exit code, what each request's record holds: an error kind, or "impossible")
 ENGINES: dict[str, tuple[int, str, dict[str, str]]] = {
-    "cached_over": (1, "impossible", {}),         # was a 100 % HIT and a PASS
-    "cached_negative": (1, "impossible", {}),     # was "-555.6 % reuse", a MISS
-    "prompt_huge": (1, "impossible", {}),
-    "completion_negative": (1, "impossible", {}),
+    "cached_over": (6, "impossible", {}),         # was a 100 % HIT and a PASS
+    "cached_negative": (6, "impossible", {}),     # was "-555.6 % reuse", a MISS
+    "prompt_huge": (6, "impossible", {}),
+    "completion_negative": (6, "impossible", {}),
     "flood": (4, "overrun", {"x-tokens": "300000"}),             # ~20 MB for max_tokens 8
     "fat_tokens": (4, "overrun", {"x-tokens": "400", "x-bytes": "65536"}),
     "huge_json": (4, "overrun", {"x-bytes": str(40 << 20)}),

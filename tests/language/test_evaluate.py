@@ -191,5 +191,5 @@ def test_bundled_defaults_resolve(name: str):
     wl = parse(dict(bundled_workloads())[name].read_text(encoding="utf-8"), f"{name}.wl")
     overrides = {"cache-pressure": {"kv_size": "64k"}, "mooncake": {"trace": "t.jsonl"}}.get(
         name, {})
-    values, diags = resolve_params(wl, overrides, {"max_context": 131072})
+    values, diags = resolve_params(wl, overrides, {"max_context": 131072, "timing_tokens": 0})
     assert diags == [] and set(values) == {p.name for p in wl.params}
