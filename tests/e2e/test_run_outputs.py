@@ -168,6 +168,15 @@ def test_an_engine_log_that_cannot_be_read_is_refused_before_the_run(tmp_path: P
     assert server.requests == []
 
 
+def test_an_engine_log_that_is_a_named_pipe_is_refused_before_the_run(tmp_path: Path,
+                                                                     server: FaultServer):
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)  # no writer: an open for reading would wait for one forever
+    proc = wl_run(tmp_path, server, "--engine-log", str(fifo))
+    assert proc.returncode == 2 and "--engine-log" in proc.stderr
+    assert "not a regular file" in proc.stderr and server.requests == []
+
+
 def test_an_engine_log_that_never_appeared_is_said(tmp_path: Path, server: FaultServer):
     proc = wl_run(tmp_path, server, "--engine-log", str(tmp_path / "later.jsonl"))
     assert proc.returncode == 0, proc.stderr

@@ -4,6 +4,7 @@ an unmatched record (kept), an extra entry, a `root` path contradicting a high A
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,15 @@ def test_positions_are_used_only_without_timestamps() -> None:
     summary = annotate(records, parse_ninfer_lines(json.dumps(r) for r in rows).entries)
     assert [r.engine_log["request_id"] for r in summary.records] == [2, 3]
     assert summary.extra == 1
+
+
+def test_a_log_that_is_a_named_pipe_is_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO with no writer would block an open or a read forever: it is refused as an
+    unreadable log at once, and the run's records are kept as they were."""
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    records, _ = scenario()
+    results = results_with(records)
+    out = annotate_results(results, str(fifo))
+    assert out["error"].startswith("cannot read") and "not a regular file" in out["error"]
+    assert results.records == records

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import stat
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -143,6 +144,9 @@ def check_engine_log(path: str | None) -> str | None:
         return None
     if os.path.isdir(path):
         return f"--engine-log {path}: is a directory"
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return (f"--engine-log {path}: not a regular file (a pipe or device would block the "
+                "read: copy the log to a file)")
     try:
         with open(path, "rb"):
             return None

@@ -15,7 +15,10 @@ which tells a real prefix hit from a recompute that `cached_tokens` over HTTP ca
 from __future__ import annotations
 
 import bisect
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
@@ -119,8 +122,19 @@ def parse_ninfer_lines(lines: Iterable[str]) -> NinferLog:
 
 
 def read_ninfer_log(path: str | Path) -> NinferLog:
-    """Input: a JSONL file path. Output: the parsed log (see `parse_ninfer_lines`)."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    """Input: a JSONL file path. Output: the parsed log (see `parse_ninfer_lines`). Raises
+    `OSError` when it cannot be read or is not a regular file (a named pipe would block the
+    read until a writer closes it: the run's results must not wait on it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a pipe or device: copy the log to "
+                          "a file)")
+        fh = os.fdopen(fd, encoding="utf-8", errors="replace")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
         return parse_ninfer_lines(fh)
 
 
