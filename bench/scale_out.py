@@ -45,6 +45,7 @@ from typing import Any
 from bench.harness import (add_json_argument, describe_machine, machine, simulator, table,
                            write_json)
 from workloadlang import api
+from workloadlang.resultsmodels import ClientHealth
 
 WORKLOAD = """
 workload scale_out {
@@ -109,15 +110,15 @@ def figures(case: str, mode: str, results: Any, watch: Watch) -> dict[str, Any]:
     """Output: one row of the table (see the module)."""
     recs = [r for r in results.records if r.error is None and r.skipped is None]
     n = max(1, len(recs))
-    cpt = results.calibration.get("chars_per_token") or 0.0
+    cpt = results.calibration.chars_per_token or 0.0
     span = max(r.t_start_s + r.e2e_s for r in recs) - min(r.t_start_s for r in recs)
     body = sum(r.prompt_tokens or 0 for r in recs) * cpt / n
     rps = len(recs) / span if span > 0 else None
-    cpu = (results.client.get("cpu_s") or 0.0) / n  # the workers' summed, or this process's
+    cpu = (results.client.cpu_s or 0.0) / n  # the workers' summed, or this process's
     arrived = max(1, len(watch.records) - 1)
     window = watch.last[0] - watch.first[0]
     driver = (watch.last[1] - watch.first[1]) / window \
-        if results.client.get("workers") and window > 0 else None
+        if results.client.workers and window > 0 else None
     return {"case": case, "mode": mode, "requests": len(recs), "body_kb": body / 1000,
             "rps": rps, "mbps": rps * body / 1e6 if rps else None,
             "client_cpu_ms": cpu * 1000, "driver_cpu_pct": driver * 100 if driver else None,
@@ -125,7 +126,7 @@ def figures(case: str, mode: str, results: Any, watch: Watch) -> dict[str, Any]:
             "ceiling_rps": 1 / cpu if cpu else None,
             "ceiling_mbps": body / cpu / 1e6 if cpu else None,
             "bottleneck": bottleneck(results.client), "exit": int(results.exit_code),
-            "rss_mb": None if results.client.get("workers") else max_rss_mb()}
+            "rss_mb": None if results.client.workers else max_rss_mb()}
 
 
 def max_rss_mb() -> float:
@@ -133,12 +134,12 @@ def max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bottleneck(client: dict[str, Any]) -> str:
+def bottleneck(client: ClientHealth) -> str:
     """Output: `no`, `yes` (one process), or which workers were one (`worker 0,1`)."""
-    workers = client.get("bottleneck_workers")
+    workers = client.bottleneck_workers
     if workers:
         return "worker " + ",".join(map(str, workers))
-    return "yes" if client.get("client_bottleneck") else "no"
+    return "yes" if client.client_bottleneck else "no"
 
 
 def run_case(case: str, context: str, modes: list[int | None], args: argparse.Namespace,

@@ -37,6 +37,7 @@ from workloadlang.plan.model import CacheModel
 from workloadlang.plan.sweeppoints import SweepError
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
+from workloadlang.resultsmodels import EngineSummary
 from workloadlang.run.errors import EndpointError  # noqa: F401 (raised by open_engine)
 from workloadlang.run.runoptions import RunOptions
 from workloadlang.theory import cache_theory
@@ -354,7 +355,7 @@ async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = Non
     Cancelled (Ctrl-C), it still judges what was measured (exit code 130)."""
     sink = sink if sink is not None else ListSink()
     measured = await measure_workload(plan, engine, sink, options)
-    return judge(measured.plan or plan, measured, engine.engine_fields(), sink)
+    return judge(measured.plan or plan, measured, engine.engine_summary(), sink)
 
 
 async def measure_workload(plan: Plan, engine: "EngineLink", sink: Sink,
@@ -379,7 +380,7 @@ async def calibrate(plan: Plan, engine: "EngineLink", sink: Sink) -> "Calibratio
     return (await calibration(plan, engine, sink))[0]
 
 
-def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
+def judge(plan: Plan, measured: "Measured", engine: EngineSummary,
           sink: Sink | None = None) -> Results:
     """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
@@ -394,9 +395,9 @@ def judge(plan: Plan, measured: "Measured", engine: dict[str, Any],
     gates = [g.model_copy(update={"kind": gate_kind(gp.gate)})
              for g, gp in zip(evaluate_gates(plan, records, measured.env), plan.gates)]
     client = measured.client
-    if client.get("client_bottleneck"):
-        client = {**client, "gates_client_could_move": client_could_move(
-            plan, records, {**plan.params, **measured.env})}
+    if client.client_bottleneck:
+        client = client.model_copy(update={"gates_client_could_move": client_could_move(
+            plan, records, {**plan.params, **measured.env})})
     if measured.interrupted:
         code = ExitCode.INTERRUPTED
     elif measured.incomplete:

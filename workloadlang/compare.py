@@ -213,8 +213,7 @@ def gate_table_rows(changes: list[GateChange]) -> list[list[str]]:
 
 
 def describe(tag: str, path: str, r: Results) -> str:
-    eng = r.engine or {}
-    what = " ".join(str(x) for x in (eng.get("engine"), eng.get("model")) if x) or "engine ?"
+    what = " ".join(x for x in (r.engine.engine, r.engine.model) if x) or "engine ?"
     line = f"{tag}: {path} · {what} · {r.started_at} · {len(r.records)} records in {r.elapsed_s:.1f}s"
     if r.incomplete:
         line += f" · INCOMPLETE ({r.incomplete}): its numbers cover part of the plan"

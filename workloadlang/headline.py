@@ -57,7 +57,7 @@ def headline(r: Results) -> dict[str, tuple[Kind, Any]]:
                                                  and x.ttft_s is not None])),
         "prompt tokens": ("count", sum(x.prompt_tokens or 0 for x in ok)),
         "cached tokens": ("count", sum(x.cached_tokens or 0 for x in ok)),
-        "engine hit ratio": ("ratio", r.metrics.get("engine_hit_ratio")),
+        "engine hit ratio": ("ratio", r.metrics.engine_hit_ratio),
         "elapsed": ("seconds", r.elapsed_s),
     })
     out.update(performance(r))

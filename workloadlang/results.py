@@ -17,6 +17,24 @@ from typing import Any, Literal, Protocol
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from workloadlang.resultsmodels import (
+    CacheTheory,
+    Calibration,
+    ClientHealth,
+    EngineLogMatch,
+    EngineSummary,
+    MetricsSummary,
+    ParamValue,
+    ReportValue,
+)
+
+SCHEMA = "workloadlang.results/2"
+"""The schema version a results file carries (`docs/results-schema.json`)."""
+
+PREVIOUS_SCHEMAS = ("workloadlang.results/1",)
+"""Earlier versions `read_results` still reads: version 1 holds the same fields, untyped in its
+published form; it is read as it is and carries the current version once read."""
+
 
 class ExitCode(enum.IntEnum):
     """The exit codes of `wl` (docs/cli.md)."""
@@ -204,7 +222,7 @@ class Record(BaseModel):
     suspicious: list[str] = []
     # counts no engine can report (`impossible_counts`): they were set aside as unknown
     impossible: str | None = None
-    engine_log: dict[str, Any] | None = None
+    engine_log: EngineLogMatch | None = None
 
     @property
     def warm(self) -> bool:
@@ -316,35 +334,37 @@ class Performance(BaseModel):
 
 
 class Results(BaseModel):
-    """The summary JSON of one run (`--output`)."""
+    """The summary JSON of one run (`--output`; its JSON schema: `docs/results-schema.json`)."""
 
-    schema_: str = "workloadlang.results/1"
+    model_config = ConfigDict(extra="forbid")
+    schema_: str = SCHEMA
     workload: str
     source: str
-    params: dict[str, Any]
+    params: dict[str, ParamValue]
     salt: str
     plan_hash: str
-    engine: dict[str, Any]
+    engine: EngineSummary
     started_at: str
     elapsed_s: float
     hit_ratio: float
-    calibration: dict[str, Any]
-    metrics: dict[str, Any]
-    client: dict[str, Any]
+    calibration: Calibration
+    metrics: MetricsSummary
+    client: ClientHealth
     incomplete: str | None
     exit_code: int
     gates: list[GateResult]
     verdicts: dict[str, str]
-    report: dict[str, Any]
+    report: dict[str, ReportValue]
     report_format: dict[str, str] = {}
     impossible: int = 0  # records whose counts no engine can report (`Record.impossible`)
     # measured hit rate next to the perfect and LRU caches' (`theory.cache_theory`)
-    cache_theory: dict[str, Any] | None = None
+    cache_theory: CacheTheory | None = None
     # latency, throughput and goodput over the measured requests (`latency.performance`)
     performance: Performance | None = None
     records: list[Record]
 
     def to_json(self) -> str:
+        """Output: the results file's text (indented JSON, the version under `schema`)."""
         return self.model_dump_json(indent=2, by_alias=False).replace('"schema_"', '"schema"', 1)
 
 
@@ -373,8 +393,10 @@ def read_results(path: str | Path) -> Results:
 
 
 def results_of(data: Any, path: str) -> Results:
-    """The `Results` of a results file's decoded JSON `data` (`path`: the file, for messages).
-    Raises `ResultsFileError` with a one-line reason when it is not a results file."""
+    """The `Results` of a results file's decoded JSON `data` (`path`: the file, for messages);
+    a file of an earlier version (`PREVIOUS_SCHEMAS`) is upgraded to this one. Raises
+    `ResultsFileError` with a one-line reason when it is not a results file, or one of a
+    version this code does not read."""
     if not isinstance(data, dict):
         raise ResultsFileError(f"{path} is not a workloadlang results file (not a JSON object)")
     if "schema" in data:
@@ -382,6 +404,13 @@ def results_of(data: Any, path: str) -> Results:
     schema = data.get("schema_", "")
     if not isinstance(schema, str) or not schema.startswith("workloadlang.results/"):
         raise ResultsFileError(f"{path} is not a workloadlang results file (schema {schema!r})")
+    if schema in PREVIOUS_SCHEMAS:
+        data["schema_"] = SCHEMA
+    elif schema != SCHEMA:
+        raise ResultsFileError(f"{path} is a results file of version {schema!r}, which this "
+                               f"workloadlang does not read (it reads {SCHEMA!r} and "
+                               f"{', '.join(map(repr, PREVIOUS_SCHEMAS))}): read it with the "
+                               "workloadlang that wrote it, or a newer one")
     try:
         return Results.model_validate(data)
     except ValidationError as e:

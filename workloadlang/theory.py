@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 from workloadlang.plan import lanes
 from workloadlang.plan.model import Plan
+from workloadlang.resultsmodels import CacheTheory
 
 
 def measured(r: Any) -> bool:
@@ -56,7 +57,7 @@ def upper_bound(planned: dict[str, Any], r: Any) -> int:
     return max(scaled, r.expected_cached or 0)
 
 
-def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
+def cache_theory(plan: Plan, records: Sequence[Any]) -> CacheTheory:
     """Output: the measured and the planned hit rates over the requests with a cached count,
     and what was served above what this run's requests allow."""
     rs = [r for r in records if measured(r)]
@@ -91,7 +92,7 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> dict[str, Any]:
                          bool(out["served_before_run_tokens"]))
     out["lru"] = (out["lru_cached_tokens"] / planned
                   if model and planned else None)
-    return out
+    return CacheTheory.model_validate(out)
 
 
 def possible(r: Any) -> int:
@@ -134,36 +135,37 @@ def pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
-def theory_line(theory: dict[str, Any] | None) -> str | None:
+def theory_line(theory: CacheTheory | None) -> str | None:
     """The line `wl run` prints: the measured rate next to the perfect cache's range (certain
     to possible) and where it falls, the LRU cache's rate and how far the measured one is from
     it, and when requests overlapped."""
-    if not theory or not theory.get("requests"):
+    if theory is None or not theory.requests:
         return None
-    line = (f"cache hit rate over {theory['requests']:,} request(s), of prompt tokens: measured "
-            f"{pct(theory['measured'])}; {perfect_range(theory)}")
-    if theory.get("lru") is not None:
-        gap = 100 * (theory["measured"] - theory["lru"])
-        line += (f"; an LRU cache of {theory['cache_tokens']:,} tokens (blocks of "
-                 f"{theory['cache_block']:,}) {pct(theory['lru'])} (measured {gap:+.1f} points)")
-    in_flight = theory.get("in_flight", theory.get("concurrency", 1))
+    line = (f"cache hit rate over {theory.requests:,} request(s), of prompt tokens: measured "
+            f"{pct(theory.measured)}; {perfect_range(theory)}")
+    if theory.lru is not None:
+        gap = 100 * ((theory.measured or 0.0) - theory.lru)
+        line += (f"; an LRU cache of {theory.cache_tokens or 0:,} tokens (blocks of "
+                 f"{theory.cache_block or 0:,}) {pct(theory.lru)} (measured {gap:+.1f} points)")
+    in_flight = theory.overlap
     if in_flight > 1:
         line += (f"; up to {in_flight} requests in flight at once, the theory takes them one at "
                  "a time")
-    if theory.get("served_before_run_tokens"):
-        line += (f"\nNOTE: the engine served {theory['served_before_run_tokens']:,} cached "
+    if theory.served_before_run_tokens:
+        line += (f"\nNOTE: the engine served {theory.served_before_run_tokens:,} cached "
                  "tokens more than any order of this run's requests allows "
-                 f"({theory['upper_cached_tokens']:,}): it held this run's text before the run started (an earlier run with the same "
-                 "salt, or another client sending the same text)")
+                 f"({theory.upper_cached_tokens or 0:,}): it held this run's text before the run "
+                 "started (an earlier run with the same salt, or another client sending the same "
+                 "text)")
     return line
 
 
-def perfect_range(theory: dict[str, Any]) -> str:
+def perfect_range(theory: CacheTheory) -> str:
     """A perfect cache's share as its range, side by side, and where the measured rate falls:
     `a perfect cache: certain 65.3%, possible 97.5% (measured within the range)`."""
-    low, high = theory.get("certain"), theory.get("possible")
+    low, high = theory.certain, theory.possible
     text = f"a perfect cache: certain {pct(low)}, possible {pct(low if high is None else high)}"
-    verdict = theory.get("range")
+    verdict = theory.range
     if verdict == "below":
         return text + " (measured below the certain share: the engine kept less)"
     if verdict == "above":

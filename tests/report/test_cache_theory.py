@@ -42,7 +42,11 @@ def test_a_rerun_with_the_same_salt_on_a_warm_engine_is_flagged(tmp_path, capsys
 
 
 def test_the_line_puts_measured_certain_and_possible_side_by_side():
-    from workloadlang.theory import theory_line
+    from workloadlang.resultsmodels import CacheTheory
+    from workloadlang.theory import theory_line as line_of
+
+    def theory_line(fields: dict[str, object]) -> str | None:
+        return line_of(CacheTheory.model_validate(fields))
 
     base = {"requests": 32, "measured": 0.943, "certain": 0.653, "possible": 0.975,
             "in_flight": 32, "range": "within"}

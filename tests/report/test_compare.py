@@ -199,9 +199,9 @@ def test_unreadable_or_foreign_files_are_refused(tmp_path: Path, content: str | 
 
 def test_schema_key_is_mapped_and_the_file_round_trips(tmp_path: Path) -> None:
     path = write(tmp_path, "r.json", results())
-    assert json.loads(Path(path).read_text())["schema"] == "workloadlang.results/1"
+    assert json.loads(Path(path).read_text())["schema"] == "workloadlang.results/2"
     loaded = load_results(path)
-    assert loaded.schema_ == "workloadlang.results/1"
+    assert loaded.schema_ == "workloadlang.results/2"
     assert headline(loaded)["warm unknown"] == ("count", 0)
 
 

@@ -23,6 +23,7 @@ from workloadlang.console.live import (
 from workloadlang.results import ErrorDetail, Record
 from workloadlang.run.record import base_record
 from workloadlang.results import Results
+from workloadlang.resultsmodels import ClientHealth, EngineSummary, MetricsSummary
 
 SPAN = Span(file="t.wl", line=1, col=1, end_line=1, end_col=2)
 # the session copy's field (being renamed from `copy`, which shadows BaseModel.copy)
@@ -271,7 +272,7 @@ def test_the_footer_says_when_first_token_stamps_may_be_late() -> None:
     quiet = results_for(plan, [])
     assert "first token" not in footer(quiet)
     assert "NOTE" not in footer(quiet)
-    late = quiet.model_copy(update={"client": {"ttft_late": 3, "ttft_late_max_ms": 2.94}})
+    late = quiet.model_copy(update={"client": ClientHealth(ttft_late=3, ttft_late_max_ms=2.94)})
     assert "NOTE: 3 first token(s) came in one read with more of the stream: their TTFT may be" \
         " up to 2.9 ms too long" in footer(late)
 
@@ -283,13 +284,14 @@ def test_the_footer_says_when_the_client_sent_requests_late() -> None:
 
     plan = agent_plan(sessions=2)
     quiet = results_for(plan, [])
-    some = quiet.model_copy(update={"client": {"client_delay_over_10ms": 2,
-                                               "client_delay_max_ms": 13.6,
-                                               "client_bottleneck": False},
-                                    "engine": {"sim": True}})
+    some = quiet.model_copy(update={"client": ClientHealth(client_delay_over_10ms=2,
+                                                           client_delay_max_ms=13.6,
+                                                           client_bottleneck=False),
+                                    "engine": EngineSummary(sim=True)})
     assert "NOTE: the client sent 2 request(s) more than 10 ms after they were due, up to" \
         " 13.6 ms" in footer(some)
-    most = some.model_copy(update={"client": {**some.client, "client_bottleneck": True}})
+    most = some.model_copy(update={"client": some.client.model_copy(
+        update={"client_bottleneck": True})})
     assert "NOTE: the client was a bottleneck" in footer(most) and "sent 2" not in footer(most)
 
 
@@ -300,33 +302,35 @@ def test_the_summary_sets_the_engines_counters_beside_the_records() -> None:
     from workloadlang.console.format import counters_line
     from workloadlang.console.lines import summary_text
 
+    M = MetricsSummary.model_validate
+
     snaps = [{"at": "start", "queries_tokens": 0, "hits_tokens": 0, "family": "llamacpp"},
              {"at": "end", "queries_tokens": 30738, "hits_tokens": 21948, "family": "llamacpp"}]
     same = {"snapshots": snaps, "records_prompt_tokens": 30738, "records_cached_tokens": 21948,
             "engine_queries_tokens": 30738, "engine_hits_tokens": 21948}
-    assert counters_line(same) == (
+    assert counters_line(M(same)) == (
         "engine counters over the run [llamacpp]: 21,948 of 30,738 prompt tokens from cache; "
         "the records: 21,948 of 30,738")
     more = {**same, "engine_queries_tokens": 40738}
     assert "NOTE: the engine looked up 10,000 more prompt tokens than the records hold" \
-        in counters_line(more)
+        in counters_line(M(more))
     aborted = {**more, "records_uncounted": 2, "records_uncounted_planned_tokens": 10200}
-    assert counters_line(aborted).endswith(
+    assert counters_line(M(aborted)).endswith(
         "the engine's 10,000 more are about what the 2 request(s) without a count in the records"
-        " (aborted, errored) were planned to send (10,200)") and "NOTE" not in counters_line(aborted)
+        " (aborted, errored) were planned to send (10,200)") and "NOTE" not in counters_line(M(aborted))
     fewer = {**same, "engine_queries_tokens": 20000}
-    assert "10,738 fewer" in counters_line(fewer)
-    assert counters_line({**same, "engine_queries_tokens": 30800}).endswith("of 30,738")  # < 1 %
-    assert counters_line({"snapshots": snaps[:1], "records_prompt_tokens": 1,
-                          "records_cached_tokens": 0}) is None  # no end read: nothing to say
+    assert "10,738 fewer" in counters_line(M(fewer))
+    assert counters_line(M({**same, "engine_queries_tokens": 30800})).endswith("of 30,738")
+    assert counters_line(M({"snapshots": snaps[:1], "records_prompt_tokens": 1,
+                            "records_cached_tokens": 0})) is None  # no end read: nothing to say
     unread = {"snapshots": [], "records_prompt_tokens": 647, "records_cached_tokens": 607,
               "unavailable": "start: GET http://h/metrics: HTTP 501"}
-    assert counters_line(unread, "llamacpp") == (
+    assert counters_line(M(unread), "llamacpp") == (
         "engine counters: not read (start: GET http://h/metrics: HTTP 501), so the records "
         "(607 of 647 prompt tokens from cache) are not cross-checked; llama-server serves "
         "them with --metrics")
-    assert counters_line(unread, "vllm").endswith("are not cross-checked")
+    assert counters_line(M(unread), "vllm").endswith("are not cross-checked")
     down = {**unread, "unavailable": "end: GET http://h/metrics: ConnectError"}
-    assert counters_line(down, "llamacpp").endswith("are not cross-checked")  # no false hint
-    res = results_for(agent_plan(sessions=2), []).model_copy(update={"metrics": more})
+    assert counters_line(M(down), "llamacpp").endswith("are not cross-checked")  # no false hint
+    res = results_for(agent_plan(sessions=2), []).model_copy(update={"metrics": M(more)})
     assert "engine counters over the run [llamacpp]" in summary_text(res)

@@ -12,6 +12,7 @@ import pytest
 
 from workloadlang.report import (ReportRequest, data, report_command, sample, tables,
                                  write_report)
+from workloadlang.resultsmodels import CacheTheory, EngineSummary, MetricsSummary
 from workloadlang.report.render import ReportError, charts, render_html, run_labels
 
 EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>&amp;"
@@ -360,23 +361,24 @@ def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_dou
     res = sample.agent(sessions=2, steps=3)
     snaps = [{"at": "start", "queries_tokens": 0, "hits_tokens": 0, "family": "vllm"},
              {"at": "end", "queries_tokens": 5000, "hits_tokens": 4000, "family": "vllm"}]
-    res = res.model_copy(update={"metrics": {
+    res = res.model_copy(update={"metrics": MetricsSummary.model_validate({
         "snapshots": snaps, "engine_queries_tokens": 5000, "engine_hits_tokens": 4000,
-        "records_prompt_tokens": 5000, "records_cached_tokens": 4000}})
+        "records_prompt_tokens": 5000, "records_cached_tokens": 4000})})
     assert tables.header(res, "x")["counters"] == (
         "engine counters over the run [vllm]: 4,000 of 5,000 prompt tokens from cache; the "
         "records: 4,000 of 5,000")
     assert "engine counters over the run [vllm]: 4,000 of 5,000" in render_html([res])
-    assert tables.header(res.model_copy(update={"metrics": {}}), "x")["counters"] == ""
-    shared = res.model_copy(update={"engine": {"engine": "llamacpp", "slots": 4,
-                                               "prefill_own": False}})
+    assert tables.header(res.model_copy(update={"metrics": MetricsSummary()}),
+                         "x")["counters"] == ""
+    shared = res.model_copy(update={"engine": EngineSummary.model_validate({"engine": "llamacpp", "slots": 4,
+                                               "prefill_own": False})})
     assert tables.header(shared, "x")["engine"] == \
         "llamacpp · 4 slots, prefill times may hold other requests' work"
-    sim = res.model_copy(update={"engine": {"engine": "workloadlang-sim", "sim": True,
-                                            "slots": 4, "prefill_own": True}})
+    sim = res.model_copy(update={"engine": EngineSummary.model_validate({"engine": "workloadlang-sim", "sim": True,
+                                            "slots": 4, "prefill_own": True})})
     assert tables.header(sim, "x")["engine"] == \
         "workloadlang-sim (simulator) · 4 slots, prefill times each request's own"
-    assert tables.header(res.model_copy(update={"engine": {"engine": "vllm"}}),
+    assert tables.header(res.model_copy(update={"engine": EngineSummary.model_validate({"engine": "vllm"})}),
                        "x")["engine"] == "vllm"
     r = res.records[1].model_copy(update={"ttft_late_s": 0.003, "ttft_contended_s": 0.2,
                                           "prefill_source": "client_ttft"})
@@ -505,13 +507,13 @@ def test_the_theory_chart_draws_measured_against_both_caches():
     from workloadlang.report import data
 
     recs = theory_records([0, 400, 300, 500])
-    d = data.theory(recs, {"cache_tokens": 4096, "cache_block": 16, "concurrency": 2})
+    d = data.theory(recs, CacheTheory(cache_tokens=4096, cache_block=16, concurrency=2))
     assert d.measured == pytest.approx([0.0, 0.2, 700 / 3000, 0.3])
     assert d.unlimited == pytest.approx([0.6] * 4) and d.lru == pytest.approx([0.4] * 4)
     assert d.cache == "LRU 4,096 tokens / 16" and d.concurrency == 2
     res = sample.results("mooncake", "mooncake.wl", recs, gates=[], params={})
-    res = res.model_copy(update={"cache_theory": {"cache_tokens": 4096, "cache_block": 16,
-                                                  "concurrency": 2}})
+    res = res.model_copy(update={"cache_theory": CacheTheory(cache_tokens=4096, cache_block=16,
+                                                             concurrency=2)})
     html = render_html([res])
     assert "theory" in chart_keys(html) and "Cache hit rate against theory" in html
 
@@ -521,11 +523,11 @@ def test_the_theory_chart_draws_the_perfect_caches_range():
 
     recs = [r.model_copy(update={"planned_expected_max": 900})
             for r in theory_records([0, 800, 900, 850], lru=[None] * 4)]
-    d = data.theory(recs, {"concurrency": 4, "in_flight": 3})
+    d = data.theory(recs, CacheTheory(concurrency=4, in_flight=3))
     assert d.unlimited == pytest.approx([0.6] * 4) and d.unlimited_max == pytest.approx([0.9] * 4)
     assert d.lru is None and d.concurrency == 3
     res = sample.results("shared", "shared.wl", recs, gates=[], params={})
-    html = render_html([res.model_copy(update={"cache_theory": {"in_flight": 3}})])
+    html = render_html([res.model_copy(update={"cache_theory": CacheTheory(in_flight=3)})])
     assert "theory" in chart_keys(html) and "perfect cache, possible: 90.0%" in html
 
 

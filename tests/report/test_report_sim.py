@@ -70,7 +70,7 @@ def test_retention_from_the_simulator_marks_its_first_miss(sim_results, tmp_path
     misses = [i + 1 for i, r in enumerate(verify) if r.hit is False]
     if misses:
         assert f"first miss #{misses[0]}" in html
-    assert "calibrated threshold" in html or res.calibration.get("threshold_s") is None
+    assert "calibrated threshold" in html or res.calibration.threshold_s is None
 
 
 def test_two_simulator_runs_overlay(sim_results, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 
 from workloadlang.api import Source, make_plan, parse_checked
 from workloadlang.console.lines import footer
+from workloadlang.resultsmodels import ClientHealth, EngineSummary
 from workloadlang.gates import evaluate_gates, metric_value
 from workloadlang.results import ExitCode, GateResult, Record, ScopeResult
 from workloadlang.run.record import base_record
@@ -73,7 +74,7 @@ def test_the_exit_code_says_fail_unverified_or_pass() -> None:
 
 def test_the_summary_line_says_unverified_and_which_gates() -> None:
     res = SimpleNamespace(exit_code=6, workload="w", records=[], elapsed_s=1.0, salt="x",
-                          incomplete=None, client={}, engine={},
+                          incomplete=None, client=ClientHealth(), engine=EngineSummary(),
                           gates=[gate("timing", "undecidable"), gate("kept", "unknown"),
                                  gate("price", "pass")])
     line = footer(res)

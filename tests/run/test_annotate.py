@@ -11,6 +11,7 @@ from typing import Any
 
 from workloadlang.enginelog.annotate import annotate, annotate_results, contradictions, summary_line
 from workloadlang.enginelog.ninfer import LogEntry, parse_ninfer_lines
+from workloadlang.resultsmodels import EngineLogMatch
 from workloadlang.results import ErrorDetail, Record
 from workloadlang.results import Results
 
@@ -70,7 +71,7 @@ def test_interleaved_entries_join_by_time_and_size() -> None:
     summary = annotate(records, log.entries)
     by = {r.id: r for r in summary.records}
     assert [r.id for r in summary.records] == [r.id for r in records]  # all kept, in order
-    assert {rid: r.engine_log["request_id"] for rid, r in by.items() if r.engine_log} == {
+    assert {rid: r.engine_log.request_id for rid, r in by.items() if r.engine_log} == {
         "a/main/0": 6, "b/main/0": 7, "a/main/1": 8, "b/main/1": 9, "a/final/0": 10}
     assert (summary.matched, summary.unmatched, summary.extra, summary.not_sent) == (5, 1, 1, 1)
     assert summary.unmatched_ids == ["b/final/0"]
@@ -81,12 +82,12 @@ def test_engine_log_fields_and_ground_truth_classes() -> None:
     records, lines = scenario()
     summary = annotate(records, parse_ninfer_lines(lines).entries)
     by = {r.id: r for r in summary.records}
-    assert by["a/main/1"].engine_log == {
-        "request_id": 8, "computed": 1008, "hit_tokens": 992, "reuse_path": "private_turn_closure",
-        "reuse_class": "hit", "ground_truth_reuse": 992 / 1000}
-    assert by["a/main/0"].engine_log["reuse_class"] == "cold"  # meant to start from scratch
-    assert by["a/final/0"].engine_log["reuse_class"] == "miss"
-    assert by["a/final/0"].engine_log["ground_truth_reuse"] == 0.0
+    assert by["a/main/1"].engine_log == EngineLogMatch(
+        request_id=8, computed=1008, hit_tokens=992, reuse_path="private_turn_closure",
+        reuse_class="hit", ground_truth_reuse=992 / 1000)
+    assert by["a/main/0"].engine_log.reuse_class == "cold"  # meant to start from scratch
+    assert by["a/final/0"].engine_log.reuse_class == "miss"
+    assert by["a/final/0"].engine_log.ground_truth_reuse == 0.0
     assert summary.classes == {"hit": 2, "partial": 0, "miss": 1, "unknown": 0, "cold": 2}
 
 
@@ -136,11 +137,11 @@ def test_annotate_results_stores_the_summary_and_writes_nothing(tmp_path: Path) 
     results = results_with(records)
     out = annotate_results(results, str(log))
     assert digest(log) == before and sorted(p.name for p in tmp_path.iterdir()) == ["requests.jsonl"]
-    assert results.metrics["engine_log"] == out and results.metrics["records_prompt_tokens"] == 1
-    assert (out["matched"], out["unmatched"], out["extra"], out["entries"]) == (5, 1, 1, 6)
-    assert out["unparsable_lines"] == 1 and "records" not in out
+    assert results.metrics.engine_log == out and results.metrics.records_prompt_tokens == 1
+    assert (out.matched, out.unmatched, out.extra, out.entries) == (5, 1, 1, 6)
+    assert out.unparsable_lines == 1 and "records" not in out.model_dump()
     assert len(results.records) == len(records)
-    assert results.records[4].engine_log["reuse_class"] == "miss"
+    assert results.records[4].engine_log.reuse_class == "miss"
     json.loads(results.to_json())  # still serialisable
     line = summary_line(out)
     assert line.startswith("engine log: 5/6 requests matched (1 unmatched, kept; 1 extra entry)")
@@ -151,8 +152,8 @@ def test_an_unreadable_log_never_raises(tmp_path: Path) -> None:
     records, _ = scenario()
     results = results_with(records)
     out = annotate_results(results, str(tmp_path / "missing.jsonl"))
-    assert out["error"].startswith("cannot read") and out["matched"] == 0
-    assert results.records == records and results.metrics["engine_log"] == out
+    assert out.error is not None and out.error.startswith("cannot read") and out.matched == 0
+    assert results.records == records and results.metrics.engine_log == out
     assert summary_line(out).startswith("engine log: cannot read")
 
 
@@ -165,7 +166,7 @@ def test_positions_are_used_only_without_timestamps() -> None:
     for row in rows:
         del row["timestamp_unix_ms"]
     summary = annotate(records, parse_ninfer_lines(json.dumps(r) for r in rows).entries)
-    assert [r.engine_log["request_id"] for r in summary.records] == [2, 3]
+    assert [r.engine_log.request_id for r in summary.records] == [2, 3]
     assert summary.extra == 1
 
 
@@ -177,5 +178,6 @@ def test_a_log_that_is_a_named_pipe_is_not_waited_on(tmp_path: Path) -> None:
     records, _ = scenario()
     results = results_with(records)
     out = annotate_results(results, str(fifo))
-    assert out["error"].startswith("cannot read") and "not a regular file" in out["error"]
+    assert out.error is not None
+    assert out.error.startswith("cannot read") and "not a regular file" in out.error
     assert results.records == records

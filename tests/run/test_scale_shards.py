@@ -78,16 +78,16 @@ def test_same_plan_requests_evidence_and_verdicts(single_and_sharded):
 
 def test_each_worker_held_its_session_and_reported_its_health(single_and_sharded):
     (one, _), (two, sink) = single_and_sharded
-    workers = two.client["workers"]
-    assert [w["sessions"] for w in workers] == [["main#0"], ["main#1"]]
-    assert [w["concurrency"] for w in workers] == [1, 1]
+    workers = two.client.workers or []
+    assert [w.sessions for w in workers] == [["main#0"], ["main#1"]]
+    assert [w.concurrency for w in workers] == [1, 1]
     for w in workers:
-        mine = [r for r in two.records if r.session in w["sessions"]]
-        assert w["records"] == len(mine) == 16 and w["incomplete"] is None
-        assert abs(w["clock_offset_s"]) < 0.01 and w["clock_offset_error_s"] < 0.01
-        assert "loop_lag_p99_ms" in w and "client_bottleneck" in w
-    assert two.client["isolated_requests"] == sum(w["isolated_requests"] for w in workers) \
-        == one.client["isolated_requests"] == 20
+        mine = [r for r in two.records if r.session in w.sessions]
+        assert w.records == len(mine) == 16 and w.incomplete is None
+        assert abs(w.clock_offset_s or 0.0) < 0.01 and (w.clock_offset_error_s or 0.0) < 0.01
+        assert {"loop_lag_p99_ms", "client_bottleneck"} <= w.model_fields_set
+    assert two.client.isolated_requests == sum(w.isolated_requests or 0 for w in workers) \
+        == one.client.isolated_requests == 20
     assert [e for e, _ in sink.events].count("worker") == 2
 
 
@@ -121,7 +121,7 @@ def test_uneven_workers_keep_the_limit_the_barriers_and_the_isolation():
     barrier."""
     params = {**SMALL, "sessions": "3", "max_concurrency": "2"}
     results, _ = asyncio.run(one_run(params, 2))
-    assert [w["concurrency"] for w in results.client["workers"]] in ([1, 1],)
+    assert [w.concurrency for w in results.client.workers or []] in ([1, 1],)
     spans = sorted((r.t_start_s, r.t_start_s + r.e2e_s) for r in results.records
                    if r.t_start_s is not None)
     events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans],
@@ -147,7 +147,7 @@ def test_a_lost_worker_is_reported_with_its_sessions_and_what_completed_is_kept(
     assert len(results.records) == 32
     assert {r.session for r in results.records if r.skipped is None} >= {"main#0"}
     assert all(r.skipped is None for r in results.records if r.session == "main#0")
-    assert [w.get("lost") for w in results.client["workers"]][1].startswith("failed")
+    assert [w.lost or "" for w in results.client.workers or []][1].startswith("failed")
     assert ("worker_lost", {"worker": 1, "reason": "failed (RuntimeError: gone)",
                             "sessions": ["main#1"]}) in sink.events
 
@@ -168,10 +168,10 @@ def test_planned_send_times_hold_on_the_driver_clock_across_workers():
 
     results = asyncio.run(main())
     assert results.exit_code == ExitCode.OK
-    assert len(results.client["workers"]) == 2
+    assert len(results.client.workers or []) == 2
     sent = [r for r in results.records if r.t_start_s is not None]
     assert len(sent) == 30 and len({r.planned_send_at for r in sent}) == 4
-    error = max(w["clock_offset_error_s"] for w in results.client["workers"])
+    error = max((w.clock_offset_error_s or 0.0) for w in results.client.workers or [])
     for r in sent:
         assert r.t_start_s >= r.planned_send_at - error, (r.id, r.t_start_s, r.planned_send_at)
 
@@ -196,8 +196,8 @@ def test_an_interrupted_run_keeps_what_was_measured_and_exits_130():
     assert results.exit_code == ExitCode.INTERRUPTED and results.incomplete == "interrupted"
     assert len(results.records) == 32  # every planned request has its record
     assert sum(r.skipped is None and r.error is None for r in results.records) >= 6
-    assert all(not w.get("lost") for w in results.client["workers"])
-    assert all(w["incomplete"] == "interrupted" for w in results.client["workers"])
+    assert all(not w.lost for w in results.client.workers or [])
+    assert all(w.incomplete == "interrupted" for w in results.client.workers or [])
 
 
 def test_a_failed_coordinator_stops_the_run_and_keeps_what_was_measured():

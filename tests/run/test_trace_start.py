@@ -118,7 +118,7 @@ def test_side_calls_use_connections_of_their_own_and_a_few_tokenizer_calls():
     assert isinstance(engine.side, WireSide) and engine.side.pool is not engine.pool
     # /models, /props, the tokenizer's probe and its checks, /metrics at the start and end
     assert engine.side.calls >= 6 and engine.side.pool.connects >= 1
-    assert engine.tokenizer.calls <= 5 and results.calibration["sizing"] == "vocabulary"
+    assert engine.tokenizer.calls <= 5 and results.calibration.sizing == "vocabulary"
     assert engine.pool.connects <= 8 + 2  # the run's own: one a session, calibration's
 
 

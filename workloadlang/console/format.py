@@ -9,6 +9,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from workloadlang.resultsmodels import MetricsSummary
+
 
 def fmt_s(v: float | None) -> str:
     if v is None:
@@ -95,23 +97,23 @@ def fmt_report(v: Any, fmt: str) -> str:
     return f"{v:.4g}"
 
 
-def counters_line(metrics: dict[str, Any], engine: str | None = None) -> str | None:
+def counters_line(metrics: MetricsSummary, engine: str | None = None) -> str | None:
     """Input: the results' `metrics` (runner.metrics_summary). Output: the engine's own
     prefix-cache counters over the run next to what the records hold, with a note when the
     engine looked up more prompt tokens than the records hold or fewer; without counters at
     both ends, why not when a read failed, else None."""
-    queries, hits = metrics.get("engine_queries_tokens"), metrics.get("engine_hits_tokens")
+    queries, hits = metrics.engine_queries_tokens, metrics.engine_hits_tokens
     if queries is None or hits is None:
         return unread_counters(metrics, engine)
-    prompt, cached = metrics["records_prompt_tokens"], metrics["records_cached_tokens"]
-    family = metrics["snapshots"][-1]["family"]
+    prompt, cached = metrics.records_prompt_tokens, metrics.records_cached_tokens
+    family = metrics.snapshots[-1].family if metrics.snapshots else "?"
     line = (f"engine counters over the run [{family}]: {hits:,} of {queries:,} prompt tokens "
             f"from cache; the records: {cached:,} of {prompt:,}")
     extra = queries - prompt
     if abs(extra) <= 0.01 * max(queries, prompt, 1):
         return line
-    n = metrics.get("records_uncounted", 0)
-    planned = metrics.get("records_uncounted_planned_tokens", 0)
+    n = metrics.records_uncounted
+    planned = metrics.records_uncounted_planned_tokens
     if n and extra > 0 and abs(extra - planned) <= 0.05 * planned:
         return line + (f"; the engine's {extra:,} more are about what the {n} request(s) "
                        f"without a count in the records (aborted, errored) were planned to send "
@@ -123,18 +125,18 @@ def counters_line(metrics: dict[str, Any], engine: str | None = None) -> str | N
     return line + f" · NOTE: the engine looked up {more}"
 
 
-def unread_counters(metrics: dict[str, Any], engine: str | None) -> str | None:
+def unread_counters(metrics: MetricsSummary, engine: str | None) -> str | None:
     """Output: the line for a run whose engine counters could not be read at both ends, saying
     why (`metrics.unavailable`), or None when no read failed (no metrics URL, or none read)."""
-    why = metrics.get("unavailable")
+    why = metrics.unavailable
     if why is None:
         return None
     # llama-server answers 501 when started without --metrics
     hint = ("; llama-server serves them with --metrics"
             if engine == "llamacpp" and why.endswith("HTTP 501") else "")
     return (f"engine counters: not read ({why}), so the records "
-            f"({metrics.get('records_cached_tokens', 0):,} of "
-            f"{metrics.get('records_prompt_tokens', 0):,} prompt tokens from cache) are not "
+            f"({metrics.records_cached_tokens:,} of "
+            f"{metrics.records_prompt_tokens:,} prompt tokens from cache) are not "
             f"cross-checked{hint}")
 
 

@@ -16,7 +16,8 @@ from workloadlang.console.format import (after_abort_misses, counters_line, fmt_
                                          fmt_kind, fmt_report, fmt_s, fmt_tok, fmt_tps)
 from workloadlang.console.perf import performance_text
 from workloadlang.plan.model import Plan
-from workloadlang.results import Record
+from workloadlang.results import Record, Results
+from workloadlang.resultsmodels import ClientHealth
 from workloadlang.theory import theory_line
 
 
@@ -158,9 +159,9 @@ def summary_text(results: Any) -> str:
     if results.report:
         parts += ["", "── report ──", tabulate(report_rows(results.report, results.report_format),
                                                   tablefmt="plain", disable_numparse=True)]
-    parts += performance_text(getattr(results, "performance", None))
-    counters = counters_line(results.metrics, (results.engine or {}).get("engine"))
-    theory = theory_line(getattr(results, "cache_theory", None))
+    parts += performance_text(results.performance)
+    counters = counters_line(results.metrics, results.engine.engine)
+    theory = theory_line(results.cache_theory)
     parts += ["", *([counters] if counters else []), *([theory] if theory else []),
               footer(results), ""]
     return "\n".join(parts)
@@ -230,10 +231,10 @@ def unjudged(g: Any) -> str:
     return ", ".join(parts)
 
 
-def moved_by(client: dict[str, Any]) -> str:
+def moved_by(client: ClientHealth) -> str:
     """Output: which verdicts a client that was a bottleneck could have moved, for the footer
     (`gates_client_could_move`)."""
-    moved = client.get("gates_client_could_move")
+    moved = client.gates_client_could_move
     if moved is None:
         return ""
     if moved:
@@ -242,44 +243,57 @@ def moved_by(client: dict[str, Any]) -> str:
             "alone, sent once it was quiet, or the engine's own counts and times)")
 
 
-def footer(results: Any) -> str:
+def footer(results: Results) -> str:
     line = f"{verdict_word(results)} · {results.workload} · " \
            f"{len(results.records)} requests in {results.elapsed_s:.1f}s · salt {results.salt}"
     if results.incomplete:
         line += f" · incomplete: {results.incomplete}"
-    client = results.client
-    if client.get("bottleneck_workers"):
-        line += (" · NOTE: worker(s) " + ", ".join(map(str, client["bottleneck_workers"]))
+    return line + client_notes(results.client) + record_notes(results)
+
+
+def client_notes(client: ClientHealth) -> str:
+    """Output: the footer's notes on the client's health: a bottleneck (which workers), requests
+    sent late or late against their plan, measurements taken again, late first-token stamps."""
+    line = ""
+    if client.bottleneck_workers:
+        line += (" · NOTE: worker(s) " + ", ".join(map(str, client.bottleneck_workers))
                  + " were a bottleneck (see client.workers in the results)" + moved_by(client))
-    elif client.get("client_bottleneck"):
+    elif client.client_bottleneck:
         line += " · NOTE: the client was a bottleneck (see client in the results)" \
             + moved_by(client)
-    elif client.get("client_delay_over_10ms"):
-        longest = client.get("client_delay_max_ms")
+    elif client.client_delay_over_10ms:
+        longest = client.client_delay_max_ms
         upto = f", up to {longest:.1f} ms" if longest is not None else ""
-        line += (f" · NOTE: the client sent {client['client_delay_over_10ms']} request(s) more"
+        line += (f" · NOTE: the client sent {client.client_delay_over_10ms} request(s) more"
                  f" than 10 ms after they were due{upto} (see client in the results)")
-    if client.get("schedule_late"):
-        line += (f" · NOTE: {client['schedule_late']} request(s) were sent more than 10 ms "
-                 f"after their planned time (lag p99 {client['schedule_lag_p99_ms']:.1f} ms, "
-                 f"up to {client['schedule_lag_max_ms']:.1f} ms; schedule_lag_s): the load "
+    if client.schedule_late:
+        line += (f" · NOTE: {client.schedule_late} request(s) were sent more than 10 ms "
+                 f"after their planned time (lag p99 {client.schedule_lag_p99_ms or 0:.1f} ms, "
+                 f"up to {client.schedule_lag_max_ms or 0:.1f} ms; schedule_lag_s): the load "
                  "came later than planned, and a verdict that rests on it may be too kind")
-    if client.get("remeasured_requests"):
-        line += (f" · NOTE: {client['remeasured_requests']} decisive measurement(s) were "
-                 f"measured again alone ({client['remeasures']} more send(s), "
-                 f"{client.get('remeasure_s', 0):.1f}s): a time that was a range or ran at "
+    if client.remeasured_requests:
+        line += (f" · NOTE: {client.remeasured_requests} decisive measurement(s) were "
+                 f"measured again alone ({client.remeasures} more send(s), "
+                 f"{client.remeasure_s or 0:.1f}s): a time that was a range or ran at "
                  "another speed than its stretch's first (records' `remeasured`)")
-    late, most = client.get("ttft_late"), client.get("ttft_late_max_ms")
+    late, most = client.ttft_late, client.ttft_late_max_ms
     if late:
         upto = f" up to {most:.1f} ms" if most is not None else ""
         line += (f" · NOTE: {late} first token(s) came in one read with more of the stream:"
                  f" their TTFT may be{upto} too long (ttft_late_s)")
+    return line
+
+
+def record_notes(results: Results) -> str:
+    """Output: the footer's notes on the records: counts no engine can report, misses that
+    came right after an abort they extend."""
+    line = ""
     impossible = [r for r in results.records if r.impossible]
     if impossible:
         line += (f" · NOTE: {len(impossible)} request(s) reported counts no engine can (e.g. "
                  f"{impossible[0].id}: {impossible[0].impossible[:80]}): their cache evidence "
                  "is unknown")
-    raced = after_abort_misses(results.records, (results.engine or {}).get("slots"))
+    raced = after_abort_misses(results.records, results.engine.slots)
     if raced:
         least, most_gap = fmt_gap(min(g for _, g in raced)), fmt_gap(max(g for _, g in raced))
         span = least if least == most_gap else f"{least} to {most_gap}"

@@ -5,7 +5,7 @@ Input: the run's `Record`s and the log's `request_done` entries (`ninfer`), join
 agree, then completion order for what has no time).
 Output: `annotate(records, entries)` -> `AnnotateSummary` (pure: new record objects, inputs
 untouched); `annotate_results(results, log_path)` puts the annotated records and the summary into
-`results` (`metrics["engine_log"]`) and returns the summary dict. No file is ever written: the
+`results` (`metrics.engine_log`) and returns the summary. No file is ever written: the
 CLI writes the results to `--output`, never over the log or an earlier results file.
 
 Each matched record gets `engine_log = {request_id, computed, hit_tokens, reuse_path, reuse_class,
@@ -20,9 +20,9 @@ cached tokens, the record's `suspicious` list says how.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from workloadlang.enginelog.ninfer import (
     NO_REUSE_PATHS,
@@ -31,38 +31,24 @@ from workloadlang.enginelog.ninfer import (
     match,
     read_ninfer_log,
 )
-from workloadlang.results import Record
+from workloadlang.results import Record, Results
+from workloadlang.resultsmodels import EngineLogMatch, EngineLogSummary
 
 TOLERANCE_MS = 15000.0
 CONTRADICTION = 0.10  # of the prompt: a disagreement smaller than this is block rounding
 MAX_IDS = 50
 
 
-class AnnotateSummary(BaseModel):
-    """What the join found. `matched`/`unmatched`: sent records with / without a log entry
-    (unmatched ones are kept); `not_sent`: skipped records (never looked up); `extra`: log
-    entries no record claimed (other traffic, or requests of another run); `classes`: ground-truth
-    classes of the matched records; `suspicious`: records whose API numbers the log contradicts.
-    `records`: the annotated records, in input order (not part of the dump)."""
+class AnnotateSummary(EngineLogSummary):
+    """What the join found (`results.EngineLogSummary`: `matched`/`unmatched`: sent records with
+    / without a log entry (unmatched ones are kept); `not_sent`: skipped records (never looked
+    up); `extra`: log entries no record claimed (other traffic, or requests of another run);
+    `classes`: ground-truth classes of the matched records; `suspicious`: records whose API
+    numbers the log contradicts), and `records`: the annotated records, in input order (not
+    part of the dump)."""
 
-    log: str | None = None
-    error: str | None = None
-    entries: int = 0
-    blank_lines: int = 0
-    unparsable_lines: int = 0
     tolerance_ms: float = TOLERANCE_MS
-    matched: int = 0
-    unmatched: int = 0
-    unmatched_ids: list[str] = Field(default_factory=list)
-    not_sent: int = 0
-    extra: int = 0
-    classes: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(
-        ("hit", "partial", "miss", "unknown", "cold"), 0))
-    suspicious: int = 0
-    suspicious_ids: list[str] = Field(default_factory=list)
     records: list[Record] = Field(default_factory=list, exclude=True)
-
-
 
 
 def expected_for(r: Record, e: LogEntry) -> int:
@@ -112,9 +98,8 @@ def annotated(r: Record, e: LogEntry) -> tuple[Record, str, bool]:
     """Input: a record and its entry. Output: (a new record with `engine_log` set and any
     contradiction appended to `suspicious`, its class, whether it is suspicious)."""
     reuse, cls = ground_truth(r, e)
-    info: dict[str, Any] = {"request_id": e.request_id, "computed": e.computed,
-                            "hit_tokens": e.hit_tokens, "reuse_path": e.reuse_path,
-                            "reuse_class": cls, "ground_truth_reuse": reuse}
+    info = EngineLogMatch(request_id=e.request_id, computed=e.computed, hit_tokens=e.hit_tokens,
+                          reuse_path=e.reuse_path, reuse_class=cls, ground_truth_reuse=reuse)
     notes = contradictions(r, e)
     new = r.model_copy(update={"engine_log": info, "suspicious": [*r.suspicious, *notes]})
     return new, cls, bool(notes)
@@ -149,10 +134,11 @@ def annotate(records: Sequence[Record], entries: Sequence[LogEntry],
     return summary
 
 
-def annotate_results(results: Any, log_path: str, tolerance_ms: float = TOLERANCE_MS) -> dict[str, Any]:
-    """Input: a `Results` and a ninfer request-log path. Output: the summary dict, also stored
-    as `results.metrics["engine_log"]`; `results.records` is replaced by the annotated records
-    (same length and order). An unreadable log never raises (the run's results must still be
+def annotate_results(results: Results, log_path: str,
+                     tolerance_ms: float = TOLERANCE_MS) -> EngineLogSummary:
+    """Input: a `Results` and a ninfer request-log path. Output: the summary, also stored as
+    `results.metrics.engine_log`; `results.records` is replaced by the annotated records (same
+    length and order). An unreadable log never raises (the run's results must still be
     written): the summary then carries `error`."""
     try:
         log = read_ninfer_log(log_path)
@@ -163,24 +149,24 @@ def annotate_results(results: Any, log_path: str, tolerance_ms: float = TOLERANC
         summary = annotate(results.records, log.entries, tolerance_ms)
         summary.log, summary.blank_lines, summary.unparsable_lines = log_path, log.blank, log.unparsable
         results.records = summary.records
-    dump = summary.model_dump(mode="json")
-    results.metrics["engine_log"] = dump
-    return dump
+    out = EngineLogSummary.model_validate(summary.model_dump())
+    results.metrics = results.metrics.model_copy(update={"engine_log": out})
+    return out
 
 
-def summary_line(summary: dict[str, Any]) -> str:
-    """Input: the summary dict. Output: one line for a person, e.g. `engine log: 5/6 requests
+def summary_line(summary: EngineLogSummary) -> str:
+    """Input: the summary. Output: one line for a person, e.g. `engine log: 5/6 requests
     matched (1 unmatched, kept; 1 extra entry); ground truth: 3 hit / 0 partial / 1 miss /
     0 unknown, 1 cold; 1 suspicious`."""
-    if summary.get("error"):
-        return f"engine log: {summary['error']}"
-    sent = summary["matched"] + summary["unmatched"]
-    c = summary["classes"]
-    extra = summary["extra"]
-    line = (f"engine log: {summary['matched']}/{sent} requests matched ({summary['unmatched']} "
+    if summary.error:
+        return f"engine log: {summary.error}"
+    sent = summary.matched + summary.unmatched
+    c = summary.classes
+    extra = summary.extra
+    line = (f"engine log: {summary.matched}/{sent} requests matched ({summary.unmatched} "
             f"unmatched, kept; {extra} extra entr{'y' if extra == 1 else 'ies'}); ground truth: "
-            f"{c['hit']} hit / {c['partial']} partial / {c['miss']} miss / {c['unknown']} unknown, "
-            f"{c['cold']} cold")
-    if summary["suspicious"]:
-        line += f"; {summary['suspicious']} suspicious: {', '.join(summary['suspicious_ids'][:5])}"
+            f"{c.get('hit', 0)} hit / {c.get('partial', 0)} partial / {c.get('miss', 0)} miss / "
+            f"{c.get('unknown', 0)} unknown, {c.get('cold', 0)} cold")
+    if summary.suspicious:
+        line += f"; {summary.suspicious} suspicious: {', '.join(summary.suspicious_ids[:5])}"
     return line

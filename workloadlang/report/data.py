@@ -23,7 +23,10 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+from workloadlang.results import Record
+from workloadlang.resultsmodels import CacheTheory, Calibration, ParamValue
 
 
 def usable(records: Iterable[Any]) -> list[Any]:
@@ -56,10 +59,10 @@ class Retention:
     kv_reached_at: int | None  # verify position where the re-sent tokens reach the KV size
 
 
-def retention(records: Sequence[Any], calibration: dict[str, Any],
-              params: dict[str, Any]) -> Retention | None:
-    """Input: one run's records, its calibration dict and params. Output: `Retention` built
-    from the `resend` records, or None when there are none."""
+def retention(records: Sequence[Record], calibration: Calibration,
+              params: Mapping[str, ParamValue]) -> Retention | None:
+    """Input: one run's records, its calibration and params. Output: `Retention` built from the
+    `resend` records, or None when there are none."""
     rs = [r for r in usable(records) if r.kind == "resend"]
     if not rs:
         return None
@@ -74,7 +77,7 @@ def retention(records: Sequence[Any], calibration: dict[str, Any],
     kv = int(kv) if isinstance(kv, (int, float)) and kv > 0 else None
     return Retention(ids=[r.id for r in rs], order=list(range(1, len(rs) + 1)),
                      ttft=[r.ttft_s for r in rs], cached_frac=frac, hit=hits, prompt=prompt,
-                     threshold_s=calibration.get("threshold_s"), kv_size=kv,
+                     threshold_s=calibration.threshold_s, kv_size=kv,
                      first_miss=first_miss, retained_tokens=retained,
                      kv_reached_at=reached_at(prompt, kv))
 
@@ -340,14 +343,14 @@ class Theory:
     unlimited_max: list[float] | None = None
 
 
-def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | None:
+def theory(records: Sequence[Record], summary: CacheTheory | None) -> Theory | None:
     """Input: one run's records and its `cache_theory`. Output: `Theory`, or None when the run
     had no cache model, replayed no trace, planned no send time and no `exp. max` (nothing but
     what is certain to compare with), or nothing was answered with a cached count."""
     from workloadlang.theory import measured as answered
     from workloadlang.theory import possible
 
-    if not (summary or {}).get("traced") and not any(
+    if not (summary is not None and summary.traced) and not any(
             r.planned_lru_cached is not None or r.planned_send_at is not None
             or r.planned_expected_max is not None for r in records):
         return None
@@ -366,12 +369,12 @@ def theory(records: Sequence[Any], summary: dict[str, Any] | None) -> Theory | N
         out[0].append(sums[1] / sums[0] if sums[0] else 0.0)
         for k, i in ((1, 3), (2, 4), (3, 5)):
             out[k].append(sums[i] / sums[2] if sums[2] else 0.0)
-    summary = summary or {}
-    cache = (f"LRU {summary['cache_tokens']:,} tokens / {summary['cache_block']:,}"
-             if has_lru and summary.get("cache_tokens") else "LRU" if has_lru else None)
+    summary = summary or CacheTheory()
+    cache = (f"LRU {summary.cache_tokens:,} tokens / {summary.cache_block or 0:,}"
+             if has_lru and summary.cache_tokens else "LRU" if has_lru else None)
     return Theory(measured=out[0], unlimited=out[1], lru=out[2] if has_lru else None,
                   cache=cache, unlimited_max=out[3] if has_max else None,
-                  concurrency=int(summary.get("in_flight") or summary.get("concurrency") or 1))
+                  concurrency=summary.overlap or 1)
 
 
 # ---------------------------------------------------------------- latency

@@ -41,7 +41,7 @@ def environment() -> jinja2.Environment:
 def run_labels(runs: Sequence[Any], names: Sequence[str] | None = None) -> list[str]:
     """Input: the runs and optional names (file stems). Output: distinct labels, one per run."""
     if names is None:
-        names = [str(r.engine.get("model") or "run") if len(runs) == 1
+        names = [(r.engine.model or "run") if len(runs) == 1
                  else f"run {i + 1} ({r.started_at})" for i, r in enumerate(runs)]
     out: list[str] = []
     for n in names:

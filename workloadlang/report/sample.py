@@ -14,6 +14,8 @@ from typing import Any, Iterable
 from workloadlang.verdicts import verdict_code
 from workloadlang.report.source import read_source
 from workloadlang.results import ErrorDetail, GateResult, Record, Results, ScopeResult
+from workloadlang.resultsmodels import (Calibration, ClientHealth, EngineSummary, MetricsSummary,
+                                        ParamValue, ReportValue)
 
 SYSTEM = 12  # tokens of the system prompt and chat template
 
@@ -64,8 +66,9 @@ def gate(name: str, status: str, value: Any = None, threshold: Any = None, *, li
 
 
 def results(workload: str, source: str, records: list[Record], *, gates: list[GateResult],
-            params: dict[str, Any], verdicts: dict[str, str] | None = None,
-            calibration: dict[str, Any] | None = None, report: dict[str, Any] | None = None,
+            params: dict[str, ParamValue], verdicts: dict[str, str] | None = None,
+            calibration: Calibration | None = None,
+            report: dict[str, ReportValue] | None = None,
             started_at: str = "2025-01-01T12:00:00+00:00") -> Results:
     """Wrap records into a `Results` with a simulator engine block."""
     gates = [g if g.line else g.model_copy(update={"line": gate_line(source, g.name)})
@@ -73,11 +76,12 @@ def results(workload: str, source: str, records: list[Record], *, gates: list[Ga
     return Results(
         workload=workload, source=source, params=params, salt="5a1t0001",
         plan_hash="sha256:" + "0123456789abcdef" * 4,
-        engine={"base_url": "http://127.0.0.1:8000/v1", "model": "sim-model", "engine": "sim",
-                "max_context": 131072, "sim": True},
+        engine=EngineSummary(base_url="http://127.0.0.1:8000/v1", model="sim-model",
+                             engine="sim", max_context=131072, sim=True),
         started_at=started_at,
         elapsed_s=max((r.t_start_s or 0) + (r.e2e_s or 0) for r in records) if records else 0,
-        hit_ratio=0.9, calibration=calibration or {}, metrics={}, client={}, incomplete=None,
+        hit_ratio=0.9, calibration=calibration or Calibration(), metrics=MetricsSummary(),
+        client=ClientHealth(), incomplete=None,
         exit_code=verdict_code(gates),
         gates=gates, verdicts=verdicts or {}, report=report or {}, records=records)
 
@@ -117,8 +121,8 @@ def retention(contexts: int = 12, ctx_tokens: int = 8192, kv_size: int = 65536,
     return results("cache_pressure", "cache-pressure.wl", recs, params={
         "kv_size": kv_size, "context_tokens": ctx_tokens, "margin": 5, "num_contexts": contexts,
         "max_tokens_hydrate": 1, "max_tokens_verify": 1},
-        calibration={"threshold_s": threshold_s, "threshold_tokens": ctx_tokens,
-                     "cold_ttft_s": [0.8, 0.79, 0.81], "hit_ttft_s": [0.04, 0.05, 0.04]},
+        calibration=Calibration(threshold_s=threshold_s, threshold_tokens=ctx_tokens,
+                                cold_ttft_s=[0.8, 0.79, 0.81], hit_ttft_s=[0.04, 0.05, 0.04]),
         gates=[gate("no_errors", "pass", 0, 0, verdict="error"),
                gate("overflowed", "pass", contexts * prompt, kv_size, severity="warn",
                     verdict="not_overflowed"),

@@ -10,6 +10,8 @@ from collections import Counter
 from typing import Any, Sequence
 
 from workloadlang.report.source import workload_lines
+from workloadlang.results import Results
+from workloadlang.resultsmodels import EngineSummary
 from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap, fmt_kind
 
 # ---------------------------------------------------------------- formatting
@@ -64,25 +66,25 @@ def fmt_headline(v: Any, fmt: str) -> str:
 # ---------------------------------------------------------------- header
 
 
-def engine_text(eng: dict[str, Any]) -> str:
+def engine_text(eng: EngineSummary) -> str:
     """Input: the results' `engine`. Output: its family, whether it is the simulator, and,
     when it says, how many requests it runs at once and whether its prefill times are each
     request's own work (what the verdicts allowed for: docs/verdicts.md)."""
-    text = str(eng.get("engine") or "unknown") + (" (simulator)" if eng.get("sim") else "")
-    slots = eng.get("slots")
+    text = (eng.engine or "unknown") + (" (simulator)" if eng.sim else "")
+    slots = eng.slots
     if slots:
-        own = eng.get("prefill_own")
+        own = eng.prefill_own
         text += (f" · {slots} slot{'s' if slots != 1 else ''}, prefill times "
                  + ("each request's own" if own else "may hold other requests' work"))
     return text
 
 
-def header(results: Any, label: str) -> dict[str, Any]:
+def header(results: Results, label: str) -> dict[str, Any]:
     """Input: one `Results` and its label. Output: the header fields as text."""
     rs = results.records
-    eng = results.engine or {}
-    cal = results.calibration or {}
-    formats = getattr(results, "report_format", None) or {}
+    eng = results.engine
+    threshold = results.calibration.threshold_s
+    formats = results.report_format
     return {
         "label": label,
         "workload": results.workload,
@@ -91,8 +93,8 @@ def header(results: Any, label: str) -> dict[str, Any]:
         "salt": results.salt,
         "params": [(k, fmt_num(v)) for k, v in sorted(results.params.items())],
         "engine": engine_text(eng),
-        "model": str(eng.get("model") or "unknown"),
-        "base_url": str(eng.get("base_url") or ""),
+        "model": eng.model or "unknown",
+        "base_url": eng.base_url,
         "when": results.started_at,
         "elapsed": fmt_seconds(results.elapsed_s),
         "exit_code": results.exit_code,
@@ -100,12 +102,11 @@ def header(results: Any, label: str) -> dict[str, Any]:
         "requests": (f"{sum(1 for r in rs if not r.skipped):,} sent, "
                      f"{sum(1 for r in rs if r.skipped):,} skipped, "
                      f"{sum(1 for r in rs if r.error is not None):,} errored"),
-        "threshold": fmt_seconds(cal.get("threshold_s")) if cal.get("threshold_s") else "",
-        "counters": counters_line(results.metrics or {},
-                                  (results.engine or {}).get("engine")) or "",
+        "threshold": fmt_seconds(threshold) if threshold else "",
+        "counters": counters_line(results.metrics, eng.engine) or "",
         "headline": [(k, fmt_headline(v, formats.get(k, "number")))
-                     for k, v in (results.report or {}).items()],
-        "performance": performance_lines(getattr(results, "performance", None)),
+                     for k, v in results.report.items()],
+        "performance": performance_lines(results.performance),
     }
 
 
@@ -266,7 +267,7 @@ def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
     recs = sorted(results.records, key=lambda r: r.seq)
     common = Counter(r.cached_source for r in recs if r.cached_tokens is not None).most_common(1)
     common_source = common[0][0] if common else ""
-    raced = dict(after_abort_misses(recs, (results.engine or {}).get("slots")))
+    raced = dict(after_abort_misses(recs, results.engine.slots))
     rows = [evidence_row(r, raced.get(r.id)) for r in recs]
     rows = [row[:6] + ("" if row[6] == common_source else row[6],) + row[7:] for row in rows]
     disagree = [row for row in rows if row[0] == "disagree"]

@@ -31,13 +31,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pydantic import BaseModel
-
 from workloadlang.plan import synth
 from workloadlang.plan.realise import ExactSizer, RatioSizer, Sizer
 from workloadlang.plan.vocab import VocabSizer, Vocabulary, verify
 from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.resultsmodels import Calibration
 from workloadlang.run.sse import Outcome
 from workloadlang.wire import Transport
 
@@ -46,39 +45,6 @@ MIN_SEPARATION = 1.5
 BASE_WORDS = 8  # the few-word prompt whose TTFT is a request's cost besides its prefill
 RETRIES = 2  # pairs measured again, at most, for each wanted pair a late stamp left out
 SYSTEM = "You are a helpful assistant."
-
-
-class Calibration(BaseModel):
-    tokens_per_word: float | None = None
-    chars_per_token: float | None = None
-    sizing: str = "plan"  # vocabulary | tokenizer | usage | plan
-    sizing_requests: int = 0
-    # the tokenizer calls that checked the filler vocabulary (`vocabulary`), and the words that
-    # are not one token each with their cost (None: not checked, or its counts do not add up)
-    tokenizer_calls: int = 0
-    vocabulary: dict[str, int] | None = None
-    threshold_s: float | None = None
-    threshold_tokens: int | None = None
-    cold_ttft_s: list[float] = []
-    hit_ttft_s: list[float] = []
-    # prefill speed (uncached tokens per second of the engine's own prefill time, else of what
-    # the cold twin's TTFT took beyond a fresh few-word prompt's) of each cold twin measured
-    # cleanly (`cold_speed`)
-    cold_prefill_tps: list[float] = []
-    # with speeds from the TTFT: what any request costs here besides its prefill (each few-word
-    # prompt's TTFT): sending, scheduling, the first decode step
-    fixed_s: list[float] = []
-    # the engine's own prefill time of each cached twin, and of each cold one, when it reports
-    # one: what its timing of a prefill that is all but nothing comes to here
-    hit_prefill_s: list[float] = []
-    cold_prefill_s: list[float] = []
-    # of each cold speed above, the time it is over (the engine's prefill time, or the cold
-    # twin's TTFT beyond the fastest few-word prompt's): under `resolves` it is noise's
-    cold_took_s: list[float] = []
-    # the largest cold prompt timed, when even it was too quick to time apart from noise
-    too_quick_tokens: int | None = None
-    separation: float | None = None
-    notes: list[str] = []
 
 
 def probe(rid: str, user: str, max_tokens: int = 1) -> ChatRequest:

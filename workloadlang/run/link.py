@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 from pydantic import SecretStr
 
+from workloadlang.resultsmodels import EngineSummary
 from workloadlang.run.ahead import WriteAhead
 from workloadlang.run.discover import EngineInfo, Tokenizer, discover
 from workloadlang.run.endpoint import Endpoint
@@ -91,6 +92,10 @@ class EngineLink:
         """One request is in flight, timed alone (see `Reader.alone`)."""
         if self.reader is not None:
             self.reader.alone(on)
+
+    def engine_summary(self) -> EngineSummary:
+        """Output: the results' `engine` (`engine_fields`, typed)."""
+        return EngineSummary.model_validate(self.engine_fields())
 
     def engine_fields(self) -> dict[str, Any]:
         """Output: the results' `engine`: where, which model and engine, what discovery found."""

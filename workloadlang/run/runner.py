@@ -24,6 +24,7 @@ from workloadlang.plan.draws import fresh_salt
 from workloadlang.plan.model import Plan
 from workloadlang.plan.realise import Realiser, Sizer
 from workloadlang.results import Record, Sink
+from workloadlang.resultsmodels import Calibration, ClientHealth, MetricsSummary, ParamValue
 from workloadlang.run import calibrate, metrics
 from workloadlang.run.executor import Executor, RunResult
 from workloadlang.run.executor import Shared as ExecutorShared
@@ -41,10 +42,10 @@ class Measured:
     records: list[Record]
     started_at: str
     elapsed_s: float
-    calibration: dict[str, Any]
-    env: dict[str, Any]
-    metrics: dict[str, Any]
-    client: dict[str, Any]
+    calibration: Calibration
+    env: dict[str, ParamValue]
+    metrics: MetricsSummary
+    client: ClientHealth
     incomplete: str | None
     interrupted: bool
     plan: Plan | None = None  # the plan run, when the calibration had it made again
@@ -92,8 +93,9 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink,
     records = run.records if run else []
     return Measured(records=records, started_at=started,
                     elapsed_s=run.elapsed_s if run else time.perf_counter() - t0,
-                    calibration=cal.model_dump(), env=calibration_env(cal),
-                    metrics=metrics_summary(snaps, records), client=run.client if run else {},
+                    calibration=cal.model_copy(deep=True), env=calibration_env(cal),
+                    metrics=metrics_summary(snaps, records),
+                    client=ClientHealth.model_validate(run.client if run else {}),
                     incomplete=run.incomplete if run else "not started",
                     interrupted=interrupted, plan=plan)
 
@@ -269,7 +271,7 @@ def reference(cal: calibrate.Calibration) -> TtftReference:
                          server_floor_s=floor)
 
 
-def calibration_env(cal: calibrate.Calibration) -> dict[str, Any]:
+def calibration_env(cal: calibrate.Calibration) -> dict[str, ParamValue]:
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
     return {"ttft_threshold": cal.threshold_s, "cold_ttft": med(cal.cold_ttft_s),
             "hit_ttft": med(cal.hit_ttft_s), "timing_floor": timing_floor(cal),
@@ -294,7 +296,7 @@ async def snapshot(link: EngineLink, at: str, snaps: list[dict[str, Any]], sink:
     snap = {"at": at, **counters.model_dump()}
     snaps.append(snap)
     sink.event("metrics", snap)
-def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> dict[str, Any]:
+def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> MetricsSummary:
     """Engine counters over the run next to what the records say: a cross-check. Input: the
     reads of the counters (`snapshot`: the counters, or `unavailable` with why not) and the
     records. Output: the results' `metrics`; `unavailable` holds why the first read that
@@ -318,4 +320,4 @@ def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> dict[
         queries = snaps[-1]["queries_tokens"] - snaps[0]["queries_tokens"]
         out.update(engine_hits_tokens=hits, engine_queries_tokens=queries,
                    engine_hit_ratio=hits / queries if queries else None)
-    return out
+    return MetricsSummary.model_validate(out)

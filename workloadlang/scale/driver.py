@@ -29,6 +29,7 @@ from typing import Any, AsyncIterator, Awaitable, Protocol
 
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record, Sink
+from workloadlang.resultsmodels import ClientHealth
 from workloadlang.scale.partition import Partition, partition
 from workloadlang.scale.shard import ShardJob
 
@@ -164,9 +165,9 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
     await snapshot(engine, "end", snaps, sink)
     records = merge.in_plan_order()
     return Measured(records=records, started_at=started, elapsed_s=elapsed,
-                    calibration=cal.model_dump(), env=calibration_env(cal),
+                    calibration=cal.model_copy(deep=True), env=calibration_env(cal),
                     metrics=metrics_summary(snaps, records),
-                    client=merged_client(merge, part),
+                    client=ClientHealth.model_validate(merged_client(merge, part)),
                     incomplete="interrupted" if interrupted else merge.incomplete(),
                     interrupted=interrupted, plan=plan)
 
@@ -308,4 +309,4 @@ async def run_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, options:
     options = options or api.RunOptions()
     measured = await measure_sharded(plan, engine, sink, backend_for, options, workers=workers,
                                      worker_url=worker_url)
-    return api.judge(measured.plan or plan, measured, engine.engine_fields(), sink)
+    return api.judge(measured.plan or plan, measured, engine.engine_summary(), sink)

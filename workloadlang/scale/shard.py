@@ -111,7 +111,7 @@ async def run_shard(job: ShardJob, link: Link, emit: Callable[[tuple], Any]) -> 
             measured = await api.measure_workload(plan, engine, sink, options, shared)
         finally:
             shared.stop()
-    emit(("done", summary(job, measured.client, offset, shared.late, sink.count,
+    emit(("done", summary(job, measured.client.model_dump(), offset, shared.late, sink.count,
                           measured.incomplete)))
 
 
