@@ -368,6 +368,20 @@ class Results(BaseModel):
         return self.model_dump_json(indent=2, by_alias=False).replace('"schema_"', '"schema"', 1)
 
 
+def results_schema() -> dict[str, Any]:
+    """Output: the JSON schema of a results file of this version, generated from `Results`
+    (published as `docs/results-schema.json`; docs/cli.md, "The results file's schema"): the
+    models' fields under their names in the file (`schema` holds the version)."""
+    schema = Results.model_json_schema(mode="validation")
+    props = schema["properties"]
+    props.pop("schema_")
+    version = {"const": SCHEMA, "title": "Schema",
+               "description": "The version of the results file's schema."}
+    schema["properties"] = {"schema": version, **props}
+    schema["required"] = ["schema", *schema.get("required", [])]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA, **schema}
+
+
 class ResultsFileError(ValueError):
     """A file that is not a readable results file; the message is one line saying why."""
 

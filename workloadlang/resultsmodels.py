@@ -27,6 +27,9 @@ ParamScalar = Union[bool, int, float, str, None]
 ParamValue = Union[ParamScalar, list[ParamScalar]]
 """A param's resolved value: a scalar, or a list of them (`lengths: tokens list`)."""
 
+Number = Union[int, float]
+"""A figure kept as it was measured: a sum of nothing is the integer 0, written as `0`."""
+
 ReportScalar = Union[bool, int, float, str, None]
 """One report number as stamped (None: it could not be computed)."""
 
@@ -165,35 +168,35 @@ class HealthFigures(Sparse):
     how late planned sends went and the CPU time (ms figures in milliseconds; None: nothing to
     measure)."""
 
-    loop_lag_p99_ms: float | None = None
-    loop_lag_max_ms: float | None = None
-    loop_lag_max_ran_ms: float | None = None
-    loop_lag_max_at_s: float | None = None
-    client_delay_p99_ms: float | None = None
-    client_delay_max_ms: float | None = None
-    client_delay_max_at_s: float | None = None
+    loop_lag_p99_ms: Number | None = None
+    loop_lag_max_ms: Number | None = None
+    loop_lag_max_ran_ms: Number | None = None
+    loop_lag_max_at_s: Number | None = None
+    client_delay_p99_ms: Number | None = None
+    client_delay_max_ms: Number | None = None
+    client_delay_max_at_s: Number | None = None
     client_delay_max_sends_meanwhile: int | None = None
-    client_delay_max_gc_ms: float | None = None
+    client_delay_max_gc_ms: Number | None = None
     client_delay_over_10ms: int | None = None
     ttft_late: int | None = None
-    ttft_late_max_ms: float | None = None
-    gc_pause_max_ms: float | None = None
+    ttft_late_max_ms: Number | None = None
+    gc_pause_max_ms: Number | None = None
     gc_pause_max_generation: int | None = None
     isolated_requests: int | None = None
-    isolation_wait_s: float | None = None
-    isolation_held_s: float | None = None
-    isolation_active_s: float | None = None
+    isolation_wait_s: Number | None = None
+    isolation_held_s: Number | None = None
+    isolation_active_s: Number | None = None
     remeasured_requests: int | None = None
     remeasures: int | None = None
-    remeasure_s: float | None = None
+    remeasure_s: Number | None = None
     quiet_waits: int | None = None
-    quiet_wait_s: float | None = None
+    quiet_wait_s: Number | None = None
     scheduled: int | None = None
-    schedule_lag_p50_ms: float | None = None
-    schedule_lag_p99_ms: float | None = None
-    schedule_lag_max_ms: float | None = None
+    schedule_lag_p50_ms: Number | None = None
+    schedule_lag_p99_ms: Number | None = None
+    schedule_lag_max_ms: Number | None = None
     schedule_late: int | None = None
-    cpu_s: float | None = None
+    cpu_s: Number | None = None
     client_bottleneck: bool | None = None
 
 
