@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -401,6 +402,42 @@ def test_same_records_tells_a_changed_value_from_a_field_one_side_added() -> Non
     base[1]["planned_expected_max"] = 7
     assert differences(base, other) == ["s/1.cached_tokens: 20 != 19",
                                         "s/1.planned_expected_max: 7 != None"]
+
+
+def test_same_records_compares_the_results_files_but_their_times() -> None:
+    """bench.same_records on the results files: the version, the start, the client's health,
+    the engine's port and the timings are not compared; a count, a gate, a token figure and a
+    report share are."""
+    from bench.same_records import results_differences
+
+    def res(**kw: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "schema": "workloadlang.results/1", "started_at": "t0", "elapsed_s": 1.0,
+            "engine": {"base_url": "http://127.0.0.1:1/v1", "model": "m"},
+            "calibration": {"sizing": "vocabulary", "threshold_s": 0.01},
+            "client": {"cpu_s": 0.1}, "records": [], "gates": [{"name": "g", "status": "pass"}],
+            "report": {"kept": 16, "pct": 0.98, "speed": 812.5},
+            "report_format": {"kept": "number", "pct": "percent", "speed": "number"},
+            "performance": {"requests": 4, "ttft": {"p50": 0.1}}}
+        return {**base, **kw}
+
+    a = res()
+    b = res(schema="workloadlang.results/2", started_at="t1", elapsed_s=2.0,
+            engine={"base_url": "http://127.0.0.1:2/v1", "model": "m"},
+            calibration={"sizing": "vocabulary", "threshold_s": 0.02}, client={"cpu_s": 0.3},
+            report={"kept": 16, "pct": 0.98, "speed": 790.0},
+            performance={"requests": 4, "ttft": {"p50": 0.2}})
+    assert results_differences(a, b) == []
+    c = res(report={"kept": 15, "pct": 0.97, "speed": 812.5},
+            gates=[{"name": "g", "status": "fail"}], engine={"model": "n"})
+    assert results_differences(a, c) == [
+        "results.engine.model: 'm' != 'n'",
+        "results.gates: [{'name': 'g', 'status': 'pass'}] != [{'name': 'g', 'status': 'fail'}]",
+        "results.report.kept: 16 != 15", "results.report.pct: 0.98 != 0.97"]
+    # a figure written as null on one side and left out on the other is a difference
+    d = res(metrics={"unavailable": None})
+    assert results_differences(res(metrics={}), d) == [
+        "results.metrics.unavailable: <absent> != None"]
 
 
 def test_client_cpu_runs_small(tmp_path: Path) -> None:
