@@ -373,10 +373,10 @@ def judge_test(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
     `pass` when it holds for every value the ranges and unknown values allow, `fail` when for
     none, else `unknown`."""
     try:
-        if isinstance(g.left, ir.MetricRef) and g.op is not None:
-            return judge_each(j, g, scope)
+        if isinstance(g.left, ir.MetricRef) and g.op is not None and g.right is not None:
+            return judge_each(j, g.left, g.op, g.right, scope)
         value = j.scalar(g.left)
-        if g.op is None:
+        if g.op is None or g.right is None:
             lo, hi = ends(value)
             if bool(lo) != bool(hi):
                 return scope_result(j, scope, "unknown", stamped(value), None,
@@ -423,27 +423,28 @@ def left_out(j: Judge, decides: bool) -> str:
     return f"{j.unknown} value(s) not known ({ids}) {effect}" + (f": {why}" if why else "")
 
 
-def judge_each(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
-    """`metric{...} CMP rhs`: every selected value must satisfy the comparison (each gap of
-    `itl`)."""
-    picked, vals = each_value(g.left.metric, j.picked(g.left))
+def judge_each(j: Judge, left: ir.MetricRef, op: str, right: ir.GExpr,
+               scope: str) -> ScopeResult:
+    """`metric{...} CMP rhs` (a test's `left`, `op`, `right`): every selected value must satisfy
+    the comparison (each gap of `itl`)."""
+    picked, vals = each_value(left.metric, j.picked(left))
     if not picked:
         raise Unknown("no data: the selector matched no completed request")
-    threshold = j.scalar(g.right)
+    threshold = j.scalar(right)
     j.exact += sum(v is not None and not isinstance(v, Span) for v in vals)
     j.ranges += sum(isinstance(v, Span) for v in vals)
     for r, v in zip(picked, vals):
         if isinstance(v, Span):
-            j.saw_drift(r, g.left.metric)
+            j.saw_drift(r, left.metric)
     for r, v in zip(picked, vals):
         if v is None:
-            j.mark_unknown(r, g.left.metric)
-    held = [None if v is None else compare(g.op, v, threshold) for v in vals]
+            j.mark_unknown(r, left.metric)
+    held = [None if v is None else compare(op, v, threshold) for v in vals]
     fails = [(r.id, v) for r, v, ok in zip(picked, vals, held) if ok is False]
     unknown = [r.id for r, v in zip(picked, vals) if v is None]
     open_ = [(r.id, v) for r, v, ok in zip(picked, vals, held) if v is not None and ok is None]
     known_vals = [stamped(v) for v in vals if v is not None]
-    pick = min if g.op in (">", ">=") else max
+    pick = min if op in (">", ">=") else max
     worst = stamped(fails[0][1]) if fails else (pick(known_vals) if known_vals else None)
     if fails:
         first: dict[str, Any] = {}  # a request once (`itl`: its first failing gap)

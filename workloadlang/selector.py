@@ -23,14 +23,24 @@ class PRequest(Protocol):
     """What a selector reads of a planned request (`plan.model.PRequest` has it): the
     selector sits below the planner, so it names the fields, not the planner's class."""
 
-    label: str
-    phase: str
-    session: str
-    session_name: str
-    kind: str
-    isolated: bool
-    prompt_tokens: int
-    expected_cached: int
+    # read-only: the planner's requests are frozen models
+    @property
+    def label(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def session_name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def isolated(self) -> bool: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def expected_cached(self) -> int: ...
+
 
 STATIC_FLAGS = frozenset({"warm", "cold", "probe", "isolated"})
 DYNAMIC_FLAGS = frozenset({"hit", "miss", "aborted", "ok", "error"})

@@ -304,12 +304,12 @@ def abort_tokens(p: Panel, d: Abort, off: float, marker: str) -> None:
     k = 0.4 if len(runs) > DENSE else 1.0
     p.scatter([r.streamed for r in runs], [r.run + off for r in runs], BLUE, 11 * k, "|",
               width=2 * k)
-    exp = [r for r in runs if r.expected is not None]
-    p.scatter([r.expected - (r.prime_prompt or 0) for r in exp], [r.run + off for r in exp],
+    exp = [(r, r.expected) for r in runs if r.expected is not None]
+    p.scatter([e - (r.prime_prompt or 0) for r, e in exp], [r.run + off for r, _ in exp],
               DARK, 5.4 * k, marker, hollow=True)
-    got = [r for r in runs if r.cached is not None]
-    p.scatter([r.cached - (r.prime_prompt or 0) for r in got], [r.run + off for r in got],
-              [hit_colour(r.hit) for r in got], 4.2 * k, marker)
+    got = [(r, r.cached) for r in runs if r.cached is not None]
+    p.scatter([c - (r.prime_prompt or 0) for r, c in got], [r.run + off for r, _ in got],
+              [hit_colour(r.hit) for r, _ in got], 4.2 * k, marker)
 
 
 # ---------------------------------------------------------------- needles

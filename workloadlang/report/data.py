@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from workloadlang.results import Record
+from workloadlang.results import Record, Results
 from workloadlang.resultsmodels import CacheTheory, Calibration, ParamValue
 
 
@@ -261,7 +261,7 @@ def abort(records: Sequence[Any], reuse_threshold: float | None) -> Abort | None
     for r in rs:
         if r.prefix_source and r.prefix_source not in reuser:
             reuser[r.prefix_source] = r
-    runs = []
+    runs: list[AbortRun] = []
     for prime in (r for r in rs if r.abort_after is not None):
         nxt = reuser.get(prime.id)
         if nxt is None:
@@ -362,7 +362,7 @@ def theory(records: Sequence[Record], summary: CacheTheory | None) -> Theory | N
     sums = [0, 0, 0, 0, 0, 0]  # prompt, cached, planned prompt, expected, lru, possible
     out: tuple[list[float], ...] = ([], [], [], [])
     for r in rs:
-        for i, v in enumerate((r.prompt_tokens, r.cached_tokens, r.planned_prompt_tokens,
+        for i, v in enumerate((r.prompt_tokens or 0, r.cached_tokens or 0, r.planned_prompt_tokens,
                                r.planned_expected_cached, r.planned_lru_cached or 0,
                                possible(r))):
             sums[i] += v
@@ -401,7 +401,7 @@ def thinned(xs: list[float], n: int = CDF_POINTS) -> list[float]:
     return [xs[round(k * (len(xs) - 1) / (n - 1))] for k in range(n)]
 
 
-def latency(res: Any) -> Latency | None:
+def latency(res: Results) -> Latency | None:
     """Input: one run's results. Output: `Latency`, None when no measured request was answered
     with a first token."""
     from workloadlang.latency import measured
@@ -409,10 +409,11 @@ def latency(res: Any) -> Latency | None:
     ok = [r for r in measured(res.records) if r.error is None and r.ttft_s is not None]
     if not ok:
         return None
-    dists = {"TTFT": [r.ttft_s for r in ok],
+    dists: dict[str, list[float]] = {
+             "TTFT": [r.ttft_s for r in ok if r.ttft_s is not None],
              "ITL": [g for r in ok for g in (r.itl_s or ())],
              "TPOT": [r.tpot_s for r in ok if r.tpot_s is not None],
              "E2E": [r.e2e_s for r in ok if r.e2e_s is not None]}
-    perf = getattr(res, "performance", None)
+    perf = res.performance
     series = list(perf.concurrency.series) if perf is not None and perf.concurrency else []
     return Latency({k: thinned(sorted(v)) for k, v in dists.items()}, series)

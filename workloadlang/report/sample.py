@@ -138,7 +138,7 @@ def agent(sessions: int = 3, steps: int = 10, subs: int = 2, step_tokens: int = 
           evicted: Iterable[int] = (2,), **kw: Any) -> Results:
     """agent-sim: per session a main context grown `steps` times, `subs` cold sub-agents, then
     a finalize turn; sessions in `evicted` (1-based) lose the main context to the sub-agents."""
-    evicted, recs = set(evicted), []
+    evicted, recs = set(evicted), list[Record]()
     for s in range(1, sessions + 1):
         recs += agent_session(s, steps, subs, step_tokens, s in evicted, len(recs))
     recs.sort(key=lambda r: r.t_start_s or 0)
@@ -161,7 +161,8 @@ def agent(sessions: int = 3, steps: int = 10, subs: int = 2, step_tokens: int = 
 def agent_session(s: int, steps: int, subs: int, step: int, evicted: bool,
                   seq0: int) -> list[Record]:
     """One agent session's requests, timed from a small per-session offset."""
-    sid, out, t, prompt, prev = f"main#{s}", [], 0.03 * s, SYSTEM, None
+    sid, out, t, prompt = f"main#{s}", list[Record](), 0.03 * s, SYSTEM
+    prev: str | None = None  # the id of the request before
     for k in range(steps):
         expected = prompt + 64 if prev else 0
         prompt += step + (64 if prev else 0)
@@ -229,7 +230,7 @@ def abort(runs: int = 2, kept: Iterable[bool] = (True, False), context: int = 40
           streamed: int = 500, **kw: Any) -> Results:
     """abort-sim: per run a prime aborted after `streamed` tokens, then a re-prompt; `kept[i]`
     says whether run i's cache kept the prefix and the partial turn."""
-    kept, recs, t = list(kept), [], 0.0
+    kept, recs, t = list(kept), list[Record](), 0.0
     for run in range(runs):
         keep = kept[run % len(kept)] if kept else True
         prime = f"main#1/prime/{run}"

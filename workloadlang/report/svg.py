@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 FONT = 13.0  # px in the chart's own units (the report draws a chart 1,100 units wide)
 INK, MUTE, SPINE, GRID = "#1f2328", "#4a4f57", "#8a8f98", "#e6e8eb"
@@ -269,6 +269,14 @@ def legend(entries: Sequence[Entry], x: float, y: float, ncols: int = 1,
 # ---------------------------------------------------------------- the figure
 
 
+PanelT = TypeVar("PanelT")
+
+
+def constant(text: str) -> Callable[[str], str]:
+    """Output: a function of the chart's key that gives `text` whatever the key."""
+    return lambda _key: text
+
+
 @dataclass
 class Canvas:
     """A chart's drawing surface, `width` x `height` px. Panels (`axes.Panel`) and free items
@@ -277,22 +285,22 @@ class Canvas:
     width: float
     height: float
     font: float = FONT
-    panels: list = field(default_factory=list)
+    panels: list[Any] = field(default_factory=list)  # `axes.Panel`s (axes imports this module)
     items: list[Callable[[str], str]] = field(default_factory=list)
-    aligned: list[list] = field(default_factory=list)
+    aligned: list[list[Any]] = field(default_factory=list)
 
-    def add(self, panel):
+    def add(self, panel: PanelT) -> PanelT:
         """Add an `axes.Panel`; output: the panel."""
         self.panels.append(panel)
         return panel
 
-    def align(self, panels: Sequence) -> None:
+    def align(self, panels: Sequence[Any]) -> None:
         """Give these panels the same left and right margins (panels stacked on one x axis)."""
         self.aligned.append(list(panels))
 
     def draw(self, item: str | Callable[[str], str]) -> None:
         """Add SVG text (or a function of the chart's key that makes it) drawn over the panels."""
-        self.items.append(item if callable(item) else (lambda _key, s=item: s))
+        self.items.append(item if callable(item) else constant(item))
 
     def render(self, key: str, title: str) -> str:
         """Input: a page-unique key and an accessible title. Output: `<svg ...>...</svg>`."""

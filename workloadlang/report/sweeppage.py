@@ -54,7 +54,7 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
                                                   for s, label in zip(sweeps, labels))),
                        tables=tables, param=html.escape(first.param),
                        found="".join(f"<p><strong>{html.escape(label)}: "
-                                     f"{html.escape(sweepresults.search_line(s))}</strong></p>"
+                                     f"{html.escape(sweepresults.search_line(s) or '')}</strong></p>"
                                      for s, label in zip(sweeps, labels) if s.search),
                        charts="".join(charts) or "<p>no number varies across the points</p>")
 
@@ -86,9 +86,10 @@ def chart(name: str, param: str, series: list[tuple[str, list[str], list[Any]]],
     p = c.add(Panel((0, 0, 420, 260), font=11, title=name, x=Axis(label=param)))
     handles = []
     for j, (label, values, ys) in enumerate(series):
-        xs = [number(v) for v in values]
-        if any(x is None for x in xs):
-            xs = list(range(len(values)))
+        given = [number(v) for v in values]
+        xs: list[float] = [x for x in given if x is not None]
+        if len(xs) < len(given):
+            xs = [float(i) for i in range(len(values))]
             p.x.fixed = list(zip(xs, values))
         pts = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float))
                and not isinstance(y, bool)]
