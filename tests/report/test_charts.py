@@ -79,7 +79,7 @@ def centres(panel: ET.Element, fill: str | None = None,
 
 def chart_svg(make) -> dict[str, str]:
     """Chart key -> its SVG, in the report of one results file."""
-    return {sec["key"]: str(sec["svg"]) for sec in page_charts([make()], ["x"])}
+    return {sec.key: str(sec.svg) for sec in page_charts([make()], ["x"])}
 
 
 # ---------------------------------------------------------------- every chart

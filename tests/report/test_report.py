@@ -475,12 +475,12 @@ def test_write_report_takes_results_objects(tmp_path):
 
 def test_charts_are_real_svg_of_a_reasonable_size():
     for sec in charts([sample.agent()], ["x"]):
-        svg = str(sec["svg"])
+        svg = str(sec.svg)
         w, h = (float(x) for x in re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups())
-        assert w > 500 and h > 150, sec["key"]
+        assert w > 500 and h > 150, sec.key
         paths = re.findall(r'class="(?:mk|ln)"[^>]* d="([^"]*)"', svg)
         points = sum(len(re.findall(r"[ML]-?[\d.]+,", d)) for d in paths)  # marks, vertices
-        assert points > 20, sec["key"]
+        assert points > 20, sec.key
 
 
 @pytest.mark.slow

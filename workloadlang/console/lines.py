@@ -76,6 +76,8 @@ class PlainView:
 
 
 def event_line(kind: str, data: dict[str, Any]) -> str | None:
+    """Input: an event as a `Sink` is given it (its payload a dict, as `--records` writes it; a
+    distributed run's driver adds the `worker`). Output: its line, or None."""
     if kind == "note":
         return f"note: {data['message']}"
     if kind == "calibration":

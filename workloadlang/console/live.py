@@ -173,7 +173,7 @@ def apply_event(state: RunState, kind: str, data: dict[str, Any], now: float | N
     elif kind == "calibration" and state.stage in ("starting", "calibrating"):
         state.stage = "running"
     elif kind == "note" and data.get("preparing") and state.done == 0:
-        done, total = data["preparing"]
+        done, total = data["preparing"]  # an event's payload: `Sink.event`'s dict
         state.stage = "running" if done >= total else f"preparing text {done:,}/{total:,}"
     elif kind == "metrics":
         hits, queries = data.get("hits_tokens") or 0, data.get("queries_tokens") or 0

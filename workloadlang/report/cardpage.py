@@ -26,6 +26,7 @@ TIER_COLOURS = {"device": "#1f7a48", "host": "#9a6200", "split": "#b06d00",
 def card_page(card: Card) -> str:
     """The card's page (see the module)."""
     rows = [{"title": TITLES[n], **row(card.prop(n))} for n in PROPERTIES]
+    # the card's property values are its own JSON (card.contract: each experiment's figures)
     curve = card.prop("device_capacity").value.get("curve") or []
     chart = Markup(curve_chart(curve).render("curve", "retained curve")) if curve else None
     return environment().get_template("card.html.j2").render(
@@ -52,7 +53,8 @@ def short(v: str, most: int = 60) -> str:
 
 
 def curve_chart(curve: list[dict[str, Any]]) -> Canvas:
-    """Tokens kept against tokens filled (newest use first), the tier of each context read."""
+    """Tokens kept against tokens filled (newest use first), the tier of each context read.
+    `curve`: the card's JSON (`device_capacity`'s `curve`: `filled`, `kept`, `tier` a point)."""
     c = Canvas(WIDTH, 360)
     p = c.add(Panel((0, 0, WIDTH, 360),
                     title="Retained curve: what the cache keeps of what was filled, by tier"))

@@ -11,6 +11,7 @@ writes). A strict Content-Security-Policy forbids scripts and any load but inlin
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -108,7 +109,7 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
      "requests of concurrent sessions finish first) and an LRU cache of the given size (wl run "
      "--cache-tokens) would serve, taking one request at a time. With several requests in "
      "flight they overlap: the gap is what that cost.",
-     lambda r: data.theory(r.records, getattr(r, "cache_theory", None)), "theory_chart"),
+     lambda r: data.theory(r.records, r.cache_theory), "theory_chart"),
     ("latency", "Latency and load",
      "Left: the share of the measured requests (for ITL: of every gap between two token "
      "events) answered at or under each latency: time to first token, inter-token latency, "
@@ -118,7 +119,20 @@ KINDS: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
 ]
 
 
-def charts(runs: Sequence[Any], labels: Sequence[str]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ChartSection:
+    """One chart of the page: its kind (`key`), title, caption, inline SVG, the runs it
+    overlays and what it was drawn from (`data`: (label, the kind's data) per run)."""
+
+    key: str
+    title: str
+    what: str
+    svg: Markup
+    runs: list[str]
+    data: list[tuple[str, Any]]
+
+
+def charts(runs: Sequence[Any], labels: Sequence[str]) -> list[ChartSection]:
     """Input: runs and labels. Output: one section per chart kind that any run's records hold,
     each with its title, caption, inline SVG and the runs it overlays."""
     from workloadlang.report import charts as ch
@@ -129,9 +143,9 @@ def charts(runs: Sequence[Any], labels: Sequence[str]) -> list[dict[str, Any]]:
         if not series:
             continue
         canvas = getattr(ch, fn)(series)
-        out.append({"key": key, "title": title, "what": what,
-                    "svg": Markup(canvas.render(key, title)), "runs": [s[0] for s in series],
-                    "data": series})
+        out.append(ChartSection(key=key, title=title, what=what,
+                                svg=Markup(canvas.render(key, title)),
+                                runs=[s[0] for s in series], data=series))
     return out
 
 
@@ -141,8 +155,8 @@ def charts(runs: Sequence[Any], labels: Sequence[str]) -> list[dict[str, Any]]:
 def context(runs: Sequence[Any], labels: Sequence[str]) -> dict[str, Any]:
     """Everything the template shows, as text (and the charts' SVG)."""
     secs = charts(runs, labels)
-    needle_rows = [(lab, row) for sec in secs if sec["key"] == "needles"
-                   for lab, d in sec["data"] for row in d.rows]
+    needle_rows = [(lab, row) for sec in secs if sec.key == "needles"
+                   for lab, d in sec.data for row in d.rows]
     return {"csp": Markup(CSP), "workload": runs[0].workload,
             "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "headers": [tables.header(r, lab) for r, lab in zip(runs, labels)],

@@ -146,17 +146,17 @@ def gate_cell(g: Any) -> dict[str, Any]:
     bad = [r for r in g.results if r.status != "pass"]
     na = [r for r in g.results if getattr(r, "not_applicable", 0)]
     shown = bad + na
+    one = len(g.results) == 1  # its value and threshold are shown instead of its scopes
     cell: dict[str, Any] = {"state": gate_state(g), "verdict": g.verdict or "",
-                            "scopes": [scope_text(r, g.kind) for r in shown[:20]],
+                            "scopes": [] if one else [scope_text(r, g.kind) for r in shown[:20]],
                             "more": max(0, len(shown) - 20)}
-    if len(g.results) == 1:
+    if one:
         r = g.results[0]
-        kind = getattr(g, "kind", None)
+        kind = g.kind
         cell.update(value=gate_value(r.value, kind) if r.status not in ("unknown", "undecidable")
                     and not na else "",
                     threshold="" if r.threshold is None else gate_value(r.threshold, kind),
                     detail=r.detail, summary="")
-        cell["scopes"] = []
     else:
         summary = (f"{len(bad)} of {len(g.results)} scopes did not pass" if bad
                    else f"all {len(g.results)} scopes pass")
@@ -188,18 +188,20 @@ def gate_value(v: Any, kind: str | None) -> str:
     return fmt_num(v) if kind is None or isinstance(v, bool) else fmt_kind(v, kind)
 
 
-def gate_rows(runs: Sequence[Any]) -> list[dict[str, Any]]:
+def gate_rows(runs: Sequence[Results]) -> list[dict[str, Any]]:
     """Input: the `Results` of each run. Output: one row per gate (name, scope, severity, its
     `.wl` line and code) with one cell per run (None where that run lacks the gate)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
+    cells: dict[tuple[str, str], list[dict[str, Any] | None]] = {}
     for i, res in enumerate(runs):
         lines = workload_lines(res.source, res.workload)
         for g in res.gates:
-            row = rows.setdefault((g.name, g.scope), {
+            key = (g.name, g.scope)
+            rows.setdefault(key, {
                 "name": g.name, "scope": g.scope, "severity": g.severity, "line": g.line,
                 "where": f"{res.source}:{g.line}", "code": lines.get(g.line, "").strip(),
-                "cells": [None] * len(runs)})
-            row["cells"][i] = gate_cell(g)
+                "cells": cells.setdefault(key, [None] * len(runs))})
+            cells[key][i] = gate_cell(g)
     return list(rows.values())
 
 
