@@ -60,6 +60,7 @@ def read_any(path: str | Path) -> Results | SweepResults:
         data = orjson.loads(Path(path).read_bytes())
     except (OSError, orjson.JSONDecodeError):
         data = None
+    # the file's JSON, read by key to tell a sweep's file from a run's before either is validated
     if not (isinstance(data, dict) and data.get("schema") == SCHEMA):
         return read_results(path)
     try:

@@ -63,36 +63,32 @@ def cache_theory(plan: Plan, records: Sequence[Any]) -> CacheTheory:
     rs = [r for r in records if measured(r)]
     prompt = sum(r.prompt_tokens for r in rs)
     planned = sum(r.planned_prompt_tokens for r in rs)
+    cached = sum(r.cached_tokens for r in rs)
+    expected = sum(r.planned_expected_cached for r in rs)
+    most = sum(possible(r) for r in rs)
     model = plan.cache_model
-    out: dict[str, Any] = {
-        "requests": len(rs), "concurrency": plan.concurrency, "traced": bool(plan.traces),
-        "in_flight": min(plan.concurrency, lanes.in_flight(plan.requests,
-                                                           lanes.caps_of(plan.sessions))),
-        "cache_tokens": model.tokens if model else None,
-        "cache_block": model.block if model else None,
-        "prompt_tokens": prompt, "cached_tokens": sum(r.cached_tokens for r in rs),
-        "planned_prompt_tokens": planned,
-        "expected_cached_tokens": sum(r.planned_expected_cached for r in rs),
-        "expected_cached_max_tokens": sum(possible(r) for r in rs),
-        "lru_cached_tokens": sum(r.planned_lru_cached or 0 for r in rs) if model else None,
-    }
+    lru_tokens = sum(r.planned_lru_cached or 0 for r in rs) if model else None
     planned_by_id = plan.by_id()
     upper = sum(upper_bound(planned_by_id, r) for r in rs)
-    above = out["cached_tokens"] - upper
-    out["upper_cached_tokens"] = upper
-    out["served_before_run_tokens"] = above if above > max(
-        ABOVE_SLACK_TOKENS, ABOVE_SLACK_RATIO * prompt) else 0
-    out["measured"] = out["cached_tokens"] / prompt if prompt else None
-    out["unlimited"] = out["expected_cached_tokens"] / planned if planned else None
-    out["unlimited_max"] = out["expected_cached_max_tokens"] / planned if planned else None
-    out["certain_cached_tokens"] = sum(certain(r) for r in rs)
-    out["certain"] = out["certain_cached_tokens"] / prompt if prompt else None
-    out["possible"] = upper / prompt if prompt else None
-    out["range"] = where(out["cached_tokens"], out["certain_cached_tokens"], len(rs), prompt,
-                         bool(out["served_before_run_tokens"]))
-    out["lru"] = (out["lru_cached_tokens"] / planned
-                  if model and planned else None)
-    return CacheTheory.model_validate(out)
+    above = cached - upper
+    before = above if above > max(ABOVE_SLACK_TOKENS, ABOVE_SLACK_RATIO * prompt) else 0
+    certain_tokens = sum(certain(r) for r in rs)
+    share = lambda x: x / prompt if prompt else None  # noqa: E731
+    of_plan = lambda x: x / planned if planned else None  # noqa: E731
+    return CacheTheory(
+        requests=len(rs), concurrency=plan.concurrency, traced=bool(plan.traces),
+        in_flight=min(plan.concurrency, lanes.in_flight(plan.requests,
+                                                        lanes.caps_of(plan.sessions))),
+        cache_tokens=model.tokens if model else None,
+        cache_block=model.block if model else None,
+        prompt_tokens=prompt, cached_tokens=cached, planned_prompt_tokens=planned,
+        expected_cached_tokens=expected, expected_cached_max_tokens=most,
+        lru_cached_tokens=lru_tokens, upper_cached_tokens=upper,
+        served_before_run_tokens=before, measured=share(cached), unlimited=of_plan(expected),
+        unlimited_max=of_plan(most), certain_cached_tokens=certain_tokens,
+        certain=share(certain_tokens), possible=share(upper),
+        range=where(cached, certain_tokens, len(rs), prompt, bool(before)),
+        lru=lru_tokens / planned if model and planned and lru_tokens is not None else None)
 
 
 def possible(r: Any) -> int:

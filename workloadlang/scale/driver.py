@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Awaitable, Protocol
 
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record, Sink
-from workloadlang.resultsmodels import ClientHealth
+from workloadlang.resultsmodels import ClientHealth, WorkerHealth
 from workloadlang.scale.partition import Partition, partition
 from workloadlang.scale.shard import ShardJob
 
@@ -75,7 +75,7 @@ class Merge:
         self.plan, self.part, self.sink = plan, part, sink
         self.records: dict[str, Record] = {}
         self.sent: dict[str, float] = {}  # written by a worker -> when (driver's wall clock)
-        self.done: dict[int, dict[str, Any]] = {}
+        self.done: dict[int, WorkerHealth] = {}
         self.died: dict[int, str] = {}
         self.where: dict[int, dict[str, Any]] = {}
         self.failed: str | None = None  # the run as a whole could not go on (`run_jobs`)
@@ -92,8 +92,8 @@ class Merge:
             self.sent.update((rid, at) for rid, at in item[1] if rid not in self.records)
         elif item[0] == "event":
             self.sink.event(item[1], {**item[2], "worker": worker})
-        elif item[0] == "done":
-            self.done[worker] = item[1]
+        elif item[0] == "done":  # the worker's entry, as `shard.summary` made it
+            self.done[worker] = WorkerHealth.model_validate(item[1])
 
     def lost(self, worker: int, reason: str) -> None:
         """`worker` died or failed: its requests without a record are recorded as sent with
@@ -125,8 +125,7 @@ class Merge:
             return "; ".join(f"worker {w} {why}: its sessions "
                              f"{', '.join(self.part.shards[w].sessions)} did not run to their end"
                              for w, why in sorted(self.died.items()))
-        return next((d["incomplete"] for _, d in sorted(self.done.items()) if d["incomplete"]),
-                    None)
+        return next((d.incomplete for _, d in sorted(self.done.items()) if d.incomplete), None)
 
 
 async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, options: Any, *,
@@ -167,7 +166,7 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
     return Measured(records=records, started_at=started, elapsed_s=elapsed,
                     calibration=cal.model_copy(deep=True), env=calibration_env(cal),
                     metrics=metrics_summary(snaps, records),
-                    client=ClientHealth.model_validate(merged_client(merge, part)),
+                    client=merged_client(merge, part),
                     incomplete="interrupted" if interrupted else merge.incomplete(),
                     interrupted=interrupted, plan=plan)
 
@@ -274,30 +273,31 @@ WORST = ("loop_lag_p99_ms", "loop_lag_max_ms", "client_delay_p99_ms", "client_de
          "ttft_late_max_ms", "gc_pause_max_ms")
 
 
-def merged_client(merge: Merge, part: Partition) -> dict[str, Any]:
+def merged_client(merge: Merge, part: Partition) -> ClientHealth:
     """Output: the results' `client`: per worker (`workers`), the counts summed, every other
     figure the worst worker's, and which workers were a bottleneck."""
     workers = []
     for sh in part.shards:
-        entry = dict(merge.done.get(sh.index) or {"worker": sh.index,
-                                                  "sessions": list(sh.sessions)})
+        done = merge.done.get(sh.index)
+        entry = done.model_dump() if done is not None else {"worker": sh.index,
+                                                            "sessions": list(sh.sessions)}
         entry.update(merge.where.get(sh.index, {}))
         if sh.index in merge.died:
             entry["lost"] = merge.died[sh.index]
-        workers.append(entry)
+        workers.append(WorkerHealth.model_validate(entry))
     done = [merge.done[i] for i in sorted(merge.done)]
     out: dict[str, Any] = {}
-    for key in sorted({k for d in done for k in d}):
-        values = [d[key] for d in done if isinstance(d.get(key), (int, float))
-                  and not isinstance(d.get(key), bool)]
+    for key in sorted({k for d in done for k in d.model_fields_set}):
+        values = [v for d in done if isinstance(v := getattr(d, key), (int, float))
+                  and not isinstance(v, bool)]
         if key in SUMMED and values:
             out[key] = round(sum(values), 6)
         elif key in WORST and values:
             out[key] = max(values)
-    slow = [d["worker"] for d in done if d.get("client_bottleneck")]
+    slow = [d.worker for d in done if d.client_bottleneck]
     out.update(client_bottleneck=bool(slow), bottleneck_workers=slow, workers=workers,
                sharding_notes=list(part.notes))
-    return out
+    return ClientHealth.model_validate(out)
 
 
 async def run_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, options: Any = None, *,
