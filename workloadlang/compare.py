@@ -23,7 +23,8 @@ from tabulate import tabulate
 
 from workloadlang.console.format import fmt_kind, fmt_number
 from workloadlang.headline import Kind, fmt_value, headline, numeric  # noqa: F401
-from workloadlang.results import ExitCode, Results, ResultsFileError, read_results
+from workloadlang.results import (ExitCode, GateResult, Results, ResultsFileError, ScopeResult,
+                                  read_results)
 
 
 class NotComparable(Exception):
@@ -111,15 +112,15 @@ def metric_rows(a: Results, b: Results) -> list[list[str]]:
 NOT_APPLICABLE = "n/a"
 
 
-def scope_status(r: Any) -> str | None:
+def scope_status(r: ScopeResult | None) -> str | None:
     """Input: a `ScopeResult` or None. Output: its status, `n/a` for a scope that passed only
     because the gate's `when` condition was false there, None when absent."""
     if r is None:
         return None
-    return NOT_APPLICABLE if getattr(r, "not_applicable", 0) and r.status == "pass" else r.status
+    return NOT_APPLICABLE if r.not_applicable and r.status == "pass" else r.status
 
 
-def gate_status(g: Any) -> str | None:
+def gate_status(g: GateResult | None) -> str | None:
     """Input: a `GateResult` or None. Output: its status, `n/a` when its `when` condition was
     false in every scope it judged (it passed without judging anything), None when absent."""
     if g is None:
@@ -170,11 +171,11 @@ def gate_changes(a: Results, b: Results) -> list[GateChange]:
     out = []
     for name in list(ga) + [n for n in gb if n not in ga]:
         x, y = ga.get(name), gb.get(name)
-        g = x if x is not None else y
+        g = x if x is not None else gb[name]  # a name of B's when not of A's
         sa = {r.scope: r for r in x.results} if x is not None else {}
         sb = {r.scope: r for r in y.results} if y is not None else {}
-        head = dict(gate=name, severity=g.severity, a=gate_status(x), b=gate_status(y),
-                    kind=g.kind)
+        head: dict[str, Any] = dict(gate=name, severity=g.severity, a=gate_status(x),
+                                    b=gate_status(y), kind=g.kind)
         if g.scope != "each session":
             out.append(GateChange(scope=g.scope, a_value=value_of(sa.get("overall")),
                                   b_value=value_of(sb.get("overall")), **head))
@@ -188,7 +189,7 @@ def gate_changes(a: Results, b: Results) -> list[GateChange]:
     return out
 
 
-def value_of(r: Any) -> Any:
+def value_of(r: ScopeResult | None) -> Any:
     return None if r is None else r.value
 
 

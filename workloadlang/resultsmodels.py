@@ -272,7 +272,7 @@ class CacheTheory(Sparse):
 class EngineLogMatch(BaseModel):
     """A record's entry in the engine's own request log (`Record.engine_log`): its id there,
     the tokens the engine computed and found cached, its reuse path, the ground-truth class
-    (hit / partial / miss / unknown / cold) and reuse (docs/engine-log.md)."""
+    (hit / partial / miss / unknown / cold) and reuse (docs/verdicts.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     request_id: int | str | None = None

@@ -290,11 +290,11 @@ def record_notes(results: Results) -> str:
     """Output: the footer's notes on the records: counts no engine can report, misses that
     came right after an abort they extend."""
     line = ""
-    impossible = [r for r in results.records if r.impossible]
+    impossible = [(r.id, r.impossible) for r in results.records if r.impossible]
     if impossible:
+        rid, why = impossible[0]
         line += (f" · NOTE: {len(impossible)} request(s) reported counts no engine can (e.g. "
-                 f"{impossible[0].id}: {impossible[0].impossible[:80]}): their cache evidence "
-                 "is unknown")
+                 f"{rid}: {why[:80]}): their cache evidence is unknown")
     raced = after_abort_misses(results.records, results.engine.slots)
     if raced:
         least, most_gap = fmt_gap(min(g for _, g in raced)), fmt_gap(max(g for _, g in raced))

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from workloadlang.report.source import workload_lines
-from workloadlang.results import Results
+from workloadlang.results import GateResult, Performance, Record, Results, ScopeResult
 from workloadlang.resultsmodels import EngineSummary
 from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap, fmt_kind
 
@@ -110,7 +110,7 @@ def header(results: Results, label: str) -> dict[str, Any]:
     }
 
 
-def performance_lines(perf: Any) -> list[str]:
+def performance_lines(perf: Performance | None) -> list[str]:
     """Input: a run's `Performance` (or None). Output: its latency percentiles, rates and
     goodput next to the cache hit rate, a line each (as `wl run` prints them)."""
     from workloadlang.console.perf import fmt_latency, fmt_rate, goodput_line
@@ -129,7 +129,7 @@ def performance_lines(perf: Any) -> list[str]:
 # ---------------------------------------------------------------- gates
 
 
-def gate_state(g: Any) -> str:
+def gate_state(g: GateResult) -> str:
     """Input: a `GateResult`. Output: `pass`, `fail`, `warn` (a warn-severity gate that did not
     pass), `unverified` (a fail-severity gate that could not be judged: not a pass) or
     `undecidable` (one that could not be judged at these sizes on this engine)."""
@@ -140,11 +140,11 @@ def gate_state(g: Any) -> str:
     return {"fail": "fail", "undecidable": "undecidable"}.get(g.status, "unverified")
 
 
-def gate_cell(g: Any) -> dict[str, Any]:
+def gate_cell(g: GateResult) -> dict[str, Any]:
     """Input: one `GateResult`. Output: its state, value vs threshold (for one scope) or a
     count of failing scopes, and every scope that did not pass."""
     bad = [r for r in g.results if r.status != "pass"]
-    na = [r for r in g.results if getattr(r, "not_applicable", 0)]
+    na = [r for r in g.results if r.not_applicable]
     shown = bad + na
     one = len(g.results) == 1  # its value and threshold are shown instead of its scopes
     cell: dict[str, Any] = {"state": gate_state(g), "verdict": g.verdict or "",
@@ -165,15 +165,15 @@ def gate_cell(g: Any) -> dict[str, Any]:
     return cell
 
 
-def scope_text(r: Any, kind: str | None = None) -> str:
+def scope_text(r: ScopeResult, kind: str | None = None) -> str:
     """`main#2: unknown (no data)`, `main#2: 41% vs 66% fail`, or `main#2: does not apply
     (...)` where the gate's `when` condition was false; values shown by the gate's `kind`."""
-    if getattr(r, "not_applicable", 0):
+    if r.not_applicable:
         return f"{r.scope}: {r.detail}"
     return _scope_text(r, kind)
 
 
-def _scope_text(r: Any, kind: str | None = None) -> str:
+def _scope_text(r: ScopeResult, kind: str | None = None) -> str:
     """`main#2: unknown (no data)` or `main#2: 41% vs 66% fail`."""
     if r.status in ("unknown", "undecidable"):
         return f"{r.scope}: {r.status} ({r.detail})" if r.detail else f"{r.scope}: {r.status}"
@@ -208,18 +208,18 @@ def gate_rows(runs: Sequence[Results]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- evidence
 
 
-def row_class(r: Any) -> str:
+def row_class(r: Record) -> str:
     """The evidence row's highlight: the timing contradicts the engine, a miss, an error."""
     if r.skipped:
         return "skip"
-    if (r.error is not None and not r.aborted) or getattr(r, "impossible", None):
+    if (r.error is not None and not r.aborted) or r.impossible:
         return "err"
     if r.ttft_agrees is False:
         return "disagree"
     return "miss" if r.hit is False else ""
 
 
-def row_note(r: Any, after_abort_s: float | None = None) -> str:
+def row_note(r: Record, after_abort_s: float | None = None) -> str:
     """Why a row stands out, then what the model said (the template escapes it).
     `after_abort_s`: for a miss sent right after the aborted request it extends, on an engine
     that may run several at once (`console.format.after_abort_misses`), how soon."""
@@ -243,7 +243,7 @@ def row_note(r: Any, after_abort_s: float | None = None) -> str:
     if after_abort_s is not None:
         parts.append(f"sent {fmt_gap(after_abort_s)} after the aborted request it extends was "
                      "closed: the engine may not have processed the disconnect yet")
-    if getattr(r, "impossible", None):
+    if r.impossible:
         parts.append(f"impossible counts, so the cache evidence is unknown: {r.impossible}")
     parts += list(r.suspicious or [])
     if r.reply_excerpt:
@@ -251,7 +251,7 @@ def row_note(r: Any, after_abort_s: float | None = None) -> str:
     return "; ".join(parts)
 
 
-def evidence_row(r: Any, after_abort_s: float | None = None) -> tuple[str, ...]:
+def evidence_row(r: Record, after_abort_s: float | None = None) -> tuple[str, ...]:
     """Input: a `Record`. Output: the evidence table's cells as text, class first:
     (class, id, label, planned prompt, prompt, cached, cached source, expected, expected source,
     reuse, hit, hit basis, TTFT, TTFT agrees, note)."""
@@ -262,7 +262,7 @@ def evidence_row(r: Any, after_abort_s: float | None = None) -> tuple[str, ...]:
             fmt_num(r.ttft_agrees), row_note(r, after_abort_s))
 
 
-def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
+def evidence(results: Results, label: str, open_limit: int = 400) -> dict[str, Any]:
     """Input: one `Results`. Output: the evidence table for it: every request's row, the rows
     where the timing contradicts the engine's cached count, and counts. The cached source
     most requests share is stated once (`common_source`) and left out of their rows."""
@@ -278,4 +278,4 @@ def evidence(results: Any, label: str, open_limit: int = 400) -> dict[str, Any]:
             "counts": {"requests": len(rows), "disagree": len(disagree),
                        "miss": sum(1 for row in rows if row[0] == "miss"),
                        "errors": sum(1 for row in rows if row[0] == "err"),
-                       "impossible": sum(1 for r in recs if getattr(r, "impossible", None))}}
+                       "impossible": sum(1 for r in recs if r.impossible)}}

@@ -278,9 +278,9 @@ def merged_client(merge: Merge, part: Partition) -> ClientHealth:
     figure the worst worker's, and which workers were a bottleneck."""
     workers = []
     for sh in part.shards:
-        done = merge.done.get(sh.index)
-        entry = done.model_dump() if done is not None else {"worker": sh.index,
-                                                            "sessions": list(sh.sessions)}
+        own = merge.done.get(sh.index)
+        entry = own.model_dump() if own is not None else {"worker": sh.index,
+                                                          "sessions": list(sh.sessions)}
         entry.update(merge.where.get(sh.index, {}))
         if sh.index in merge.died:
             entry["lost"] = merge.died[sh.index]
