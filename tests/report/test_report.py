@@ -370,15 +370,15 @@ def test_the_run_table_has_the_engine_counters_and_rows_say_why_a_ttft_is_in_dou
     assert "engine counters over the run [vllm]: 4,000 of 5,000" in render_html([res])
     assert tables.header(res.model_copy(update={"metrics": MetricsSummary()}),
                          "x")["counters"] == ""
-    shared = res.model_copy(update={"engine": EngineSummary.model_validate({"engine": "llamacpp", "slots": 4,
-                                               "prefill_own": False})})
+    shared = res.model_copy(update={"engine": EngineSummary(engine="llamacpp", slots=4,
+                                                            prefill_own=False)})
     assert tables.header(shared, "x")["engine"] == \
         "llamacpp · 4 slots, prefill times may hold other requests' work"
-    sim = res.model_copy(update={"engine": EngineSummary.model_validate({"engine": "workloadlang-sim", "sim": True,
-                                            "slots": 4, "prefill_own": True})})
+    sim = res.model_copy(update={"engine": EngineSummary(engine="workloadlang-sim", sim=True,
+                                                         slots=4, prefill_own=True)})
     assert tables.header(sim, "x")["engine"] == \
         "workloadlang-sim (simulator) · 4 slots, prefill times each request's own"
-    assert tables.header(res.model_copy(update={"engine": EngineSummary.model_validate({"engine": "vllm"})}),
+    assert tables.header(res.model_copy(update={"engine": EngineSummary(engine="vllm")}),
                        "x")["engine"] == "vllm"
     r = res.records[1].model_copy(update={"ttft_late_s": 0.003, "ttft_contended_s": 0.2,
                                           "prefill_source": "client_ttft"})

@@ -54,7 +54,8 @@ def render_sweep_html(sweeps: Sequence[Any], labels: Sequence[str]) -> str:
                                                   for s, label in zip(sweeps, labels))),
                        tables=tables, param=html.escape(first.param),
                        found="".join(f"<p><strong>{html.escape(label)}: "
-                                     f"{html.escape(sweepresults.search_line(s) or '')}</strong></p>"
+                                     f"{html.escape(sweepresults.search_line(s) or '')}"
+                                     "</strong></p>"
                                      for s, label in zip(sweeps, labels) if s.search),
                        charts="".join(charts) or "<p>no number varies across the points</p>")
 
