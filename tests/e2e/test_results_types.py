@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, get_args, get_type_hints
 
 import pytest
 
@@ -40,3 +41,20 @@ def test_mypy_strict_finds_nothing_in_the_results_contract_and_its_readers(
     proc = subprocess.run([sys.executable, "-m", "mypy", *flags, "--no-incremental", *STRICT],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def untyped(tp: Any) -> bool:
+    """Output: whether the annotation `tp` is, or holds, `Any`."""
+    return tp is Any or any(untyped(a) for a in get_args(tp))
+
+
+def test_results_and_measured_hold_no_untyped_part() -> None:
+    """No field of `Results` (the results file) or `Measured` (what a run measured, before it
+    is judged) is `dict[str, Any]` or holds `Any`: each part is a model of its own."""
+    from workloadlang.results import Results
+    from workloadlang.run.runner import Measured
+
+    fields = {f"Results.{name}": f.annotation for name, f in Results.model_fields.items()}
+    fields.update({f"Measured.{name}": tp for name, tp in get_type_hints(Measured).items()})
+    assert [name for name, tp in fields.items() if untyped(tp)] == []
+    assert {"Results.engine", "Results.client", "Measured.metrics"} <= set(fields)
