@@ -32,7 +32,7 @@ from workloadlang.checkparts import PartChecks
 from workloadlang.checksessions import SessionChecks, statements
 from workloadlang.diagnostics import Diagnostic, did_you_mean, sort_diagnostics, warning
 from workloadlang.evaluate import COPY
-from workloadlang.ir import gate_metric_refs
+from workloadlang.selector import gate_metric_refs
 from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, METRICS, SETTING_KINDS, Scope,
                                 agg_result, arith_kind, comparable, describe, element)
 

@@ -566,34 +566,6 @@ class Workload(Node):
     span: Span
 
 
-def gate_metric_refs(g: Gate | ReportItem) -> list[MetricRef]:
-    """Every metric reference in a gate (both sides, and its `when` condition's) or report
-    item."""
-    out: list[MetricRef] = []
-    when = getattr(g, "when", None)
-    for e in (getattr(g, "left", None), getattr(g, "right", None), getattr(g, "value", None),
-              when and when.left, when and when.right):
-        out.extend(metric_refs(e))
-    return out
-
-
-def test_refs(g: Gate) -> list[MetricRef]:
-    """The metric references of a gate's own test (both sides), not of its condition."""
-    return metric_refs(g.left) + metric_refs(g.right)
-
-
-def metric_refs(e: GExpr | None) -> list[MetricRef]:
-    if e is None or isinstance(e, GNum):
-        return []
-    if isinstance(e, MetricRef):
-        return [e]
-    if isinstance(e, Agg):
-        return [e.arg]
-    if isinstance(e, GCall):
-        return [m for a in e.args for m in metric_refs(a)]
-    return metric_refs(e.left) + metric_refs(e.right)
-
-
 for _m in list(globals().values()):
     if isinstance(_m, type) and issubclass(_m, Node) and _m is not Node:
         _m.model_rebuild()

@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from workloadlang import ir
 from workloadlang.evaluate import evaluate
-from workloadlang.ir import gate_metric_refs, metric_refs, test_refs  # noqa: F401  (re-exported)
 
 T = TypeVar("T")
 
@@ -45,6 +44,35 @@ class PRequest(Protocol):
 STATIC_FLAGS = frozenset({"warm", "cold", "probe", "isolated"})
 DYNAMIC_FLAGS = frozenset({"hit", "miss", "aborted", "ok", "error"})
 FLAGS = STATIC_FLAGS | DYNAMIC_FLAGS
+
+
+def gate_metric_refs(g: ir.Gate | ir.ReportItem) -> list[ir.MetricRef]:
+    """Every metric reference in a gate (both sides, and its `when` condition's) or report
+    item."""
+    out: list[ir.MetricRef] = []
+    when = getattr(g, "when", None)
+    for e in (getattr(g, "left", None), getattr(g, "right", None), getattr(g, "value", None),
+              when and when.left, when and when.right):
+        out.extend(metric_refs(e))
+    return out
+
+
+def test_refs(g: ir.Gate) -> list[ir.MetricRef]:
+    """The metric references of a gate's own test (both sides), not of its condition."""
+    return metric_refs(g.left) + metric_refs(g.right)
+
+
+def metric_refs(e: ir.GExpr | None) -> list[ir.MetricRef]:
+    """Every metric reference in a gate expression (none for a number or no expression)."""
+    if e is None or isinstance(e, ir.GNum):
+        return []
+    if isinstance(e, ir.MetricRef):
+        return [e]
+    if isinstance(e, ir.Agg):
+        return [e.arg]
+    if isinstance(e, ir.GCall):
+        return [m for a in e.args for m in metric_refs(a)]
+    return metric_refs(e.left) + metric_refs(e.right)
 
 
 def is_warm(r: PRequest) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from workloadlang import ir
 from workloadlang.plan.model import Plan
 from workloadlang.results import ExitCode, GateResult, Record
-from workloadlang.selector import select
+from workloadlang.selector import gate_metric_refs, select
 
 
 def session_verdicts(plan: Plan, gates: list[GateResult]) -> dict[str, str]:
@@ -71,7 +71,7 @@ def client_could_move(plan: Plan, records: list[Record], env: Mapping[str, Any])
     by_id = plan.by_id()
     out = []
     for gp in plan.gates:
-        refs = [ref for ref in ir.gate_metric_refs(gp.gate)
+        refs = [ref for ref in gate_metric_refs(gp.gate)
                 if ref.metric in CLIENT_TIMED or ref.metric in CLIENT_TTFT]
         if gp.gate.severity == "fail" and any(
                 not r.isolated and (ref.metric in CLIENT_TIMED or r.prefill_source == "client_ttft")

@@ -32,7 +32,7 @@ from workloadlang.run.link import EngineLink
 from workloadlang.run.runoptions import RunOptions
 from workloadlang.run.record import (REREAD_UNCACHED, TtftReference, decisive_prompt,
                                      too_few_to_price)
-from workloadlang.selector import select_static
+from workloadlang.selector import gate_metric_refs, select_static
 
 
 @dataclass
@@ -185,10 +185,10 @@ def too_small_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
                 f"cold prefill of {cal.too_quick_tokens:,} tokens (the largest the calibration "
                 "timed) was too quick to time apart from a hit here; it will not be judged"
                 for gp in plan.gates if any(ref.metric in ("ttft_agrees", "ttft_disagrees")
-                                            for ref in ir.gate_metric_refs(gp.gate))]
+                                            for ref in gate_metric_refs(gp.gate))]
     out += too_few_notes(plan, cal)
     for gp in (gp for gp in plan.gates if gp.gate.severity == "fail"):
-        small = [r for ref in ir.gate_metric_refs(gp.gate)
+        small = [r for ref in gate_metric_refs(gp.gate)
                  if ref.metric in ("ttft_agrees", "ttft_disagrees")
                  for r in select_static(plan.requests, ref.selector, plan.params)
                  if r.kind == "probe" and r.prompt_tokens <= r.expected_cached + REREAD_UNCACHED
@@ -209,7 +209,7 @@ def too_few_notes(plan: Plan, cal: calibrate.Calibration) -> list[str]:
     need."""
     ref, out = reference(cal), []
     for gp in (gp for gp in plan.gates if gp.gate.severity == "fail"):
-        few = [r for ref_ in ir.gate_metric_refs(gp.gate)
+        few = [r for ref_ in gate_metric_refs(gp.gate)
                if ref_.metric in ("prefill_time", "ttft_per_uncached")
                for r in select_static(plan.requests, ref_.selector, plan.params)
                if r.isolated and not cal.hit_prefill_s
