@@ -34,11 +34,11 @@ from workloadlang.plan.draws import fresh_salt
 from workloadlang.plan import sweeppoints
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import CacheModel
-from workloadlang.plan.sweeppoints import SweepError
+from workloadlang.plan.sweeppoints import SweepError as SweepError  # re-exported: plan_runs raises it
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
 from workloadlang.resultsmodels import EngineSummary
-from workloadlang.run.errors import EndpointError  # noqa: F401 (raised by open_engine)
+from workloadlang.run.errors import EndpointError as EndpointError  # re-exported: open_engine raises it
 from workloadlang.run.runoptions import RunOptions
 from workloadlang.theory import cache_theory
 
