@@ -26,8 +26,16 @@ import sys
 import tempfile
 from typing import Any
 
-from bench.harness import (add_json_argument, describe_machine, machine, pct, simulator,
-                           split_cpus, table, write_json)
+from bench.harness import (
+    add_json_argument,
+    describe_machine,
+    machine,
+    pct,
+    simulator,
+    split_cpus,
+    table,
+    write_json,
+)
 from bench.scale import wl_command
 
 SIM_FLAGS = ("--prefill-us-per-token", "10", "--decode-us-per-token", "100", "--slots", "256",

@@ -27,8 +27,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (ROOT, add_json_argument, describe_machine, machine, simulator,
-                           split_cpus, table, write_json)
+from bench.harness import (
+    ROOT,
+    add_json_argument,
+    describe_machine,
+    machine,
+    simulator,
+    split_cpus,
+    table,
+    write_json,
+)
 
 WORKLOAD = """
 workload client_cpu {

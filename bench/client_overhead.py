@@ -57,13 +57,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import httpx
 
-from bench.harness import (ROOT, add_json_argument, describe_machine, machine, pct, simulator,
-                           split_cpus, table, write_json)
+from bench.harness import (
+    ROOT,
+    add_json_argument,
+    describe_machine,
+    machine,
+    pct,
+    simulator,
+    split_cpus,
+    table,
+    write_json,
+)
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser
 from workloadlang.results import ListSink
@@ -88,7 +98,7 @@ workload overhead {
 SIM_FLAGS = ("--prefill-us-per-token", "0", "--device-tokens", "8000000", "--slots", "256")
 
 # (client TTFT s, server TTFB ms, first-token bound s or None, the way back ms or None)
-Sample = tuple[float, float, Optional[float], Optional[float]]
+Sample = tuple[float, float, float | None, float | None]
 
 
 def client(transport: str) -> Pool | HttpxTransport:

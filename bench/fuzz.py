@@ -26,9 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), *(str(ROOT / "tests" / d) for d in ("", "language", "e2e"))]
 
-from hypothesis import given, settings  # noqa: E402
-
 import test_fuzz  # noqa: E402  (the strategies and the property live with the tests)
+from hypothesis import given, settings  # noqa: E402
 
 
 def run(strategy, examples: int) -> int:
@@ -66,8 +65,9 @@ def hostile_main(size: int) -> int:
     import re
     import tempfile
 
-    import hostile
     from test_hostile_source import PEAK_MB
+
+    import hostile
 
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,9 +96,10 @@ def engine_main(size: int) -> int:
     import json
     import tempfile
 
+    from test_hostile_engine import ENGINES, KEY, PEAK_MB, WORKLOAD
+
     import hostile
     from faultserver import FaultServer
-    from test_hostile_engine import ENGINES, KEY, PEAK_MB, WORKLOAD
 
     sizes = {"flood": {"x-tokens": str(size // 70)},
              "fat_tokens": {"x-tokens": str(size // 65536), "x-bytes": "65536"},

@@ -40,8 +40,16 @@ from typing import Any
 
 import httpx
 
-from bench.harness import (add_json_argument, describe_machine, machine, pct, simulator,
-                           split_cpus, table, write_json)
+from bench.harness import (
+    add_json_argument,
+    describe_machine,
+    machine,
+    pct,
+    simulator,
+    split_cpus,
+    table,
+    write_json,
+)
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser
 from workloadlang.results import ListSink, Record

@@ -19,14 +19,21 @@ import random
 import shlex
 import statistics
 import subprocess
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
-from bench.harness import (add_json_argument, describe_machine, free_port, machine, server,
-                           table, write_json)
+from bench.harness import (
+    add_json_argument,
+    describe_machine,
+    free_port,
+    machine,
+    server,
+    table,
+    write_json,
+)
 
 CACHE = Path(os.environ.get("WL_CACHE") or Path.home() / ".cache" / "workloadlang")
 WORDS = ("river stone lantern quiet orchard copper signal meadow harbor ember violet canyon "

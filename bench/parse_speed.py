@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from bench.harness import add_json_argument, describe_machine, machine, table, write_json
 from workloadlang.diagnostics import WorkloadError

@@ -16,8 +16,7 @@ import asyncio
 import time
 from typing import Any
 
-from bench.harness import (add_json_argument, describe_machine, machine, simulator, table,
-                           write_json)
+from bench.harness import add_json_argument, describe_machine, machine, simulator, table, write_json
 from workloadlang import api
 from workloadlang.probe import ProbeOptions, probe
 from workloadlang.sim import PRESETS

@@ -34,7 +34,7 @@ from bench.harness import add_json_argument, describe_machine, machine, write_js
 from workloadlang import api
 from workloadlang.card import Card
 from workloadlang.probe import ProbeOptions, probe
-from workloadlang.sim import SimConfig, parse_fault, start_in_process
+from workloadlang.sim import SimConfig, start_in_process
 from workloadlang.sim.timing import prefill_seconds
 
 GAPS = (0.3, 1.2)  # the idle gaps the probe tries: a lifetime between them is bracketed

@@ -31,8 +31,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from bench.harness import add_json_argument, describe_machine, machine, write_json
 from workloadlang import api

@@ -38,8 +38,16 @@ import tempfile
 import time
 from typing import Any
 
-from bench.harness import (add_json_argument, describe_machine, machine, pct, simulator,
-                           split_cpus, table, write_json)
+from bench.harness import (
+    add_json_argument,
+    describe_machine,
+    machine,
+    pct,
+    simulator,
+    split_cpus,
+    table,
+    write_json,
+)
 
 
 def wl_command() -> list[str]:

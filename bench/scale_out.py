@@ -42,8 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (add_json_argument, describe_machine, machine, simulator, table,
-                           write_json)
+from bench.harness import add_json_argument, describe_machine, machine, simulator, table, write_json
 from workloadlang import api
 from workloadlang.resultsmodels import ClientHealth
 

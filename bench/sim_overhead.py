@@ -25,12 +25,21 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 
-from bench.harness import (Sim, add_json_argument, describe_machine, machine, pct, simulator,
-                           table, write_json)
+from bench.harness import (
+    Sim,
+    add_json_argument,
+    describe_machine,
+    machine,
+    pct,
+    simulator,
+    table,
+    write_json,
+)
 
 SIM_FLAGS = ("--prefill-us-per-token", "0", "--decode-us-per-token", "0",
              "--device-tokens", "8000000", "--max-model-len", "400000", "--slots", "256")

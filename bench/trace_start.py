@@ -33,8 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (ROOT, add_json_argument, describe_machine, machine, simulator,
-                           table, write_json)
+from bench.harness import (
+    ROOT,
+    add_json_argument,
+    describe_machine,
+    machine,
+    simulator,
+    table,
+    write_json,
+)
 
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake" / "conversation_trace.jsonl"
 
@@ -46,10 +53,10 @@ async def per_record(base_url: str, trace: str, n: int) -> dict[str, Any]:
     """Output: the seconds each step took for the first `n` records (see the module) and the
     tokenizer calls, with whichever workloadlang is first on `sys.path`."""
     from workloadlang import api
+    from workloadlang.plan.realise import Realiser
     from workloadlang.results import ListSink
     from workloadlang.run import runner
     from workloadlang.run.maker import RequestMaker
-    from workloadlang.plan.realise import Realiser
 
     source = api.load("mooncake")
     plan = api.make_plan(api.parse_checked(source), source,

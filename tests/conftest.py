@@ -3,18 +3,20 @@ fixture thin: put its logic in a helper module."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 try:  # tests/ is on sys.path in pytest's default (prepend) import mode
     from llama import LlamaServer, llama_server_session
-    from scheduling import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
-                            pytest_runtest_protocol)
+    from scheduling import pytest_collection_modifyitems, pytest_configure, pytest_runtest_protocol  # noqa: F401
 except ImportError:  # tests/ turned into a package
     from tests.llama import LlamaServer, llama_server_session
-    from tests.scheduling import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
-                                  pytest_runtest_protocol)
+    from tests.scheduling import (  # noqa: F401
+        pytest_collection_modifyitems,
+        pytest_configure,
+        pytest_runtest_protocol,
+    )
 
 
 @pytest.fixture(scope="session")

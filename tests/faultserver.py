@@ -45,7 +45,8 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import uvicorn
@@ -153,7 +154,7 @@ class FaultServer:
                     self.inflight -= 1
         return end
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -167,7 +168,7 @@ class FaultServer:
         self._thread.join(timeout=10)
         self._sock.close()
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

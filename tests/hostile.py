@@ -21,9 +21,9 @@ import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from workloadlang import bounds
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 
@@ -29,7 +30,7 @@ class LoopEngine:
         self.connections = 0
         self.base_url = ""
 
-    async def __aenter__(self) -> "LoopEngine":
+    async def __aenter__(self) -> LoopEngine:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}/v1"

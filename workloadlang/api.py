@@ -17,9 +17,10 @@ used); nothing here prints.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Collection, Mapping
+from typing import TYPE_CHECKING, Any, AsyncContextManager
 
 from pydantic import SecretStr
 
@@ -28,17 +29,20 @@ from workloadlang.check import check
 from workloadlang.diagnostics import Diagnostic, WorkloadError
 from workloadlang.evaluate import resolve_params
 from workloadlang.parse import parse
-from workloadlang.plan.model import Plan
+from workloadlang.plan import sweeppoints
 from workloadlang.plan.assemble import build_plan
 from workloadlang.plan.draws import fresh_salt
-from workloadlang.plan import sweeppoints
 from workloadlang.plan.limits import Budget, Limits
-from workloadlang.plan.model import CacheModel
-from workloadlang.plan.sweeppoints import SweepError as SweepError  # re-exported: plan_runs raises it
+from workloadlang.plan.model import CacheModel, Plan
+from workloadlang.plan.sweeppoints import (
+    SweepError as SweepError,  # re-exported: plan_runs raises it
+)
 from workloadlang.resources import bundled_workload_path, bundled_workloads
 from workloadlang.results import ExitCode, ListSink, Results, Sink
 from workloadlang.resultsmodels import EngineSummary
-from workloadlang.run.errors import EndpointError as EndpointError  # re-exported: open_engine raises it
+from workloadlang.run.errors import (
+    EndpointError as EndpointError,  # re-exported: open_engine raises it
+)
 from workloadlang.run.runoptions import RunOptions
 from workloadlang.theory import cache_theory
 
@@ -46,8 +50,8 @@ if TYPE_CHECKING:  # `wl plan` imports this module: these only when used
     from workloadlang.ratesearch import SearchSpec, Tried
     from workloadlang.run.calibrate import Calibration
     from workloadlang.run.link import EngineLink
-    from workloadlang.sweepresults import SweepResults
     from workloadlang.run.runner import Measured, Shared
+    from workloadlang.sweepresults import SweepResults
 
 
 @dataclass(frozen=True)
@@ -274,10 +278,10 @@ class RateSearch:
     search's `SweepResults` (points in the order of their values, with the `Search`)."""
 
     def __init__(self, wl: ir.Workload, source: Source, options: PlanOptions,
-                 spec: "SearchSpec", env: Mapping[str, Any] | None = None):
+                 spec: SearchSpec, env: Mapping[str, Any] | None = None):
         self.wl, self.source, self.options, self.spec, self.env = wl, source, options, spec, env
         self.salt = options.salt or fresh_salt()
-        self.tried: list["Tried"] = []
+        self.tried: list[Tried] = []
         self.points: list[tuple[float, str, Results]] = []
 
     def next_point(self) -> SearchPoint | None:
@@ -303,7 +307,7 @@ class RateSearch:
         self.tried.append(Tried(value=point.value, sustained=sustained(results)))
         self.points.append((point.value, point.text, results))
 
-    def results(self) -> "SweepResults":
+    def results(self) -> SweepResults:
         """The search's results file: the points by value, the `Search`; exit code 130 when a
         run was interrupted, 0 when a value was sustained, 1 when not even the lowest was."""
         from workloadlang.ratesearch import outcome
@@ -325,7 +329,7 @@ class RateSearch:
 
 
 def open_engine(base_url: str, api_key: SecretStr | None = None, **declared: Any
-                ) -> AsyncContextManager["EngineLink"]:
+                ) -> AsyncContextManager[EngineLink]:
     """`async with open_engine("http://127.0.0.1:8000/v1") as engine:` discovers the engine
     (its model, context limit, tokenizer, counters) and keeps the connections to it open.
     `declared`: `model`, `max_context`, `cached_zero_when_absent`, `idle_timeout_s`, `sim`
@@ -335,7 +339,7 @@ def open_engine(base_url: str, api_key: SecretStr | None = None, **declared: Any
     return open_link(base_url, api_key, **declared)
 
 
-async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = None,
+async def run_workload(plan: Plan, engine: EngineLink, sink: Sink | None = None,
                        options: RunOptions | None = None) -> Results:
     """Run an already-made `plan` against `engine` and judge it. The entry point for running a
     plan; its signature stays:
@@ -358,9 +362,9 @@ async def run_workload(plan: Plan, engine: "EngineLink", sink: Sink | None = Non
     return judge(measured.plan or plan, measured, engine.engine_summary(), sink)
 
 
-async def measure_workload(plan: Plan, engine: "EngineLink", sink: Sink,
+async def measure_workload(plan: Plan, engine: EngineLink, sink: Sink,
                            options: RunOptions | None = None,
-                           shared: "Shared | None" = None) -> "Measured":
+                           shared: Shared | None = None) -> Measured:
     """Run `plan` against `engine` without judging it (a worker of a distributed run measures
     its shard, `RunOptions.sessions` with its driver's `RunOptions.calibration`, and `shared`
     links it to the rest of the run: `run.runner.Shared`; the driver judges the records of all:
@@ -371,7 +375,7 @@ async def measure_workload(plan: Plan, engine: "EngineLink", sink: Sink,
     return await measure(plan, engine, sink, options or RunOptions(), shared)
 
 
-async def calibrate(plan: Plan, engine: "EngineLink", sink: Sink) -> "Calibration":
+async def calibrate(plan: Plan, engine: EngineLink, sink: Sink) -> Calibration:
     """Calibrate as `run_workload` does first (how to size text for `engine`, the TTFT
     reference; the `calibration` event to `sink`), without running the plan: the driver of a
     distributed run does it once for all its workers (`RunOptions.calibration`)."""
@@ -380,15 +384,15 @@ async def calibrate(plan: Plan, engine: "EngineLink", sink: Sink) -> "Calibratio
     return (await calibration(plan, engine, sink))[0]
 
 
-def judge(plan: Plan, measured: "Measured", engine: EngineSummary,
+def judge(plan: Plan, measured: Measured, engine: EngineSummary,
           sink: Sink | None = None) -> Results:
     """Output: the `Results` of a run: what was `measured`, the gates evaluated over its
     records, the verdicts, the report's numbers and the exit code; each gate and the summary
     told to `sink` (as events) when given."""
     from workloadlang.gates import evaluate_gates, evaluate_report
     from workloadlang.kinds import gate_kind
-    from workloadlang.verdicts import client_could_move, session_verdicts, verdict_code
     from workloadlang.latency import performance
+    from workloadlang.verdicts import client_could_move, session_verdicts, verdict_code
 
     records = measured.records
     # each gate's value and threshold are shown by the kind of what it compares

@@ -27,14 +27,27 @@ from typing import Any
 from workloadlang import bounds, ir
 from workloadlang.checkexpr import Checker, shown
 from workloadlang.checkflow import FlowChecks
-from workloadlang.checkparams import ParamChecks, sweep_text  # sweep_text: handed on (sweepresults.py)
+from workloadlang.checkparams import (  # sweep_text: handed on (sweepresults.py)
+    ParamChecks,
+    sweep_text,
+)
 from workloadlang.checkparts import PartChecks
 from workloadlang.checksessions import SessionChecks, statements
 from workloadlang.diagnostics import Diagnostic, did_you_mean, sort_diagnostics, warning
 from workloadlang.evaluate import COPY
+from workloadlang.kinds import (
+    AGGREGATIONS,
+    BUILTIN_REFS,
+    METRICS,
+    SETTING_KINDS,
+    Scope,
+    agg_result,
+    arith_kind,
+    comparable,
+    describe,
+    element,
+)
 from workloadlang.selector import gate_metric_refs
-from workloadlang.kinds import (AGGREGATIONS, BUILTIN_REFS, METRICS, SETTING_KINDS, Scope,
-                                agg_result, arith_kind, comparable, describe, element)
 
 __all__ = ["AGGREGATIONS", "METRICS", "arith_kind", "check", "comparable", "sweep_text"]
 

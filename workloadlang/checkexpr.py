@@ -18,10 +18,24 @@ from workloadlang import bounds, ir
 from workloadlang.declared import Declared
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
 from workloadlang.evaluate import COPY, DRAWS, FUNCTIONS, constant
-from workloadlang.kinds import (BUILTIN_REFS, CALIBRATION_KINDS, CALIBRATION_REFS, KIND_HINTS,
-                                LITERAL_KINDS, NUMERIC, TYPE_KINDS, Scope, arith_kind,
-                                common_kind, comparable, describe, element, fits, is_zero,
-                                list_of)
+from workloadlang.kinds import (
+    BUILTIN_REFS,
+    CALIBRATION_KINDS,
+    CALIBRATION_REFS,
+    KIND_HINTS,
+    LITERAL_KINDS,
+    NUMERIC,
+    TYPE_KINDS,
+    Scope,
+    arith_kind,
+    common_kind,
+    comparable,
+    describe,
+    element,
+    fits,
+    is_zero,
+    list_of,
+)
 
 BOUND_HINTS = {
     "max_tokens": "`max_tokens` 0 asks for no answer, which engines refuse or ignore; `probe` "

@@ -17,8 +17,9 @@ Input: each `ir.Session`'s statements of the checker's workload (`FlowChecks`, g
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from workloadlang import ir
 from workloadlang.checkexpr import Checker
@@ -40,10 +41,10 @@ class Pending:
     low: int = 0
     high: int = 0
 
-    def join(self, other: "Pending") -> "Pending":
+    def join(self, other: Pending) -> Pending:
         return Pending(min(self.low, other.low), max(self.high, other.high))
 
-    def answered(self) -> "Pending":
+    def answered(self) -> Pending:
         return Pending(max(0, self.low - 1), self.high if self.high >= MANY else self.high - 1)
 
 

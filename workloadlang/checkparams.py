@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from workloadlang import ir
+from workloadlang.bounds import MAX_SWEEP_POINTS
 from workloadlang.checkexpr import Checker, const_items, constant_text, is_number
 from workloadlang.diagnostics import did_you_mean
 from workloadlang.evaluate import COPY, NON_NEGATIVE, constant, param_order
 from workloadlang.kinds import BUILTIN_REFS, CALIBRATION_REFS, NUMERIC, TYPE_KINDS, list_of
-from workloadlang.bounds import MAX_SWEEP_POINTS
 
 
 class ParamChecks:

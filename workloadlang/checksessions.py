@@ -13,7 +13,8 @@ a duration (WL241), an SLO that is not one (WL242).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from workloadlang import ir
 from workloadlang.checkexpr import Checker, const_items, is_number

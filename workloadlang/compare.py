@@ -23,8 +23,14 @@ from tabulate import tabulate
 
 from workloadlang.console.format import fmt_kind, fmt_number
 from workloadlang.headline import Kind, fmt_value, headline, numeric  # noqa: F401
-from workloadlang.results import (ExitCode, GateResult, Results, ResultsFileError, ScopeResult,
-                                  read_results)
+from workloadlang.results import (
+    ExitCode,
+    GateResult,
+    Results,
+    ResultsFileError,
+    ScopeResult,
+    read_results,
+)
 
 
 class NotComparable(Exception):

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 MAX_TEXT = 64 * 1024 * 1024  # characters of prompts and answers kept from one dataset
 MAX_ITEM = 4 * 1024 * 1024  # characters of one prompt or answer

@@ -22,16 +22,26 @@ than judged on the stamped value.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
 from workloadlang.plan.model import Plan
 from workloadlang.results import DRIFT_ALLOWANCE, GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
-from workloadlang.spans import (BOOLEAN, Span, Unknown, aggregate, arith, compare, ends,  # noqa: F401
-                                span_of, stamped, unknown_value)
-
+from workloadlang.spans import (  # noqa: F401
+    BOOLEAN,
+    Span,
+    Unknown,
+    aggregate,
+    arith,
+    compare,
+    ends,
+    span_of,
+    stamped,
+    unknown_value,
+)
 
 METRICS: dict[str, Callable[[Record], Any]] = {
     "ttft": lambda r: r.ttft_s,

@@ -10,13 +10,28 @@ The base, values and expressions are `workloadlang.irexpr` (re-exported here).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from workloadlang.irexpr import (BinOp, Bool, Call, Expr, ListExpr, Neg, Node, Not,  # noqa: F401
-                                 Null, Num, ObjExpr, Option, Ref, Span, Str, UnitKind)
-
+from workloadlang.irexpr import (  # noqa: F401
+    BinOp,
+    Bool,
+    Call,
+    Expr,
+    ListExpr,
+    Neg,
+    Node,
+    Not,
+    Null,
+    Num,
+    ObjExpr,
+    Option,
+    Ref,
+    Span,
+    Str,
+    UnitKind,
+)
 
 # ---------------------------------------------------------------- params
 
@@ -81,7 +96,7 @@ class ExprPart(Node):
     span: Span
 
 
-ArgPart = Annotated[Union[TextPart, FillerPart, ExprPart], Field(discriminator="kind")]
+ArgPart = Annotated[TextPart | FillerPart | ExprPart, Field(discriminator="kind")]
 
 
 class CallArg(Node):
@@ -130,7 +145,7 @@ class DataPart(Node):
     span: Span
 
 
-ContentPart = Annotated[Union[TextPart, FillerPart, CallPart, ExprPart, ReplyPart, DataPart],
+ContentPart = Annotated[TextPart | FillerPart | CallPart | ExprPart | ReplyPart | DataPart,
                         Field(discriminator="kind")]
 
 
@@ -365,7 +380,7 @@ class If(Node):
 
 
 Stmt = Annotated[
-    Union[Message, Reply, Probe, Resend, Wait, Turn, Phase, For, Repeat, Grow, Spawn, Fresh, If],
+    Message | Reply | Probe | Resend | Wait | Turn | Phase | For | Repeat | Grow | Spawn | Fresh | If,
     Field(discriminator="kind"),
 ]
 
@@ -482,7 +497,7 @@ class GCall(Node):
     span: Span
 
 
-GExpr = Annotated[Union[MetricRef, Agg, GNum, GBin, GCall], Field(discriminator="kind")]
+GExpr = Annotated[MetricRef | Agg | GNum | GBin | GCall, Field(discriminator="kind")]
 
 
 CmpOp = Literal["<", "<=", ">", ">=", "==", "!="]

@@ -8,7 +8,7 @@ object value). `workloadlang.ir` builds the statements, sessions, gates and work
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,7 +118,7 @@ class ObjExpr(Node):
 
 
 Expr = Annotated[
-    Union[Num, Str, Bool, Null, Ref, BinOp, Neg, Not, Call, ListExpr, ObjExpr],
+    Num | Str | Bool | Null | Ref | BinOp | Neg | Not | Call | ListExpr | ObjExpr,
     Field(discriminator="kind"),
 ]
 

@@ -10,7 +10,8 @@ say the kind of each per-request metric, calibration result, param type and sett
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from workloadlang import ir
 from workloadlang.evaluate import MAX_CONTEXT, TIMING_TOKENS

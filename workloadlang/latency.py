@@ -15,7 +15,7 @@ per second of it (`rate(...)` in gates reads the same window).
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from workloadlang.results import Concurrency, Goodput, Performance, Record, Slo, Spread
 

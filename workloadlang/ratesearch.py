@@ -18,8 +18,8 @@ sustained (for an `int` param, until they are 1 apart), or `max_runs` runs were 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 

@@ -10,7 +10,8 @@ The planner applies only the static part (names, labels, phases, sessions,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from workloadlang import ir
 from workloadlang.evaluate import evaluate

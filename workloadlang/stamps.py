@@ -21,7 +21,7 @@ import socket
 import struct
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # SO_TIMESTAMPNS_OLD
 CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0

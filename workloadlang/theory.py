@@ -26,7 +26,8 @@ it started: an earlier run with the same salt, or another client sending the sam
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from workloadlang.plan import lanes
 from workloadlang.plan.model import Plan

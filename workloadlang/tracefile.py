@@ -28,9 +28,10 @@ import json
 import math
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, Mapping
+from typing import IO, Any, Literal
 
 MAX_LINE = 8 << 20  # bytes of one record
 MOONCAKE_BLOCK = 512

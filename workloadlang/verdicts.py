@@ -7,9 +7,9 @@ per-session verdict labels, an `ExitCode`, gate names.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from workloadlang import ir
 from workloadlang.plan.model import Plan
 from workloadlang.results import ExitCode, GateResult, Record
 from workloadlang.selector import gate_metric_refs, select

@@ -14,10 +14,10 @@ because its sizes were small.
 from __future__ import annotations
 
 import pytest
+from test_groundtruth_drift import case_args, timings_args
 
 from cpuload import placed_load
 from runhelp import gate, records, verdicts, wl_run
-from test_groundtruth_drift import case_args, timings_args
 
 pytestmark = pytest.mark.alone  # it reads time and owns the CPU: nothing else in flight
 

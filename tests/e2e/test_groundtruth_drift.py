@@ -12,9 +12,9 @@ The control runs the same workload with the condition taken out, and must be cal
 from __future__ import annotations
 
 import pytest
+from test_groundtruth_degraded import small, survival_agrees_with_its_report
 
 from runhelp import gate, records, verdicts, wl_run
-from test_groundtruth_degraded import small, survival_agrees_with_its_report
 from workloadlang.resources import bundled_workloads
 
 pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight

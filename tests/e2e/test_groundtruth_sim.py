@@ -3,7 +3,6 @@ speeds and faults are known), must reach the right verdicts."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from runhelp import gate, records, verdicts, wl_run

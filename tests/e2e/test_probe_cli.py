@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from workloadlang.cli.main import main as wl_main
 from workloadlang.card import read_card
+from workloadlang.cli.main import main as wl_main
 
 pytestmark = pytest.mark.alone  # the probe reads timings: nothing else of the suite in flight
 

@@ -8,10 +8,15 @@ import pytest
 
 from workloadlang import ir
 from workloadlang.check import arith_kind, check, comparable
-from workloadlang.diagnostics import (Diagnostic, WorkloadError, error, render_json,
-                                      render_text, sort_diagnostics)
+from workloadlang.diagnostics import (
+    Diagnostic,
+    WorkloadError,
+    error,
+    render_json,
+    render_text,
+    sort_diagnostics,
+)
 from workloadlang.parse import parse
-
 
 FLOW = {"WL236", "WL410"}
 """What a session's statements do in order (a trailing `wait`, no request at all): the small

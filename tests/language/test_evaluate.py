@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from workloadlang import ir
-from workloadlang.evaluate import (EvalError, ParamValueError, evaluate, format_value,
-                                   param_flag, parse_param_value, resolve_params)
+from workloadlang.evaluate import (
+    EvalError,
+    ParamValueError,
+    evaluate,
+    format_value,
+    param_flag,
+    parse_param_value,
+    resolve_params,
+)
 from workloadlang.parse import parse
 from workloadlang.resources import bundled_workloads
 

@@ -19,8 +19,8 @@ from workloadlang import ir
 from workloadlang.check import check
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.parse import parse, parser
-from workloadlang.syntax import _LITERALS
 from workloadlang.resources import bundled_workloads, read_grammar
+from workloadlang.syntax import _LITERALS
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "parse"
 UPDATE = os.environ.get("WL_UPDATE_GOLDEN") == "1"

@@ -18,7 +18,7 @@ RATIOS = st.sampled_from(["0.5", "95%", "0%"])
 LABELS = st.sampled_from(["a", "b", "main", "verify"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def number_expr(refs: tuple[str, ...]) -> st.SearchStrategy[str]:
     """Non-negative number expressions over `refs` (so a range `in 0..` always holds)."""
     atoms = NUMBERS | st.sampled_from(refs).map(lambda r: f"${r}") if refs else NUMBERS
@@ -31,7 +31,7 @@ def number_expr(refs: tuple[str, ...]) -> st.SearchStrategy[str]:
     ), max_leaves=4)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def statements(refs: tuple[str, ...], depth: int = 0) -> st.SearchStrategy[str]:
     """One to four statements (blocks nest two deep), using only the refs in scope."""
     n = number_expr(refs)

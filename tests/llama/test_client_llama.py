@@ -11,11 +11,11 @@ import httpx
 import pytest
 
 from workloadlang.run.client import send
+from workloadlang.run.discover import EngineInfo, Tokenizer, discover
 from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.run.metrics import PrefixCounters, delta, scrape
 from workloadlang.run.sse import Outcome
 from workloadlang.wire import Pool
-from workloadlang.run.discover import EngineInfo, Tokenizer, discover
-from workloadlang.run.metrics import PrefixCounters, delta, scrape
 
 pytestmark = pytest.mark.llama
 

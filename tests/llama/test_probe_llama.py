@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest

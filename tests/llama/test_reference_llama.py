@@ -12,12 +12,12 @@ verdict is then held to the server's own log of which slot the re-prompt went to
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from llama import LlamaServer, llama_server_session
-from runhelp import gate, records, verdicts, wl_run
+from runhelp import records, verdicts, wl_run
 
 pytestmark = pytest.mark.llama
 

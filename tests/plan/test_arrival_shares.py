@@ -5,6 +5,7 @@ concurrency count at most a capped session's cap of its copies."""
 from __future__ import annotations
 
 from test_plan_semantics import plan_of
+
 from workloadlang.plan.dryrun import render_plan
 
 QA = """workload multi_round_qa {

@@ -13,10 +13,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+from test_plan_semantics import plan_errors, plan_of
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from runhelp import wl_run_text as wl_run
-from test_plan_semantics import plan_errors, plan_of
 from workloadlang.plan.dryrun import render_plan
 
 pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from workloadlang import api
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.sim import SimConfig, start_in_thread
-
-import pytest
 
 WL = """
 workload reread {

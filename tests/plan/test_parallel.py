@@ -18,9 +18,9 @@ from workloadlang import api
 from workloadlang.check import check
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.parse import parse
+from workloadlang.plan.dryrun import render_plan
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.prefix import GEN_ATOM, GEN_PROMPT_TOKENS, concurrent, message_atoms
-from workloadlang.plan.dryrun import render_plan
 
 
 def plan_of(text: str, **params: str) -> Plan:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_plan_semantics import plan_of
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
-from runhelp import gate, wl_run_text as wl_run
-from test_plan_semantics import plan_of
+from runhelp import gate
+from runhelp import wl_run_text as wl_run
 
 LOOPED = """
 workload looped {

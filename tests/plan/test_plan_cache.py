@@ -15,9 +15,9 @@ import pytest
 
 from workloadlang import api
 from workloadlang.cli.main import main as wl_main
-from workloadlang.plan.model import CacheModel, Plan
-from workloadlang.plan.prefix import END_TOKENS, GEN_PROMPT_TOKENS, HEADER_TOKENS
 from workloadlang.plan.dryrun import render_plan
+from workloadlang.plan.model import CacheModel, Plan
+from workloadlang.plan.prefix import END_TOKENS, HEADER_TOKENS
 
 SYSTEM = "You are a helpful assistant."  # 28 characters: 7 planned tokens
 SYS_MSG = HEADER_TOKENS + 7 + END_TOKENS

@@ -12,11 +12,10 @@ import math
 import statistics
 
 import pytest
+from test_plan_semantics import plan_errors, plan_of
 
 from workloadlang.plan import draws
 from workloadlang.plan.dryrun import render_plan
-
-from test_plan_semantics import plan_errors, plan_of
 
 THINK = """workload think {
   session user repeat 3 {

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_plan_golden import SALT, check_golden
+
 from workloadlang.cli.main import main as wl_main
 
 FEATURES = Path(__file__).parents[1] / "golden" / "plan-features"

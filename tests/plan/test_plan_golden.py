@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from workloadlang.cli.main import main as wl_main
-from workloadlang.plan.model import Plan
 from workloadlang.plan.assemble import plan_hash
+from workloadlang.plan.model import Plan
 from workloadlang.resources import bundled_workloads
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "plan"

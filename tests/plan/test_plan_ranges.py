@@ -5,7 +5,8 @@ diagnostic with a location, never a plan that silently changes what is measured.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 

@@ -6,7 +6,8 @@ expected cached tokens, stop groups, waits, options) and the plan-time diagnosti
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 

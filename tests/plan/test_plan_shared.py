@@ -9,15 +9,12 @@ the check diagnostics of misuse.
 from __future__ import annotations
 
 import pytest
+from test_plan_semantics import plan_of
 
-from workloadlang import api
+from checkhelp import check_codes
+from workloadlang.plan.dryrun import render_plan
 from workloadlang.plan.prefix import END_TOKENS, HEADER_TOKENS
 from workloadlang.plan.realise import Realiser
-from workloadlang.plan.dryrun import render_plan
-
-from test_plan_semantics import plan_of
-from checkhelp import check_codes
-
 
 SHARED = """workload shared {
   params { n: int = 3; system_tokens: tokens = 2k }

@@ -84,7 +84,7 @@ def test_filler_text_is_pinned_to_its_definition(n: int):
     the same bytes whatever the implementation (or its speed-ups) of the day."""
     import hashlib
 
-    digest = hashlib.shake_256("salt\0main#0:main#0/1".encode()).digest(n)
+    digest = hashlib.shake_256(b"salt\0main#0:main#0/1").digest(n)
     expected = " ".join(synth.WORDS[b] for b in digest)
     assert synth.filler("salt", "main#0:main#0/1", n) == expected
     assert synth.words("salt", "main#0:main#0/1", n) == (expected.split() if n else [])

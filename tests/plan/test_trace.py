@@ -21,7 +21,6 @@ import pytest
 from runhelp import wl_run
 from workloadlang import api, tracefile
 from workloadlang.cli.main import main as wl_main
-from workloadlang.diagnostics import WorkloadError
 from workloadlang.plan.assemble import finish_requests  # noqa: F401  (the pass under test)
 from workloadlang.plan.lru import Lru, generated_run, order, path_runs
 from workloadlang.plan.model import CacheModel, Plan
@@ -285,9 +284,9 @@ def test_the_plans_lru_cache_is_the_simulators_cache(tokens: int, block: int, se
     plan_kw = {"trace": str(SLICE), "limit": "150", "offset": offset, "max_tokens": "600"}
     # the planner's own pass, then the simulator's cache over the same block identities
     from workloadlang.evaluate import resolve_params
+    from workloadlang.plan.assemble import plan_sessions
     from workloadlang.plan.limits import Budget, Limits
     from workloadlang.plan.planner import Builder, Ctx, options_value
-    from workloadlang.plan.assemble import plan_sessions
     params, _ = resolve_params(wl, plan_kw, {"max_context": None})
     b = Builder(wl, "s", {}, Budget(Limits()))
     root = Ctx(session="", session_name="", copy=0, phase="", label=None, index=0, path="",

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from workloadlang.cli.main import main as wl_main
 from workloadlang.card import Card, CardFileError, Cost, Experiment, Property, read_card
 from workloadlang.card.cardtext import render_card, render_compare
+from workloadlang.cli.main import main as wl_main
 from workloadlang.report.cardpage import card_page
 
 

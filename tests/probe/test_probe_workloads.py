@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from workloadlang import api
-from workloadlang.cli.main import main as wl_main
 from workloadlang.check import check
+from workloadlang.cli.main import main as wl_main
 from workloadlang.resources import bundled_workloads, probe_workloads
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "probes"

@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 
 from workloadlang.api import load, make_plan, parse_checked
-from workloadlang.results import Record
-from workloadlang.run.record import base_record
-from workloadlang.results import Results
 from workloadlang.console.format import after_abort_misses
 from workloadlang.console.lines import footer
+from workloadlang.results import Record, Results
+from workloadlang.run.record import base_record
 
 
 def abort_results(gap_s: float, hit: bool, slots: int | None) -> Results:

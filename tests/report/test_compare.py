@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 
-from workloadlang.compare import (CompareRequest, compare_command, fmt_delta, gate_changes,
-                                  headline, load_results)
+from workloadlang.compare import (
+    CompareRequest,
+    compare_command,
+    fmt_delta,
+    gate_changes,
+    headline,
+    load_results,
+)
 from workloadlang.gates import GateResult, ScopeResult
-from workloadlang.results import ErrorDetail, Record
-from workloadlang.results import Results
+from workloadlang.results import ErrorDetail, Record, Results
 
 
 def record(i: int, *, session: str = "s1", warm: bool = True, reuse: float | None = 1.0,

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from checkhelp import check_codes
-from runhelp import gate, wl_run_text as wl_run
+from runhelp import gate
+from runhelp import wl_run_text as wl_run
 from workloadlang import api
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.plan.model import Plan

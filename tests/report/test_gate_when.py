@@ -9,14 +9,14 @@ import pytest
 
 from workloadlang.api import Source, make_plan, parse_checked
 from workloadlang.check import check
+from workloadlang.console.lines import gate_rows, session_rows
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.gates import evaluate_gates
-from workloadlang.verdicts import session_verdicts
 from workloadlang.parse import parse
 from workloadlang.plan.dryrun import gates_block
 from workloadlang.results import Record
 from workloadlang.run.record import base_record
-from workloadlang.console.lines import gate_rows, session_rows
+from workloadlang.verdicts import session_verdicts
 
 WL = """
 workload w {

@@ -9,8 +9,6 @@ import re
 import pytest
 from rich.console import Console
 
-from workloadlang.ir import Span
-from workloadlang.plan.model import Plan, PRequest, SessionInfo, Totals
 from workloadlang.console import live
 from workloadlang.console.live import (
     LiveView,
@@ -20,10 +18,11 @@ from workloadlang.console.live import (
     render_state,
     state_from_plan,
 )
-from workloadlang.results import ErrorDetail, Record
-from workloadlang.run.record import base_record
-from workloadlang.results import Results
+from workloadlang.ir import Span
+from workloadlang.plan.model import Plan, PRequest, SessionInfo, Totals
+from workloadlang.results import ErrorDetail, Record, Results
 from workloadlang.resultsmodels import ClientHealth, EngineSummary, MetricsSummary
+from workloadlang.run.record import base_record
 
 SPAN = Span(file="t.wl", line=1, col=1, end_line=1, end_col=2)
 # the session copy's field (being renamed from `copy`, which shadows BaseModel.copy)

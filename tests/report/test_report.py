@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from workloadlang.report import (ReportRequest, data, report_command, sample, tables,
-                                 write_report)
-from workloadlang.resultsmodels import CacheTheory, EngineSummary, MetricsSummary
+from workloadlang.report import ReportRequest, data, report_command, sample, tables, write_report
 from workloadlang.report.render import ReportError, charts, render_html, run_labels
+from workloadlang.resultsmodels import CacheTheory, EngineSummary, MetricsSummary
 
 EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>&amp;"
 

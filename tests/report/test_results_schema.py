@@ -15,8 +15,13 @@ import pytest
 
 from workloadlang.cli.main import main
 from workloadlang.report import sample
-from workloadlang.results import (PREVIOUS_SCHEMAS, SCHEMA, Results, ResultsFileError,
-                                  read_results, results_schema)
+from workloadlang.results import (
+    PREVIOUS_SCHEMAS,
+    SCHEMA,
+    ResultsFileError,
+    read_results,
+    results_schema,
+)
 from workloadlang.resultsmodels import ClientHealth, MetricsSummary
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from workloadlang import latency, ratesearch
-from workloadlang.report.sweeppage import render_sweep_html
-from workloadlang.report import sample
-from workloadlang.results import Slo
 from workloadlang.ratesearch import SearchError, Tried, next_value, outcome, parse_range
+from workloadlang.report import sample
+from workloadlang.report.sweeppage import render_sweep_html
+from workloadlang.results import Slo
 from workloadlang.sweepresults import SweepResults, search_line, table
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from workloadlang.api import Source, make_plan, parse_checked
 from workloadlang.console.lines import footer
-from workloadlang.resultsmodels import ClientHealth, EngineSummary
 from workloadlang.gates import evaluate_gates, metric_value
 from workloadlang.results import ExitCode, GateResult, Record, ScopeResult
+from workloadlang.resultsmodels import ClientHealth, EngineSummary
 from workloadlang.run.record import base_record
 from workloadlang.spans import Span
 from workloadlang.sweepresults import worst_exit

@@ -4,16 +4,15 @@ an unmatched record (kept), an extra entry, a `root` path contradicting a high A
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from workloadlang.enginelog.annotate import annotate, annotate_results, contradictions, summary_line
 from workloadlang.enginelog.ninfer import LogEntry, parse_ninfer_lines
+from workloadlang.results import ErrorDetail, Record, Results
 from workloadlang.resultsmodels import EngineLogMatch
-from workloadlang.results import ErrorDetail, Record
-from workloadlang.results import Results
 
 T0 = 1_700_000_000.0  # unix seconds
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest

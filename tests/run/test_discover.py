@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest

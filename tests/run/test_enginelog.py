@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from workloadlang.enginelog.ninfer import LogEntry, classify_reuse, match, parse_ninfer_lines, read_ninfer_log
+from workloadlang.enginelog.ninfer import (
+    LogEntry,
+    classify_reuse,
+    match,
+    parse_ninfer_lines,
+    read_ninfer_log,
+)
 
 
 def done_row(rid: int, prompt: int, hit: int, ts: int | None, path: str = "private_endpoint", seed: int | None = None) -> str:

@@ -5,7 +5,6 @@ due, records reaching the sink in order, and a failing sink stopping the run."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import httpx

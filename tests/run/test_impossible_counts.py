@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from workloadlang import api
-from workloadlang.run.client import Outcome
 from workloadlang.redact import REDACTED, mentions, redact
+from workloadlang.run.client import Outcome
 from workloadlang.run.record import TtftReference, build_record
 
 TEXT = """

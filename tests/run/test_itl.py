@@ -5,8 +5,8 @@ docs/metrics.md."""
 from __future__ import annotations
 
 import pytest
-
 from test_client import DONE, delta, ev, finish, run_send, usage
+
 from workloadlang.run.record import timing
 from workloadlang.run.sse import gaps
 

@@ -10,7 +10,13 @@ import pytest
 
 from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
 from workloadlang.run.metrics import (
-    PrefixCounters, delta, metrics_url_for, parse_counters, read, scrape)
+    PrefixCounters,
+    delta,
+    metrics_url_for,
+    parse_counters,
+    read,
+    scrape,
+)
 
 VLLM = """\
 # HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.

@@ -25,8 +25,15 @@ from workloadlang.results import ListSink
 from workloadlang.run import ahead as ahead_module
 from workloadlang.run.ahead import Made, WriteAhead
 from workloadlang.run.client import send
-from workloadlang.run.endpoint import (ChatRequest, Endpoint, body_parts, build_body, encode_body,
-                                       head_of, outgoing)
+from workloadlang.run.endpoint import (
+    ChatRequest,
+    Endpoint,
+    body_parts,
+    build_body,
+    encode_body,
+    head_of,
+    outgoing,
+)
 from workloadlang.run.executor import Executor
 from workloadlang.run.pacing import InTurn
 from workloadlang.run.sse import Answer

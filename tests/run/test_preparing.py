@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from workloadlang.console.live import RunState, apply_event
 from workloadlang.console.lines import event_line
+from workloadlang.console.live import RunState, apply_event
 from workloadlang.results import ListSink
 from workloadlang.run.maker import RequestMaker
 

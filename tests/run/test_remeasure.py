@@ -13,8 +13,15 @@ from collections import Counter
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser
 from workloadlang.run.errors import ErrorInfo
-from workloadlang.run.remeasure import (PAUSES, TRIES, Remeasure, decode_pace, drift_of,
-                                        repeatable, why_again)
+from workloadlang.run.remeasure import (
+    PAUSES,
+    TRIES,
+    Remeasure,
+    decode_pace,
+    drift_of,
+    repeatable,
+    why_again,
+)
 from workloadlang.run.sse import Outcome
 
 

@@ -8,11 +8,11 @@ import httpx
 import pytest
 
 from workloadlang.run.client import send
+from workloadlang.run.discover import Tokenizer
 from workloadlang.run.endpoint import ChatRequest, Endpoint
+from workloadlang.run.errors import EndpointError
 from workloadlang.run.sse import Outcome
 from workloadlang.wire import HttpxTransport
-from workloadlang.run.discover import Tokenizer
-from workloadlang.run.errors import EndpointError
 
 
 def tokenizer(fail_times: int) -> tuple[Tokenizer, list[int]]:

@@ -11,13 +11,14 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
-from workloadlang.wire import Outgoing, Pool, ReadTimeout, Reader
+from workloadlang.wire import Outgoing, Pool, Reader, ReadTimeout
 
 pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
 

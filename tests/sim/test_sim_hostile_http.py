@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from workloadlang import api, ir
 from workloadlang.cli.arguments import command_flags

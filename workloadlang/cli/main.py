@@ -12,17 +12,27 @@ import argparse
 import gc
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from workloadlang import api
 from workloadlang.cli import requests
-from workloadlang.cli.arguments import (add_plan_args, add_plan_view_args, add_run_args,
-                                        command_flags, port_number)
-from workloadlang.cli.common import (UsageError, eprint, plan_runs, prepare, show_diags,
-                                     workload_help)
+from workloadlang.cli.arguments import (
+    add_plan_args,
+    add_plan_view_args,
+    add_run_args,
+    command_flags,
+    port_number,
+)
+from workloadlang.cli.common import (
+    UsageError,
+    eprint,
+    plan_runs,
+    prepare,
+    show_diags,
+    workload_help,
+)
 from workloadlang.diagnostics import Diagnostic, WorkloadError, render_json
 from workloadlang.results import ExitCode
-
 
 # ---------------------------------------------------------------- commands
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Callable, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import orjson
 

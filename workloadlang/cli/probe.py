@@ -22,8 +22,8 @@ from workloadlang.card import Card, CardFileError, Property, read_card
 from workloadlang.card.cardtext import render_card, render_compare
 from workloadlang.cli.arguments import positive_seconds, salt_text, token_count
 from workloadlang.cli.common import eprint
-from workloadlang.cli.requests import ProbeRequest
 from workloadlang.cli.outputs import deliver
+from workloadlang.cli.requests import ProbeRequest
 from workloadlang.redact import redact, redact_value
 from workloadlang.results import ExitCode
 

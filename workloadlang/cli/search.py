@@ -11,7 +11,8 @@ sustained, 1 when not even LOW was, 130 when interrupted (docs/cli.md "Rate sear
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from workloadlang import api
 from workloadlang.cli.common import show_diags

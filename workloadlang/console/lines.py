@@ -12,8 +12,17 @@ from typing import IO, Any
 
 from tabulate import tabulate
 
-from workloadlang.console.format import (after_abort_misses, counters_line, fmt_gap, fmt_pct,
-                                         fmt_kind, fmt_report, fmt_s, fmt_tok, fmt_tps)
+from workloadlang.console.format import (
+    after_abort_misses,
+    counters_line,
+    fmt_gap,
+    fmt_kind,
+    fmt_pct,
+    fmt_report,
+    fmt_s,
+    fmt_tok,
+    fmt_tps,
+)
 from workloadlang.console.perf import performance_text
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record, Results

@@ -15,8 +15,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from rich.columns import Columns
 from rich.console import Console, Group, RenderableType
@@ -24,9 +25,9 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from workloadlang.console.lines import event_line, record_line, summary_text
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record
-from workloadlang.console.lines import event_line, record_line, summary_text
 
 PANEL_WIDTH = 38  # one session panel, borders included: two fit in 80 columns
 MAX_PANELS = 12  # beyond this, the interesting sessions get a panel and the rest one line

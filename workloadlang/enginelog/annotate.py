@@ -20,7 +20,7 @@ cached tokens, the record's `suspicious` list says how.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import Field
 

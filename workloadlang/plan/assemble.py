@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from pydantic import TypeAdapter
 
@@ -25,15 +26,39 @@ from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.evaluate import COPY
 from workloadlang.plan import arrivals, lanes, load, lru
-from workloadlang.plan.limits import Budget, Limits, TooBig
-from workloadlang.plan.model import (CacheModel, GatePlan, Pick, Plan, PMessage, PRequest,
-                                     SessionInfo, Totals, TraceInfo)
-from workloadlang.plan.planner import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S, Builder, Conv,
-                                       Ctx, Draft, in_bounds, iterations, options_value, value,
-                                       walk)
 from workloadlang.plan.dataplan import DataDraws
-from workloadlang.plan.prefix import (HEADER_TOKENS, MessageNodes, Prefix, Stream, Trie,
-                                      message_weight)
+from workloadlang.plan.limits import Budget, Limits, TooBig
+from workloadlang.plan.model import (
+    CacheModel,
+    GatePlan,
+    Pick,
+    Plan,
+    PMessage,
+    PRequest,
+    SessionInfo,
+    Totals,
+    TraceInfo,
+)
+from workloadlang.plan.planner import (
+    DEFAULT_HIT_RATIO,
+    DEFAULT_TIMEOUT_S,
+    Builder,
+    Conv,
+    Ctx,
+    Draft,
+    in_bounds,
+    options_value,
+    value,
+    walk,
+)
+from workloadlang.plan.prefix import (
+    HEADER_TOKENS,
+    MessageNodes,
+    Prefix,
+    Stream,
+    Trie,
+    message_weight,
+)
 from workloadlang.selector import gate_metric_refs, select_static, test_refs
 
 

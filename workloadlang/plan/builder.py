@@ -13,14 +13,15 @@ builder for what cannot be planned.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic
 from workloadlang.evaluate import DRAW, DRAWS, EvalError, evaluate, sub_exprs
-from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan import draws
+from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import Pick, PMessage, Seg
 from workloadlang.plan.prefix import Lane, message_weight
@@ -62,7 +63,7 @@ class Ctx:
         self.label, self.index, self.path, self.env = label, index, path, env
         self.stop, self.isolated, self.lane = stop, isolated, lane
 
-    def replace(self, **kw: Any) -> "Ctx":
+    def replace(self, **kw: Any) -> Ctx:
         new = object.__new__(Ctx)
         new.session, new.session_name, new.copy = self.session, self.session_name, self.copy
         new.phase, new.label, new.index, new.path = self.phase, self.label, self.index, self.path
@@ -72,7 +73,7 @@ class Ctx:
             setattr(new, name, v)
         return new
 
-    def at(self, path: str, **kw: Any) -> "Ctx":
+    def at(self, path: str, **kw: Any) -> Ctx:
         return self.replace(path=f"{self.path}/{path}", **kw)
 
 

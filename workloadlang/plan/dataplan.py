@@ -16,7 +16,8 @@ token). Taking more than the dataset holds is WL421 (the dataset is too short fo
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from workloadlang import ir
 from workloadlang.plan import texts

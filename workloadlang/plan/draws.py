@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+
 
 def fresh_salt(nbytes: int = 4) -> str:
     """Output: a new random salt, `nbytes` random bytes in hex, for a run not given one (the

@@ -8,8 +8,9 @@ expectations assume, and each gate with the number of requests it reads.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from itertools import groupby
-from typing import Any, Callable
+from typing import Any
 
 from tabulate import tabulate
 

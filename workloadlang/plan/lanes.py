@@ -13,7 +13,8 @@ by the demand. A session's `concurrency` cap lets at most that many of its copie
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from workloadlang.plan.model import PRequest
 

@@ -20,7 +20,7 @@ promises it (an LRU cache cannot keep what was never certainly there).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 from workloadlang.plan.model import CacheModel
 from workloadlang.plan.prefix import Node, Stream, Trie

@@ -52,7 +52,7 @@ class Seg(Frozen):
     needle_at: float | None = None
     synthetic: bool = False
     content_only: bool = unless(False)
-    args: tuple[tuple[str, "Seg"], ...] = unless(())
+    args: tuple[tuple[str, Seg], ...] = unless(())
     ref: int | None = unless(None)
 
 
@@ -262,7 +262,7 @@ class Plan(Frozen):
     warmup_s: float | None = unless(None)
     cooldown_s: float | None = unless(None)
     texts: tuple[str, ...] = unless(())  # the long literal texts, each once (`Seg.ref`)
-    datasets: tuple["DatasetInfo", ...] = unless(())
+    datasets: tuple[DatasetInfo, ...] = unless(())
     _chains: dict[int, tuple[int, ...]] = PrivateAttr(default_factory=dict)
 
     def message_ids(self, req: PRequest) -> tuple[int, ...]:

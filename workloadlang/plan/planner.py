@@ -21,13 +21,24 @@ import math
 from workloadlang import ir
 from workloadlang.evaluate import refs_in
 from workloadlang.plan import synth, texts
-from workloadlang.plan.builder import (DEFAULT_HIT_RATIO, DEFAULT_TIMEOUT_S,  # noqa: F401
-                                       Builder, Conv, Ctx, Draft, count, in_bounds, iterations,
-                                       options_value, seconds, tokens, value)
+from workloadlang.plan.builder import (  # noqa: F401
+    DEFAULT_HIT_RATIO,
+    DEFAULT_TIMEOUT_S,
+    Builder,
+    Conv,
+    Ctx,
+    Draft,
+    count,
+    in_bounds,
+    iterations,
+    options_value,
+    seconds,
+    tokens,
+    value,
+)
 from workloadlang.plan.dataplan import data_segs
 from workloadlang.plan.model import BranchEnd, Expectation, Pick, Seg
 from workloadlang.plan.prefix import CALL_ARG_TOKENS, CALL_TOKENS, GEN_PROMPT_TOKENS, Lane
-
 
 # ---------------------------------------------------------------- statements
 

@@ -19,8 +19,8 @@ group at the same level run concurrently: what they could add is reported apart
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
 
 from workloadlang.plan.model import PMessage, Seg
 
@@ -83,7 +83,7 @@ class Node:
     __slots__ = ("parent", "start", "end", "kids", "serial", "tin", "tout", "epoch", "grp_src",
                  "min_level", "low_src", "lvl", "g1", "t1", "g2", "t2")
 
-    def __init__(self, parent: "Node | None", start: int, end: int, serial: int):
+    def __init__(self, parent: Node | None, start: int, end: int, serial: int):
         self.parent, self.start, self.end, self.serial = parent, start, end, serial
         self.kids: dict[Hashable, Node] | None = None
         self.tin = self.tout = 0

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Iterator, Mapping, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from workloadlang.plan import synth
 from workloadlang.plan.model import Plan, PMessage, PRequest, Seg

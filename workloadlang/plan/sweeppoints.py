@@ -12,11 +12,11 @@ file are `workloadlang.sweepresults` (docs/cli.md "Sweeps").
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from workloadlang import ir
-from workloadlang.check import sweep_text
 from workloadlang.bounds import MAX_SWEEP_POINTS
+from workloadlang.check import sweep_text
 from workloadlang.plan.model import Plan
 
 

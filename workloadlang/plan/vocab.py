@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_left
 from collections import OrderedDict
-from itertools import accumulate
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from itertools import accumulate
 
 from workloadlang.plan import synth
 from workloadlang.plan.realise import ExactSizer
@@ -55,7 +55,7 @@ class Vocabulary:
         return {w: c for w, c in zip(synth.WORDS, self.costs) if c != 1}
 
     @classmethod
-    def from_exceptions(cls, words: dict[str, int], sample_tokens: int = 0) -> "Vocabulary":
+    def from_exceptions(cls, words: dict[str, int], sample_tokens: int = 0) -> Vocabulary:
         """Output: the vocabulary whose words cost 1 but those in `words`."""
         return cls(bytes(words.get(w, 1) for w in synth.WORDS), sample_tokens, 0)
 

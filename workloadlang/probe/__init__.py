@@ -11,7 +11,7 @@ analysis they share: `model` (hypothesis caches), `fit` (fitting them to the cou
 (device, host or recompute by price).
 """
 
-from workloadlang.probe.stages import probe
 from workloadlang.probe.lab import ProbeOptions
+from workloadlang.probe.stages import probe
 
 __all__ = ["ProbeOptions", "probe"]

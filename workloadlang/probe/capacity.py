@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from workloadlang.probe.fit import Fit, device_split, fit_all
 from workloadlang.probe.granularity import Grain, answer_keys
-from workloadlang.probe.lab import Lab
 from workloadlang.probe.hypotheses import Cache, Hypothesis, Prompt, eviction_order
+from workloadlang.probe.lab import Lab
 from workloadlang.probe.prices import Tiers, classify
 from workloadlang.results import Record
 

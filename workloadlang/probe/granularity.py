@@ -20,8 +20,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from workloadlang.card import Property
-from workloadlang.probe.lab import Lab
 from workloadlang.probe.hypotheses import Prompt
+from workloadlang.probe.lab import Lab
 from workloadlang.results import Record
 
 SIZES = (128, 141, 154, 167, 180, 193, 206, 219, 780, 1100)

@@ -18,8 +18,8 @@ hypotheses over the same requests.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 POLICIES = ("lru", "fifo", "lfu")
 ENDS = ("tail", "head")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from workloadlang.card import Property
 from workloadlang.probe.granularity import Grain, answer_keys
-from workloadlang.probe.lab import Lab
 from workloadlang.probe.hypotheses import Prompt
+from workloadlang.probe.lab import Lab
 from workloadlang.results import Record
 
 CONTEXT = 256

@@ -15,8 +15,9 @@ engine; every later run reuses that calibration and sends no calibration request
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from workloadlang import api
 from workloadlang.card import Cost, Experiment

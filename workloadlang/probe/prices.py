@@ -16,8 +16,8 @@ faster one; what costs between the two is a read split between the tiers.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from workloadlang.results import Record
 

@@ -16,8 +16,9 @@ that an earlier one's unknowns make pointless, leaves its properties `not_measur
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from workloadlang.card import Card, Property
 from workloadlang.probe import abort, capacity, capacity_props, granularity, idle, readback

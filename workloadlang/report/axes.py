@@ -10,8 +10,9 @@ numbers (1, 2, 2.5, 5 times a power of ten; decades on a log scale).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from workloadlang.report import svg
 

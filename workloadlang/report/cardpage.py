@@ -14,9 +14,9 @@ from markupsafe import Markup
 
 from workloadlang.card import PROPERTIES, Card
 from workloadlang.card.cardtext import TITLES, cost_line
-from workloadlang.report.render import CSP, environment
 from workloadlang.report.axes import Axis, Panel, tokens
 from workloadlang.report.charts import BLUE, WIDTH
+from workloadlang.report.render import CSP, environment
 from workloadlang.report.svg import Canvas, dot
 
 TIER_COLOURS = {"device": "#1f7a48", "host": "#9a6200", "split": "#b06d00",

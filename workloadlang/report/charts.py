@@ -9,7 +9,7 @@ line style or its own panel, named in the legend. Sizes are px of a chart 1,100 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from workloadlang.report.axes import Axis, Panel, linear_ticks, percent, seconds, tokens
 from workloadlang.report.data import Abort, Lanes, Latency, Needles, Retention, Speed, Theory

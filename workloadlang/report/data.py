@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from workloadlang.results import Record, Results
 from workloadlang.resultsmodels import CacheTheory, Calibration, ParamValue

@@ -11,10 +11,11 @@ writes). A strict Content-Security-Policy forbids scripts and any load but inlin
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import jinja2
 from markupsafe import Markup

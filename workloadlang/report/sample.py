@@ -9,13 +9,20 @@ Not used by `wl report` itself; real-run tests use `wl run --sim` instead.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from workloadlang.verdicts import verdict_code
 from workloadlang.report.source import read_source
 from workloadlang.results import ErrorDetail, GateResult, Record, Results, ScopeResult
-from workloadlang.resultsmodels import (Calibration, ClientHealth, EngineSummary, MetricsSummary,
-                                        ParamValue, ReportValue)
+from workloadlang.resultsmodels import (
+    Calibration,
+    ClientHealth,
+    EngineSummary,
+    MetricsSummary,
+    ParamValue,
+    ReportValue,
+)
+from workloadlang.verdicts import verdict_code
 
 SYSTEM = 12  # tokens of the system prompt and chat template
 

@@ -11,8 +11,9 @@ drawing (sharp in print, no embedded images).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 FONT = 13.0  # px in the chart's own units (the report draws a chart 1,100 units wide)
 INK, MUTE, SPINE, GRID = "#1f2328", "#4a4f57", "#8a8f98", "#e6e8eb"

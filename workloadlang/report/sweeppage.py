@@ -10,7 +10,8 @@ the single-run report's Content-Security-Policy (`render.CSP`: no script, nothin
 from __future__ import annotations
 
 import html
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from workloadlang.report.axes import Axis, Panel
 from workloadlang.report.render import CSP

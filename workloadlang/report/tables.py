@@ -7,12 +7,13 @@ of already formatted strings for the template (which escapes every one of them).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap, fmt_kind
 from workloadlang.report.source import workload_lines
 from workloadlang.results import GateResult, Performance, Record, Results, ScopeResult
 from workloadlang.resultsmodels import EngineSummary
-from workloadlang.console.format import after_abort_misses, counters_line, fmt_gap, fmt_kind
 
 # ---------------------------------------------------------------- formatting
 

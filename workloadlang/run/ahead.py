@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import ChainMap, deque
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from workloadlang.plan.model import PRequest
 from workloadlang.run.client import send

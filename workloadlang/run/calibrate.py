@@ -34,9 +34,9 @@ from typing import Any
 from workloadlang.plan import synth
 from workloadlang.plan.realise import ExactSizer, RatioSizer, Sizer
 from workloadlang.plan.vocab import VocabSizer, Vocabulary, verify
+from workloadlang.resultsmodels import Calibration
 from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint
-from workloadlang.resultsmodels import Calibration
 from workloadlang.run.sse import Outcome
 from workloadlang.wire import Transport
 

@@ -16,16 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 
 from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
 from workloadlang.run.errors import engine_message, excerpt
-from workloadlang.run.sse import (Answer, Outcome, Stream, answer_of, feed_chunk,
-                                  read_cleanly, read_json_body)
-from workloadlang.wire import (ConnectionDropped, Outgoing, Response, Stamps, Transport,
-                               WireError, WireTimeout)
+from workloadlang.run.sse import (
+    Answer,
+    Outcome,
+    Stream,
+    answer_of,
+    feed_chunk,
+    read_cleanly,
+    read_json_body,
+)
+from workloadlang.wire import (
+    ConnectionDropped,
+    Outgoing,
+    Response,
+    Stamps,
+    Transport,
+    WireError,
+    WireTimeout,
+)
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _FINISH_BODY_S = 1.0
@@ -128,7 +143,7 @@ class _IdleWatch:
         self.timer: asyncio.TimerHandle | None = None
         self.seen, self.quiet_since = -1, 0.0
 
-    def __enter__(self) -> "_IdleWatch":
+    def __enter__(self) -> _IdleWatch:
         if self.seconds is not None and self.task is not None:
             self.timer = asyncio.get_running_loop().call_later(self.seconds / 4, self._look)
         return self

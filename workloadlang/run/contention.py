@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_right
-from typing import Callable
+from collections.abc import Callable
 
 
 class Slots(asyncio.Semaphore):

@@ -15,8 +15,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from workloadlang.run.endpoint import auth_headers, dumps, root_of
 from workloadlang.redact import redact
+from workloadlang.run.endpoint import auth_headers, dumps, root_of
 from workloadlang.run.errors import EndpointError, engine_message
 from workloadlang.run.side import AnswerTooLarge, Side, SideError, call_again_if_dropped, side_of
 
@@ -74,7 +74,7 @@ class Tokenizer:
     @classmethod
     def from_info(
         cls, client: Side | httpx.AsyncClient, info: EngineInfo, api_key: SecretStr | str | None = None
-    ) -> "Tokenizer | None":
+    ) -> Tokenizer | None:
         """Output: a tokenizer for a discovered engine, or None when it has no working route."""
         if info.tokenize_url is None or info.tokenize_style is None:
             return None

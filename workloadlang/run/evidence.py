@@ -18,7 +18,8 @@ body, a Responses-API event or an Anthropic event. Engines put the numbers in di
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 NONE = "none"
 DECLARED_ZERO = "declared_zero"

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Awaitable, Callable, Collection, Mapping, Protocol
+from typing import Any, Protocol
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.plan.realise import Realiser
@@ -55,7 +56,6 @@ from workloadlang.run.remeasure import Remeasure
 from workloadlang.run.schedule import Copies, planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
-
 
 MAKE_AHEAD_S = 1.0
 """A request with a planned send time (a trace's, an arrival's, after a wait) is made this long

@@ -20,7 +20,8 @@ import gc
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 _FREEZE_EVERY = 32  # records between two gc.freeze() during a run
 _DELAY_BOUND_S = 0.010  # a client that holds requests back longer than this skews the run
@@ -69,7 +70,7 @@ class GcPauses:
         self.count = 0
         self.recent: deque[tuple[float, float]] = deque(maxlen=keep)  # (start, end) on clock
 
-    def __enter__(self) -> "GcPauses":
+    def __enter__(self) -> GcPauses:
         gc.callbacks.append(self._on_gc)
         return self
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from workloadlang.plan.model import PRequest
 
@@ -34,7 +35,7 @@ from workloadlang.plan.model import PRequest
 class RunWide(Protocol):
     """The isolation across the processes of a sharded run, as one process sees it."""
 
-    def attach(self, isolation: "Isolation") -> None:
+    def attach(self, isolation: Isolation) -> None:
         """Called once by the process's `Isolation`: poke it when the run-wide state changes,
         wait for it to be `idle` before telling the others this process has drained."""
 

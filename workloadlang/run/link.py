@@ -19,8 +19,9 @@ and the connections:
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import httpx
 from pydantic import SecretStr

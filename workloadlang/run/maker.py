@@ -9,7 +9,8 @@ and before the clock, every filler sized with the engine's tokenizer (`size_all`
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from workloadlang.plan.model import PRequest
 from workloadlang.plan.realise import Realiser

@@ -18,7 +18,7 @@ and a family without a TYPE line keeps it; names are therefore compared with `_t
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families

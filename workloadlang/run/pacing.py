@@ -16,7 +16,8 @@ Two pacings:
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from workloadlang.plan.model import PRequest
 from workloadlang.run.client import send

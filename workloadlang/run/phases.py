@@ -14,7 +14,8 @@ when everything is done.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from workloadlang.plan.model import PRequest
 

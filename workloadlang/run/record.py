@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 

@@ -26,7 +26,8 @@ The last try is kept; the earlier ones are in its note.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.results import DRIFT_ALLOWANCE

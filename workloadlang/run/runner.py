@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from workloadlang import ir
 from workloadlang.diagnostics import WorkloadError
 from workloadlang.evaluate import TIMING_TOKENS, evaluate
 from workloadlang.plan.draws import fresh_salt
@@ -26,12 +25,16 @@ from workloadlang.plan.realise import Realiser, Sizer
 from workloadlang.results import Record, Sink
 from workloadlang.resultsmodels import Calibration, ClientHealth, MetricsSummary, ParamValue
 from workloadlang.run import calibrate, metrics
-from workloadlang.run.executor import Executor, RunResult
+from workloadlang.run.executor import Executor
 from workloadlang.run.executor import Shared as ExecutorShared
 from workloadlang.run.link import EngineLink
+from workloadlang.run.record import (
+    REREAD_UNCACHED,
+    TtftReference,
+    decisive_prompt,
+    too_few_to_price,
+)
 from workloadlang.run.runoptions import RunOptions
-from workloadlang.run.record import (REREAD_UNCACHED, TtftReference, decisive_prompt,
-                                     too_few_to_price)
 from workloadlang.selector import gate_metric_refs, select_static
 
 

@@ -6,8 +6,9 @@ Input: what the caller decides (the command line, a distributed run's driver). O
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `wl plan` imports these options, and nothing of the HTTP client
     from workloadlang.plan.model import Plan

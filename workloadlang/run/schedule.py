@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from workloadlang.plan.model import PRequest, SessionInfo
 

@@ -14,12 +14,19 @@ or `AnswerTooLarge` past the cap (the rest is not read).
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Literal, Protocol
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
 
 import httpx
 
-from workloadlang.wire import ConnectError, ConnectionDropped, Outgoing, Pool, WireError, \
-    WireTimeout
+from workloadlang.wire import (
+    ConnectError,
+    ConnectionDropped,
+    Outgoing,
+    Pool,
+    WireError,
+    WireTimeout,
+)
 from workloadlang.wire.request import USER_AGENT
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
@@ -67,7 +74,7 @@ async def call_again_if_dropped(side: Side, method: str, url: str, headers: dict
         return await side.call(method, url, headers, body, timeout, cap)
 
 
-def side_of(client: "Side | httpx.AsyncClient") -> Side:
+def side_of(client: Side | httpx.AsyncClient) -> Side:
     """Output: `client` as a `Side` (an httpx client is wrapped in `HttpxSide`)."""
     return HttpxSide(client) if isinstance(client, httpx.AsyncClient) else client
 

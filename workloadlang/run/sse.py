@@ -17,17 +17,19 @@ one clock read. The gaps between token events' times are the answer's inter-toke
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from workloadlang.run import evidence
-from workloadlang.run.endpoint import Endpoint
 from workloadlang.redact import redact
 from workloadlang.results import ErrorKind
+from workloadlang.run import evidence
+from workloadlang.run.endpoint import Endpoint
 from workloadlang.run.errors import ErrorInfo, excerpt, message_from_json
 from workloadlang.wire import Stamps
+
 
 def loads(data: bytes | str) -> Any:
     """Output: the decoded JSON (orjson; Python's json for what orjson refuses but it reads:

@@ -18,7 +18,8 @@ quiet moment); why the run is incomplete (`incomplete`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.results import Record

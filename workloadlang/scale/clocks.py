@@ -19,8 +19,9 @@ offset: the common start (from the driver) and the records' wall-clock send time
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 SAMPLES = 8
 

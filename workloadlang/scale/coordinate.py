@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 START_MARGIN_S = 0.1
 """From the last worker's being ready to the run's start: the instant's way to every worker."""

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Awaitable, Protocol
+from typing import Any, Protocol
 
 from workloadlang.plan.model import Plan
 from workloadlang.results import Record, Sink
@@ -135,8 +136,15 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
     time budget and isolation hold for every worker); `worker_url`: the engine's base URL as
     the workers reach it (default: the driver's). Output: `run.runner.Measured`."""
     from workloadlang import api
-    from workloadlang.run.runner import (Measured, calibration_env, metrics_summary, plan_event,
-                                         resized, snapshot, without_isolation)
+    from workloadlang.run.runner import (
+        Measured,
+        calibration_env,
+        metrics_summary,
+        plan_event,
+        resized,
+        snapshot,
+        without_isolation,
+    )
 
     if not options.isolation:
         plan = without_isolation(plan)

@@ -28,8 +28,8 @@ workers runs on that many workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from workloadlang.plan.model import Plan, Seg
 

@@ -29,8 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workloadlang.scale.coordinate import Coordinator
 from workloadlang.scale import ScaleError
+from workloadlang.scale.coordinate import Coordinator
 from workloadlang.scale.shard import ShardJob, batches, run_shard
 
 WHERE_TIMEOUT_S = 120.0

@@ -8,9 +8,10 @@ imported only when workers are asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from workloadlang.scale import ScaleError
 

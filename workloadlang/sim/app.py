@@ -7,13 +7,13 @@ Output: JSON bodies, SSE streams (`data: {...}` chunks then `data: [DONE]`) and 
 from __future__ import annotations
 
 import asyncio
-import json
-from functools import lru_cache
-from time import perf_counter
-from typing import Any, AsyncIterator
-
 import contextlib
 import gc
+import json
+from collections.abc import AsyncIterator
+from functools import lru_cache
+from time import perf_counter
+from typing import Any
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -94,7 +94,7 @@ class _Deadline:
         if self.task is not None:
             self.task.cancel()
 
-    def __enter__(self) -> "_Deadline":
+    def __enter__(self) -> _Deadline:
         self.restart()
         return self
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import takewhile
-from typing import Callable
 
 from .order import ORDERS
 

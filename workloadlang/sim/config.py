@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from fnmatch import fnmatchcase
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -44,11 +44,11 @@ class FaultSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: FaultName
-    value: Optional[float] = None
+    value: float | None = None
     sessions: tuple[str, ...] = ()
 
     @model_validator(mode="after")
-    def _check_value(self) -> "FaultSpec":
+    def _check_value(self) -> FaultSpec:
         if self.name in _VALUED and self.value is None:
             raise ValueError(f"fault {self.name} needs a value ({self.name}=...)")
         if self.name not in _VALUED and self.value is not None:
@@ -112,7 +112,7 @@ class SimConfig(BaseModel):
 
     model: str = "wl-sim"
     max_model_len: int = Field(131072, ge=16)
-    effective_context: Optional[int] = Field(None, ge=1)
+    effective_context: int | None = Field(None, ge=1)
     block_size: int = Field(16, ge=1)
     device_tokens: int = Field(262144, ge=0)
     host_tokens: int = Field(0, ge=0)
@@ -148,7 +148,7 @@ class SimConfig(BaseModel):
                 return f
         return None
 
-    def with_faults(self, *texts: str) -> "SimConfig":
+    def with_faults(self, *texts: str) -> SimConfig:
         """A copy with the given `--fault` strings appended."""
         return self.model_copy(update={"faults": self.faults + tuple(map(parse_fault, texts))})
 

@@ -20,9 +20,10 @@ import itertools
 import random
 import time
 import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from time import perf_counter
-from typing import Any, AsyncIterator, Optional
+from typing import Any
 
 from .cache import PrefixCache
 from .config import FaultSpec, SimConfig
@@ -71,8 +72,8 @@ class Job:
     """One chat-completions request from admission to finalization (times: perf_counter s)."""
 
     id: str
-    session: Optional[str]
-    request_id: Optional[str]
+    session: str | None
+    request_id: str | None
     arrival: float
     created: int
     stream: bool
@@ -87,7 +88,7 @@ class Job:
     no_timings: bool = False
     drop_aborted: bool = False
     slow: float = 1.0  # the slow_prefill factor
-    corrupt_at: Optional[int] = None  # corrupt_restored: where a restored reply diverges
+    corrupt_at: int | None = None  # corrupt_restored: where a restored reply diverges
     since: int = 0  # the cache's placements when the job matched (its own blocks come after)
     drift: float = 1.0  # the factor of a `drift` fault that names this request (1: none)
     drifting: bool = False  # it opened the `drift` fault's window and is being served (`Drift`)
@@ -101,7 +102,7 @@ class Job:
     reasoning: list = field(default_factory=list)
     content: list = field(default_factory=list)
     think_closed: bool = False
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
     t_enqueued: float = 0.0
     t_slot: float = 0.0
     t_prefill_end: float = 0.0
@@ -191,7 +192,7 @@ class Job:
         return out
 
 
-def _int_field(body: dict, *names: str) -> Optional[int]:
+def _int_field(body: dict, *names: str) -> int | None:
     for name in names:
         value = body.get(name)
         if value is not None:
@@ -213,7 +214,7 @@ def wants_thinking(body: dict) -> bool:
     )
 
 
-def _position(fault: FaultSpec | None) -> Optional[int]:
+def _position(fault: FaultSpec | None) -> int | None:
     """A corrupt_restored fault's position (None when none applies)."""
     return None if fault is None or fault.value is None else int(fault.value)
 
@@ -238,12 +239,12 @@ class Drift:
         self.serving = False  # the request that opened it is being served
         self.k = 1.0  # its factor
 
-    def arrived(self, job: "Job") -> None:
+    def arrived(self, job: Job) -> None:
         if job.drift != 1.0 and not self.opened:
             self.opened = self.serving = job.drifting = True
             self.k, self.until = job.drift, perf_counter() + self.seconds
 
-    def ended(self, job: "Job") -> None:
+    def ended(self, job: Job) -> None:
         if job.drifting:
             job.drifting = self.serving = False
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 class LruOrder:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .tokenizer import Rendered
 

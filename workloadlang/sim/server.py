@@ -14,8 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
-
 from time import perf_counter
 
 import uvicorn
@@ -25,7 +23,6 @@ from .. import stamps
 from .app import create_app
 from .config import SimConfig
 from .engine import Simulator
-
 
 _ARRIVALS: dict[int, float] = {}  # socket fd -> arrival stamp of its last read (loop thread)
 
@@ -145,14 +142,14 @@ class SimHandle:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    def __enter__(self) -> "SimHandle":
+    def __enter__(self) -> SimHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def _bound_port(server: uvicorn.Server) -> Optional[int]:
+def _bound_port(server: uvicorn.Server) -> int | None:
     for srv in getattr(server, "servers", []) or []:
         for sock in srv.sockets or []:
             return sock.getsockname()[1]
@@ -220,7 +217,7 @@ class SimProcess:
             proc.kill()
             proc.wait()
 
-    def __enter__(self) -> "SimProcess":
+    def __enter__(self) -> SimProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, islice
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"

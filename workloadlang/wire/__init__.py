@@ -21,9 +21,18 @@ from typing import Protocol
 import httpx
 
 from workloadlang.wire.adapter import HttpxResponse, HttpxTransport
-from workloadlang.wire.exceptions import (ConnectError, ConnectionDropped, ConnectTimeout,
-                                      ProtocolError, ReadError, ReadTimeout, WireError,
-                                      WireTimeout, WriteError, WriteTimeout)
+from workloadlang.wire.exceptions import (
+    ConnectError,
+    ConnectionDropped,
+    ConnectTimeout,
+    ProtocolError,
+    ReadError,
+    ReadTimeout,
+    WireError,
+    WireTimeout,
+    WriteError,
+    WriteTimeout,
+)
 from workloadlang.wire.pool import Pool, StartWrites
 from workloadlang.wire.reader import Reader
 from workloadlang.wire.request import Outgoing, content_length, request_head, target_of

@@ -14,7 +14,8 @@ and is sent once more too.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -95,7 +96,7 @@ class HttpxTransport:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def __aenter__(self) -> "HttpxTransport":
+    async def __aenter__(self) -> HttpxTransport:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -23,17 +23,26 @@ import asyncio
 import collections
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httptools
 
-from workloadlang.stamps import CMSG_SPACE as _CMSG_SPACE, SO_TIMESTAMPNS as _SO_TIMESTAMPNS
+from workloadlang.stamps import CMSG_SPACE as _CMSG_SPACE
+from workloadlang.stamps import SO_TIMESTAMPNS as _SO_TIMESTAMPNS
 from workloadlang.stamps import arrival as _arrival
 from workloadlang.stamps import data_segments as _data_segments
 from workloadlang.stamps import enable as _enable_stamps
-from workloadlang.wire.exceptions import (ConnectError, ConnectionDropped, ConnectTimeout,
-                                      ProtocolError, ReadError, ReadTimeout, WriteError,
-                                      WriteTimeout)
+from workloadlang.wire.exceptions import (
+    ConnectError,
+    ConnectionDropped,
+    ConnectTimeout,
+    ProtocolError,
+    ReadError,
+    ReadTimeout,
+    WriteError,
+    WriteTimeout,
+)
 from workloadlang.wire.reader import READ_SIZE, Reader
 
 _PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this far behind
@@ -89,7 +98,7 @@ class Connection:
     async def open(cls, origin: tuple[str, int], timeout: float | None,
                    clock: Callable[[], float], reader: Reader | None = None,
                    on_end: Callable[[], None] = lambda: None,
-                   addresses: Addresses | None = None) -> "Connection":
+                   addresses: Addresses | None = None) -> Connection:
         """Connect to `origin` (each resolved address in turn; `addresses` keeps what a name
         resolved to). Raises ConnectError / ConnectTimeout."""
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from workloadlang.wire.connection import Addresses, Connection
 from workloadlang.wire.reader import Reader
@@ -120,7 +120,7 @@ class Pool:
         out.sent_at, out.sent_unix, out.clock = sent_at, unix, self.clock
         return True
 
-    def claim(self, url: str, n: int) -> "StartWrites":
+    def claim(self, url: str, n: int) -> StartWrites:
         """Before the clock: up to `n` idle live connections to `url`'s origin, taken from the
         pool for the run's start (`StartWrites`)."""
         origin = target_of(url).origin
@@ -169,7 +169,7 @@ class Pool:
         if self._own_reader and self.reader is not None:
             self.reader.close()
 
-    async def __aenter__(self) -> "Pool":
+    async def __aenter__(self) -> Pool:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

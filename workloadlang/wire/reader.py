@@ -31,7 +31,8 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from workloadlang.stamps import CMSG_SPACE, arrival, data_segments
 

@@ -12,7 +12,8 @@ when it was written.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterable, NamedTuple, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from workloadlang import __version__

@@ -11,7 +11,8 @@ the connection back to the pool at the body's end there (`hand_back`).
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator, Protocol
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from workloadlang.wire.exceptions import ProtocolError
 
@@ -80,7 +81,7 @@ class StampedResponse:
     connection back to the pool (`release`) when the body was read to its end, else closes
     it."""
 
-    def __init__(self, conn: "Connection", release: Callable[["Connection"], None],
+    def __init__(self, conn: Connection, release: Callable[[Connection], None],
                  timeout: float | None) -> None:
         head = conn.head
         assert head is not None
@@ -142,7 +143,7 @@ class StampedResponse:
         if not self._handed_back:
             self._conn.read_on_loop()
 
-    def __aiter__(self) -> "StampedResponse":
+    def __aiter__(self) -> StampedResponse:
         return self  # an iterator object, not an async generator: one left unfinished costs nothing
 
     async def __anext__(self) -> bytes:
