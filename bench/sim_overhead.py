@@ -144,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         for streams in (1, args.streams):
             n = args.requests if streams > 1 else args.requests * 5
             rows.append(measure(sim, f"{streams} stream(s), {args.prompt_words}-word prompts",
-                                lambda: short_requests(sim.base_url, streams, n,
-                                                       args.prompt_words, args.max_tokens)))
+                                lambda streams=streams, n=n: short_requests(
+                                    sim.base_url, streams, n, args.prompt_words,
+                                    args.max_tokens)))
         rows.append(measure(sim, f"{args.sessions} growing conversations x {args.turns} turns",
                             lambda: growing_conversations(sim.base_url, args.sessions,
                                                           args.turns, args.step)))

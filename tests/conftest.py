@@ -8,9 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 try:  # tests/ is on sys.path in pytest's default (prepend) import mode
+    from faultserver import fault_server  # noqa: F401  (a fixture for every test module)
     from llama import LlamaServer, llama_server_session
     from scheduling import pytest_collection_modifyitems, pytest_configure, pytest_runtest_protocol  # noqa: F401
 except ImportError:  # tests/ turned into a package
+    from tests.faultserver import fault_server  # noqa: F401
     from tests.llama import LlamaServer, llama_server_session
     from tests.scheduling import (  # noqa: F401
         pytest_collection_modifyitems,

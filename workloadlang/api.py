@@ -18,9 +18,10 @@ used); nothing here prints.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncContextManager
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -329,7 +330,7 @@ class RateSearch:
 
 
 def open_engine(base_url: str, api_key: SecretStr | None = None, **declared: Any
-                ) -> AsyncContextManager[EngineLink]:
+                ) -> AbstractAsyncContextManager[EngineLink]:
     """`async with open_engine("http://127.0.0.1:8000/v1") as engine:` discovers the engine
     (its model, context limit, tokenizer, counters) and keeps the connections to it open.
     `declared`: `model`, `max_context`, `cached_zero_when_absent`, `idle_timeout_s`, `sim`

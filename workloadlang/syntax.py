@@ -275,8 +275,8 @@ def _selector_keyword(exc: UnexpectedToken, text: str) -> Token | None:
     if exc.token.type not in ("_COMMA", "_RBRACE"):
         return None
     last = None
-    for _, last in _tokens_before(text, exc.token.start_pos):
-        pass
+    for _, token in _tokens_before(text, exc.token.start_pos):
+        last = token
     if last is None or last.type not in SELECTOR_KEYWORDS:
         return None
     expected = set(exc.accepts or exc.expected)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import hostile
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 
 KEY = "sk-hostile-0123456789abcdef"
 PEAK_MB = 200

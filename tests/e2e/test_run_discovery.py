@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from runhelp import wl_run_text as wl_run
 
 SMALL = 'workload small { session s { user filler 1k; reply 4 } }'

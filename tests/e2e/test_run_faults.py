@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from faultserver import FaultServer, fault_server, run_wl_here  # noqa: F401  (fixture)
+from faultserver import FaultServer, run_wl_here
 
 TINY = """
 workload tiny {

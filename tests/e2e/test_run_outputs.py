@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from faultserver import FaultServer, fault_server, run_wl, run_wl_here  # noqa: F401  (fixture)
+from faultserver import FaultServer, run_wl, run_wl_here
 from workloadlang.cli.outputs import JsonlWriter
 from workloadlang.results import read_results
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from faultserver import FaultServer, fault_server, run_wl  # noqa: F401  (fixture)
+from faultserver import FaultServer, run_wl
 from workloadlang.sim import SimConfig, start_in_thread
 
 KEY = "sk-SECRET123"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_plan_semantics import plan_errors, plan_of
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from runhelp import wl_run_text as wl_run
 from workloadlang.plan.dryrun import render_plan
 

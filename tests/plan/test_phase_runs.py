@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_plan_semantics import plan_of
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from runhelp import gate
 from runhelp import wl_run_text as wl_run
 

@@ -163,7 +163,7 @@ def test_exact_sizer_through_the_realiser_sizes_every_filler():
                if s.kind == "filler"]
     assert len(fillers) == 6
     realised = realiser.messages(last, replies_for(plan))
-    for (msg, seg), text in zip(fillers, [m["content"] for m in realised if m["role"] == "user"]):
+    for (_msg, seg), text in zip(fillers, [m["content"] for m in realised if m["role"] == "user"]):
         assert abs(round(len(text.split()) * 1.3) - seg.tokens) <= 1, seg.key
     asked = len(calls)
     asyncio.run(realiser.prepare(last))

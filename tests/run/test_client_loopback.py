@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from workloadlang.run.client import send
 from workloadlang.run.discover import discover
 from workloadlang.run.endpoint import ChatRequest, Endpoint

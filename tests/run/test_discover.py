@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from workloadlang.run.discover import EngineInfo, Tokenizer, discover
 from workloadlang.run.errors import EndpointError
 

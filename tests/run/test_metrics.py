@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from workloadlang.run.metrics import (
     PrefixCounters,
     delta,

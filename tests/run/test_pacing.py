@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from runexec import answer, execute
 from workloadlang import api
 from workloadlang.plan.realise import RatioSizer, Realiser

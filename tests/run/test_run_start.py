@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from workloadlang import api
 from workloadlang.plan.realise import ExactSizer, Realiser
 from workloadlang.results import ListSink

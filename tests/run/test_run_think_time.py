@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from faultserver import FaultServer, fault_server  # noqa: F401  (fixture)
+from faultserver import FaultServer
 from runhelp import wl_run_text as wl_run
 
 pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight

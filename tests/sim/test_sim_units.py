@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from workloadlang.sim import PRESETS, SimConfig, add_sim_arguments, config_from_args, parse_fault
 from workloadlang.sim.cache import PrefixCache
@@ -271,7 +272,7 @@ def test_args_roundtrip_with_prefix():
 def test_presets_are_named_and_frozen():
     assert set(PRESETS) == {"default", "cache-pressure", "needle-test", "agent-sim", "abort-sim",
                             "perf-sim", "chat-rate"}
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         PRESETS["default"].block_size = 8  # type: ignore[misc]
     needle = PRESETS["needle-test"]
     # every length fits; the 80 %-deep needle of 200k (40k from the end) is inside the window,

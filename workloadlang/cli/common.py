@@ -80,7 +80,7 @@ def load(target: str, fmt: str) -> api.Source:
         return api.load(target)
     except WorkloadError as e:
         show_diags(e.diagnostics, api.Source(name=target, text=e.text or ""), fmt)
-        raise SystemExit(ExitCode.USAGE)
+        raise SystemExit(ExitCode.USAGE) from None
 
 
 @dataclass(frozen=True)

@@ -394,7 +394,7 @@ class Prefix:
                 s = self.streams[i]
                 _mark(marks, s.prompt, branch)
                 _mark(marks, s.reply, branch)
-            for i, branch in members:
+            for i, _ in members:
                 e, n = out[i], self.streams[i].prompt
                 while n is not root and n.end > e.tokens and not marks.get(n.serial,
                                                                             (0, False))[1]:

@@ -166,7 +166,7 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
     try:
         start, elapsed = await run_jobs(plan, backend, jobs, merge, engine, snaps, sink)
     except asyncio.CancelledError:
-        interrupted, start, elapsed = True, t0, time.time() - t0
+        interrupted, elapsed = True, time.time() - t0
     finally:
         await backend.close()
     await snapshot(engine, "end", snaps, sink)
