@@ -1,8 +1,9 @@
 """Plan-time evaluation: expressions to values, command-line strings to param values.
 
 Input: `ir.Expr` trees and an environment `Mapping[str, Value]` (resolved params, loop variables,
-`max_context`); command-line overrides as strings. Output: `Value`s (plain JSON-like Python
-data) and, from `resolve_params`, `(values, diagnostics)`.
+`max_context`; a `Drawing` one also holds the planner's random source); command-line overrides
+as strings. Output: `Value`s (plain JSON-like Python data) and, from `resolve_params`,
+`(values, diagnostics)`.
 
 Values: numbers are `int` when whole and written without a decimal point (`8k` -> 8000,
 `1.5M` -> 1500000, `1.0` -> 1.0), durations are `float` seconds (`500ms` -> 0.5), ratios are
@@ -15,18 +16,28 @@ Exceptions: `EvalError(message, span)` for a type error, a division by zero or a
 
 from __future__ import annotations
 
+import enum
 import json
 import math
+import operator
 import re
 from collections import ChainMap
-from collections.abc import Callable, Mapping
-from typing import Union
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final, Literal, TypeAlias, TypeGuard
 
 from workloadlang import ir
 from workloadlang.bounds import MAX_LENGTH, MAX_NUMBER, number_too_large
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
 
-Value = Union[int, float, str, bool, None, list, dict]
+Value: TypeAlias = int | float | str | bool | None | list["Value"] | dict[str, "Value"]
+"""A plan-time value: a number (`int` or `float`; a `bool` is never one), a string, a bool,
+null, a list of values or an object (string keys). See the module docstring for which number a
+literal is."""
+
+
+def is_number(v: object) -> TypeGuard[int | float]:
+    """Whether `v` is an int or a float (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 # ---------------------------------------------------------------- number literals
 
@@ -81,10 +92,6 @@ def _ref(e: ir.Ref, env: Mapping[str, Value]) -> Value:
     return env[e.name]
 
 
-def _is_num(v: Value) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _type_name(v: Value) -> str:
     names = {bool: "bool", int: "number", float: "number", str: "string", list: "list",
              dict: "object", type(None): "null"}
@@ -113,33 +120,32 @@ def _want_bool(v: Value, span: ir.Span, what: str) -> bool:
     return v
 
 
-_COMPARE: dict[str, Callable[[Value, Value], bool]] = {
-    "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+_COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+_ORDER = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
 }
 
 
 def _compare(e: ir.BinOp, left: Value, right: Value) -> bool:
-    same = (_is_num(left) and _is_num(right)) or type(left) is type(right)
     if e.op in ("==", "!="):
         # true == 1 must not hold: a bool and a number are never equal here.
+        same = (is_number(left) and is_number(right)) or type(left) is type(right)
         return (e.op == "!=") != (same and left == right)
-    if not same or not isinstance(left, (int, float, str)) or isinstance(left, bool):
-        raise EvalError(f"cannot compare {_type_name(left)} {_show(left)} with "
-                        f"{_type_name(right)} {_show(right)} using `{e.op}`", e.span)
-    return _COMPARE[e.op](left, right)
+    if (is_number(left) and is_number(right)) or (isinstance(left, str)
+                                                  and isinstance(right, str)):
+        return bool(_ORDER[e.op](left, right))
+    raise EvalError(f"cannot compare {_type_name(left)} {_show(left)} with "
+                    f"{_type_name(right)} {_show(right)} using `{e.op}`", e.span)
 
 
 def _arith(e: ir.BinOp, left: Value, right: Value) -> Value:
-    if e.op == "+" and type(left) is type(right) and isinstance(left, (str, list)):
-        if len(left) + len(right) > MAX_LENGTH:  # before it is made: a chain of doublings
-            what = "string" if isinstance(left, str) else "list"
-            unit = "characters" if isinstance(left, str) else "items"
-            raise EvalError(f"the {what} would be {len(left) + len(right):,} {unit}, more than "
-                            f"{MAX_LENGTH:,}", e.span)
+    if e.op == "+" and isinstance(left, str) and isinstance(right, str):
+        _check_length(e, len(left) + len(right), "string", "characters")
         return left + right
-    if not (_is_num(left) and _is_num(right)):
+    if e.op == "+" and isinstance(left, list) and isinstance(right, list):
+        _check_length(e, len(left) + len(right), "list", "items")
+        return left + right
+    if not is_number(left) or not is_number(right):
         raise EvalError(f"cannot apply `{e.op}` to {_type_name(left)} {_show(left)} and "
                         f"{_type_name(right)} {_show(right)}", e.span)
     if e.op in ("/", "//", "%") and right == 0:
@@ -147,9 +153,17 @@ def _arith(e: ir.BinOp, left: Value, right: Value) -> Value:
     return _bounded(_ARITH[e.op](left, right), e.span)
 
 
-def _bounded(v: Value, span: ir.Span) -> Value:
-    """`v`, unless it is a number beyond `MAX_NUMBER` (EvalError: no count, size or time is)."""
-    if _is_num(v) and number_too_large(v):
+def _check_length(e: ir.BinOp, length: int, what: str, unit: str) -> None:
+    """EvalError when a `+` would make a string or list longer than `MAX_LENGTH`, before it is
+    made: a chain of doublings."""
+    if length > MAX_LENGTH:
+        raise EvalError(f"the {what} would be {length:,} {unit}, more than {MAX_LENGTH:,}",
+                        e.span)
+
+
+def _bounded(v: float, span: ir.Span) -> float:
+    """`v`, unless it is beyond `MAX_NUMBER` (EvalError: no count, size or time is)."""
+    if number_too_large(v):
         raise EvalError(f"the value is too large: more than {MAX_NUMBER:,.0f} in magnitude", span)
     return v
 
@@ -162,7 +176,7 @@ _ARITH: dict[str, Callable[[float, float], float]] = {
 
 def _neg(e: ir.Neg, env: Mapping[str, Value]) -> Value:
     v = evaluate(e.operand, env)
-    if not _is_num(v):
+    if not is_number(v):
         raise EvalError(f"cannot negate {_type_name(v)} {_show(v)}", e.span)
     return -v
 
@@ -171,7 +185,7 @@ def _not(e: ir.Not, env: Mapping[str, Value]) -> bool:
     return not _want_bool(evaluate(e.operand, env), e.operand.span, "not")
 
 
-def _obj(e: ir.ObjExpr, env: Mapping[str, Value]) -> dict:
+def _obj(e: ir.ObjExpr, env: Mapping[str, Value]) -> dict[str, Value]:
     values = ((o.key, evaluate(o.value, env)) for o in e.items)
     return {k: v for k, v in values if v is not None}  # a null value leaves the key out
 
@@ -206,9 +220,26 @@ DRAWS = {"exponential": (1, 1), "uniform": (2, 2), "lognormal": (2, 2), "gamma":
 FUNCTIONS = {"ceil": (1, 1), "floor": (1, 1), "round": (1, 1), "abs": (1, 1),
              "min": (1, None), "max": (1, None), "if": (3, 3), "str": (1, 1), **DRAWS}
 """Built-in functions: name -> (least, most) arguments (None: any number)."""
-DRAW = "\0draw"
-"""The environment key of the planner's random source: a callable `(func, args, span) -> float`
-that draws one value for the statement being planned. Without it a draw is an `EvalError`."""
+Drawer = Callable[[str, list[float], ir.Span], float]
+"""The planner's random source: `(func, args, span) -> float`, one value drawn for the statement
+being planned."""
+
+
+class Drawing(Mapping[str, Value]):
+    """An environment (`env`, read through) with the planner's random source (`draw`). In any
+    other environment a draw is an `EvalError`."""
+
+    def __init__(self, env: Mapping[str, Value], draw: Drawer):
+        self.env, self.draw = env, draw
+
+    def __getitem__(self, name: str) -> Value:
+        return self.env[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.env)
+
+    def __len__(self) -> int:
+        return len(self.env)
 
 
 def _call(e: ir.Call, env: Mapping[str, Value]) -> Value:
@@ -246,11 +277,10 @@ def text_of(v: Value) -> str:
 
 
 def _draw(e: ir.Call, args: list[Value], env: Mapping[str, Value]) -> Value:
-    drawer = env.get(DRAW)
-    if drawer is None:
+    if not isinstance(env, Drawing):
         raise EvalError(f"`{e.func}` draws a random value, which only a session's statements "
                         "can do", e.span)
-    return drawer(e.func, [_want_num(a, e) for a in args], e.span)
+    return env.draw(e.func, [_want_num(a, e) for a in args], e.span)
 
 
 def _arity(least: int, most: int | None) -> str:
@@ -272,7 +302,7 @@ def _min_max(e: ir.Call, args: list[Value]) -> Value:
 
 
 def _want_num(v: Value, e: ir.Call) -> float:
-    if not _is_num(v):
+    if not is_number(v):
         raise EvalError(f"`{e.func}` needs a number, not {_type_name(v)} {_show(v)}", e.span)
     return v
 
@@ -285,11 +315,17 @@ def _show(v: Value) -> str:
     return str(v)
 
 
-NOT_CONSTANT = object()
+class NotConstant(enum.Enum):
+    """The type of `NOT_CONSTANT`."""
+
+    NOT_CONSTANT = "not constant"
+
+
+NOT_CONSTANT: Final = NotConstant.NOT_CONSTANT
 """What `constant` returns for an expression whose value depends on refs or cannot be computed."""
 
 
-def constant(expr: ir.Expr | None) -> Value:
+def constant(expr: ir.Expr | None) -> Value | Literal[NotConstant.NOT_CONSTANT]:
     """The value of an expression without refs (`8k * 2`), else `NOT_CONSTANT`."""
     if expr is None or refs_in(expr):
         return NOT_CONSTANT
@@ -384,7 +420,7 @@ def coerce_value(ptype: ir.ParamType, value: Value) -> Value:
         if not isinstance(value, wanted):
             raise ParamValueError(f"expected {_EXPECTED[ptype]}, got {_show(value)}")
         return value
-    if not _is_num(value):
+    if not is_number(value):
         raise ParamValueError(f"expected {_EXPECTED[ptype]}, got {_show(value)}")
     if ptype in ("int", "tokens"):
         if not float(value).is_integer():
@@ -397,9 +433,9 @@ def format_value(ptype: ir.ParamType, value: Value) -> str:
     """A value as a person would write it in a `.wl` file (`500ms`, `95%`, `"x"`, `50000`)."""
     if isinstance(value, list):
         return ", ".join(format_value(ptype, v) for v in value)
-    if ptype == "duration" and _is_num(value):
+    if ptype == "duration" and is_number(value):
         return f"{value * 1000:.12g}ms" if 0 < abs(value) < 1 else f"{value:.12g}s"
-    if ptype == "ratio" and _is_num(value):
+    if ptype == "ratio" and is_number(value):
         return f"{value * 100:.12g}%"
     return f"{value:.12g}" if isinstance(value, float) else _show(value)
 
@@ -428,12 +464,13 @@ def resolve_params(wl: ir.Workload, overrides: Mapping[str, str],
     diags: list[Diagnostic] = []
     values, failed = _parse_overrides(params, overrides, diags)
     given = set(values) | failed
+    below = dict(env)  # under each param's `ChainMap(values, below)`
     for p in param_order(wl.params)[0]:
-        if p.name not in given and not _resolve_default(p, params, values, env, diags, failed):
+        if p.name not in given and not _resolve_default(p, params, values, below, diags, failed):
             failed.add(p.name)
     for p in wl.params:
         if p.name in values:
-            diags += _check_bounds(p, values, env, derived=p.name not in given)
+            diags += _check_bounds(p, values, below, derived=p.name not in given)
     return {p.name: values[p.name] for p in wl.params if p.name in values}, diags
 
 
@@ -498,7 +535,7 @@ def param_order(params: tuple[ir.Param, ...]) -> tuple[list[ir.Param], list[list
 
 
 def _resolve_default(p: ir.Param, params: Mapping[str, ir.Param], values: dict[str, Value],
-                     env: Mapping[str, Value], diags: list[Diagnostic], failed: set[str]) -> bool:
+                     env: dict[str, Value], diags: list[Diagnostic], failed: set[str]) -> bool:
     """Evaluate `p`'s default into `values`; False (with a diagnostic unless a dependency already
     has one) when it cannot be."""
     if p.default is None:
@@ -515,7 +552,7 @@ def _resolve_default(p: ir.Param, params: Mapping[str, ir.Param], values: dict[s
     try:
         values[p.name] = _typed(p, evaluate(p.default, ChainMap(values, env)))
     except (EvalError, ParamValueError) as exc:
-        diags.append(_default_failed(p, env, exc))
+        diags.append(_default_failed(p, p.default, env, exc))
         return False
     return True
 
@@ -528,12 +565,13 @@ def _typed(p: ir.Param, value: Value) -> Value:
     return coerce_value(p.type, value)
 
 
-def _default_failed(p: ir.Param, env: Mapping[str, Value], exc: Exception) -> Diagnostic:
-    if MAX_CONTEXT in refs_in(p.default) and env.get(MAX_CONTEXT) is None:
+def _default_failed(p: ir.Param, default: ir.Expr, env: Mapping[str, Value],
+                    exc: Exception) -> Diagnostic:
+    if MAX_CONTEXT in refs_in(default) and env.get(MAX_CONTEXT) is None:
         return error("WL407", f"`{p.name}` needs the engine's context limit (`$max_context`), "
-                     "which is unknown", p.default.span,
+                     "which is unknown", default.span,
                      f"pass --max-context N, or set {param_flag(p.name)}")
-    span = exc.span if isinstance(exc, EvalError) and exc.span else p.default.span
+    span = exc.span if isinstance(exc, EvalError) and exc.span else default.span
     message = exc.message if isinstance(exc, EvalError) else str(exc)
     return error("WL404", f"cannot compute `{p.name}`: {message}", span,
                  f"set {param_flag(p.name)} explicitly")
@@ -547,7 +585,7 @@ NON_NEGATIVE = ("tokens", "duration")
 """Param types whose values are never negative (an implicit `in 0..`)."""
 
 
-def _check_bounds(p: ir.Param, values: Mapping[str, Value], env: Mapping[str, Value],
+def _check_bounds(p: ir.Param, values: dict[str, Value], env: dict[str, Value],
                   derived: bool) -> list[Diagnostic]:
     """WL401 when `p`'s value (each item of a list) is not `one of` its choices or is outside its
     inclusive range `in lo..hi` (a tokens or duration value also below 0)."""
@@ -561,27 +599,28 @@ def _check_bounds(p: ir.Param, values: Mapping[str, Value], env: Mapping[str, Va
             choices = ", ".join(_show(c) for c in p.choices)
             return [error("WL401", f"{shown} is not one of {choices}", p.span,
                           did_you_mean(str(item), p.choices, '"{}"'))]
-        if _is_num(item) and not ((low is None or item >= low) and (high is None or item <= high)):
+        if is_number(item) and not ((low is None or item >= low) and (high is None or item <= high)):
             bounds = "..".join("" if b is None else format_value(p.type, b) for b in (low, high))
             if item < 0 and p.type in NON_NEGATIVE:
                 return [error("WL401", f"{shown} is negative; a `{p.type}` value never is",
                               p.span, _range_hint(p, 0, None, derived))]
-            return [error("WL401", f"{shown} is out of its range {bounds}", p.range.span,
+            span = p.range.span if p.range else p.span  # a range, or a tokens or duration type
+            return [error("WL401", f"{shown} is out of its range {bounds}", span,
                           _range_hint(p, low, high, derived))]
     return []
 
 
-def _bound(p: ir.Param, which: str, env: Mapping[str, Value]) -> Value:
+def _bound(p: ir.Param, which: str, env: Mapping[str, Value]) -> int | float | None:
     """A range bound's value, None when absent or not computable (its own diagnostic elsewhere)."""
     expr = getattr(p.range, which) if p.range else None
     try:
         value = evaluate(expr, env) if expr is not None else None
     except EvalError:
         return None
-    return value if _is_num(value) else None
+    return value if is_number(value) else None
 
 
-def _range_hint(p: ir.Param, low: Value, high: Value, derived: bool) -> str:
+def _range_hint(p: ir.Param, low: float | None, high: float | None, derived: bool) -> str:
     flag = param_flag(p.name)
     if derived and p.default is not None and refs_in(p.default):
         return f"it is computed from its default; set {flag} or change what it is computed from"

@@ -19,7 +19,7 @@ from typing import Any
 
 from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic
-from workloadlang.evaluate import DRAW, DRAWS, EvalError, evaluate, sub_exprs
+from workloadlang.evaluate import DRAWS, Drawing, EvalError, evaluate, sub_exprs
 from workloadlang.plan import draws
 from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan.limits import Budget, Limits
@@ -160,12 +160,12 @@ def value(b: Builder, expr: ir.Expr, ctx: Ctx) -> Any:
     copy (`draws.py`), the same for the same salt."""
     env = ctx.env
     if draws_in(b, expr):
-        def drawer(func: str, args: list, span: ir.Span) -> float:
+        def drawer(func: str, args: list[float], span: ir.Span) -> float:
             problem = draws.check_args(func, args)
             if problem:
                 raise EvalError(problem, span)
             return draws.draw(b.salt, f"{ctx.path}@{span.line}:{span.col}", func, args)
-        env = {**env, DRAW: drawer}
+        env = Drawing(env, drawer)
     try:
         return evaluate(expr, env)
     except EvalError as e:
