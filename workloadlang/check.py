@@ -290,6 +290,7 @@ class _WorkloadChecker(Checker):
                          f"it is {describe(left)}", t.left.span,
                          "compare it (`... >= 90%`) or use all(...) / any(...)")
             return
+        assert t.right is not None  # the grammar gives a comparison its right side
         right = self.gkind(t.right, scope)
         span = t.left.span.model_copy(update={"end_line": t.right.span.end_line,
                                               "end_col": t.right.span.end_col})
@@ -325,8 +326,8 @@ class _WorkloadChecker(Checker):
         if isinstance(g, ir.GNum):
             return self.kind(g.value, scope)
         if isinstance(g, ir.GBin):
-            kinds = (self.gkind(g.left, scope), self.gkind(g.right, scope))
-            return self.combine(g.op, (g.left, g.right), kinds, g.span)
+            pair = (self.gkind(g.left, scope), self.gkind(g.right, scope))
+            return self.combine(g.op, (g.left, g.right), pair, g.span)
         if isinstance(g, ir.Agg):
             return self.agg_kind(g, scope)
         if isinstance(g, ir.GCall):

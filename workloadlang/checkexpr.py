@@ -11,13 +11,21 @@ constant's bounds: WL303, WL305).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from workloadlang import bounds, ir
 from workloadlang.declared import Declared
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
-from workloadlang.evaluate import COPY, DRAWS, FUNCTIONS, constant
+from workloadlang.evaluate import (
+    COPY,
+    DRAWS,
+    FUNCTIONS,
+    NotConstant,
+    Value,
+    constant,
+    is_number,
+)
 from workloadlang.kinds import (
     BUILTIN_REFS,
     CALIBRATION_KINDS,
@@ -97,7 +105,9 @@ class Checker:
         if e is None or not self.expect(e, scope, wanted, what) or place is None:
             return
         v = constant(e)
-        problem = bounds.out_of_bounds(place, v) if is_number(v) else None
+        if not is_number(v):
+            return
+        problem = bounds.out_of_bounds(place, v)
         if problem:
             code = "WL303" if problem == "must be a whole number" else "WL305"
             hint = ("write a whole number, or round it with `ceil(...)`" if code == "WL303"
@@ -209,8 +219,8 @@ class Checker:
         return self.unify(kinds[1:], e.span, "the two branches of `if`")
 
     def _k_numeric_call(self, e: ir.Call, kinds: list[str]) -> str:
-        if e.func in ("min", "max") and len(kinds) == 1 and element(kinds[0]):
-            kinds = [element(kinds[0])]
+        if e.func in ("min", "max") and len(kinds) == 1 and (item := element(kinds[0])):
+            kinds = [item]
         for arg, kind in zip(e.args, kinds):
             if kind not in NUMERIC | {"any"}:
                 self.err("WL302", f"`{e.func}` needs numbers, not {describe(kind)}", arg.span)
@@ -258,12 +268,7 @@ def constant_text(e: Any, v: float) -> str:
     return f"`{e.text}`" if isinstance(e, ir.Num) else f"{v:g}"
 
 
-def is_number(v: Any) -> bool:
-    """Whether `v` is an int or a float (not a bool)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def const_items(e: Any) -> list:
+def const_items(e: Any) -> Sequence[Value | NotConstant]:
     """The items of a constant list expression, or the constant as a one-item list."""
     value = constant(e)
     return value if isinstance(value, list) else [value]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from workloadlang import ir
 from workloadlang.checkexpr import Checker
@@ -201,5 +201,6 @@ def _all(body: Iterable[Any]) -> Iterable[Any]:
             yield from _all(getattr(stmt, field, ()))
 
 
-def _whole(v: Any) -> bool:
+def _whole(v: object) -> TypeGuard[int | float]:
+    """Whether `v` is a whole number (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()

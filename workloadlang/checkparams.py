@@ -13,9 +13,9 @@ from typing import Any
 
 from workloadlang import ir
 from workloadlang.bounds import MAX_SWEEP_POINTS
-from workloadlang.checkexpr import Checker, const_items, constant_text, is_number
+from workloadlang.checkexpr import Checker, const_items, constant_text
 from workloadlang.diagnostics import did_you_mean
-from workloadlang.evaluate import COPY, NON_NEGATIVE, constant, param_order
+from workloadlang.evaluate import COPY, NON_NEGATIVE, constant, is_number, param_order
 from workloadlang.kinds import BUILTIN_REFS, CALIBRATION_REFS, NUMERIC, TYPE_KINDS, list_of
 
 
@@ -36,16 +36,17 @@ class ParamChecks:
             self.check_range(p)
             self.check_choices(p)
             self.check_sweep(p)
-        swept = [p for p in self.c.wl.params if p.sweep is not None]
-        for p in swept[1:]:
-            self.c.err("WL233", f"`{p.name}` is swept, and so is `{swept[0].name}`: a workload "
-                     "sweeps one param", p.sweep.span, "sweep the other from the command line "
+        swept = [(p, p.sweep) for p in self.c.wl.params if p.sweep is not None]
+        for p, sweep in swept[1:]:
+            self.c.err("WL233", f"`{p.name}` is swept, and so is `{swept[0][0].name}`: a workload "
+                     "sweeps one param", sweep.span, "sweep the other from the command line "
                      "in a second run (`--sweep NAME=A,B`)")
         for cycle in param_order(self.c.wl.params)[1]:
             first = self.c.params[cycle[0]]
             path = " -> ".join(f"`${n}`" for n in cycle)
-            self.c.err("WL210", f"`{first.name}` is computed from itself: {path}",
-                     first.default.span, "give one of them a plain value")
+            span = first.default.span if first.default else first.span  # a cycle's have one
+            self.c.err("WL210", f"`{first.name}` is computed from itself: {path}", span,
+                     "give one of them a plain value")
 
     def check_flag(self, p: ir.Param) -> None:
         """WL234 when the param's flag (`--NAME`, `-` for `_`) is an option of `wl plan` or
@@ -128,14 +129,15 @@ class ParamChecks:
         for bound in (p.range.low, p.range.high):
             if bound is not None:
                 self.c.expect(bound, self.c.top, wanted, f"the range of `{p.name}`")
-        self.check_constant_range(p)
+        self.check_constant_range(p, p.range)
 
-    def check_constant_range(self, p: ir.Param) -> None:
-        low, high = constant(p.range.low), constant(p.range.high)
-        known = [b for b in (low, high) if is_number(b)]
-        if len(known) == 2 and low > high:
+    def check_constant_range(self, p: ir.Param, range_: ir.Range) -> None:
+        low, high = constant(range_.low), constant(range_.high)
+        if is_number(low) and is_number(high) and low > high:
             self.c.err("WL305", f"the range of `{p.name}` is empty: {low:g} > {high:g}",
-                     p.range.span)
+                     range_.span)
+        if p.default is None:
+            return
         for v in const_items(p.default):
             if is_number(v) and ((is_number(low) and v < low) or (is_number(high) and v > high)):
                 self.c.err("WL305", f"the default of `{p.name}` ({v:g}) is outside its range",
@@ -147,6 +149,8 @@ class ParamChecks:
             return
         if p.type != "string":
             self.c.err("WL304", f"`one of` is for string params, but `{p.name}` is {p.type}", p.span)
+            return
+        if p.default is None:
             return
         for v in const_items(p.default):
             if isinstance(v, str) and v not in p.choices:

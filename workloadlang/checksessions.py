@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from workloadlang import ir
-from workloadlang.checkexpr import Checker, const_items, is_number
+from workloadlang.checkexpr import Checker, const_items
 from workloadlang.diagnostics import did_you_mean
+from workloadlang.evaluate import is_number
 from workloadlang.kinds import SLO_KINDS, Scope, describe, is_zero
 
 TRACE_OPTIONS = {"time_scale": "number", "offset": "number", "limit": "number",

@@ -271,7 +271,7 @@ class _Lower(Transformer):
     def text_part(self, meta: Any, c: list) -> ir.TextPart | ir.ExprPart:
         """A literal string of a tool call's argument (an `ExprPart` when it formats values
         into itself)."""
-        value = self.str(meta, c)
+        value = self.str_literal(meta, c)
         if isinstance(value, ir.Str):
             return ir.TextPart(value=value.value, span=value.span)
         return ir.ExprPart(value=value, span=self.span(meta))
@@ -405,7 +405,9 @@ class _Lower(Transformer):
     # -- expressions
 
     def num(self, meta: Any, c: list) -> ir.Num:
-        value, unit = split_number(c[0].value)
+        parsed = split_number(c[0].value)
+        assert parsed is not None  # the lexer's NUMBER is a number
+        value, unit = parsed
         if bounds.number_too_large(value):
             self.diags.append(error("WL111", f"the number `{c[0].value}` is too large",
                                     self.span(meta), f"a number is at most "
@@ -413,7 +415,7 @@ class _Lower(Transformer):
             value = 0.0
         return ir.Num(value=value, unit=unit, text=c[0].value, span=self.span(meta))
 
-    def str(self, meta: Any, c: list) -> ir.Str | ir.BinOp:
+    def str_literal(self, meta: Any, c: list) -> ir.Str | ir.BinOp:
         """A string literal; one with `{$name}` in it is the join of its pieces and each
         value as text (`"agent " + str($i)`), each `$name` spanning its own columns."""
         tok = c[0]
@@ -439,15 +441,16 @@ class _Lower(Transformer):
 
     def piece(self, tok: Token, start: int, end: int) -> ir.Str:
         """The literal text of `tok.value[start:end]`, unescaped."""
-        raw = Token("STRING", '"' + tok.value[start:end] + '"', line=tok.line,
-                    column=tok.column + start - 1, end_line=tok.line,
-                    end_column=tok.column + end + 1)
+        line, column = _position(tok)
+        raw = Token("STRING", '"' + tok.value[start:end] + '"', line=line,
+                    column=column + start - 1, end_line=line, end_column=column + end + 1)
         return ir.Str(value=self.string(raw), span=self.sub_span(tok, start, end))
 
     def sub_span(self, tok: Token, start: int, end: int) -> ir.Span:
         """The span of `tok.value[start:end]` (a string is on one line)."""
-        return ir.Span(file=self.filename, line=tok.line, col=tok.column + start,
-                       end_line=tok.line, end_col=tok.column + end)
+        line, column = _position(tok)
+        return ir.Span(file=self.filename, line=line, col=column + start, end_line=line,
+                       end_col=column + end)
 
     def bool(self, meta: Any, c: list) -> ir.Bool:
         return ir.Bool(value=c[0].value == "true", span=self.span(meta))
@@ -470,7 +473,7 @@ class _Lower(Transformer):
     def call(self, meta: Any, c: list) -> ir.Call:
         return ir.Call(func=c[0].value, args=tuple(c[1] or ()), span=self.span(meta))
 
-    def list(self, meta: Any, c: list) -> ir.ListExpr:
+    def list_literal(self, meta: Any, c: list) -> ir.ListExpr:
         return ir.ListExpr(items=tuple(c[0] or ()), span=self.span(meta))
 
     def args(self, meta: Any, c: list) -> list:
@@ -483,8 +486,8 @@ class _Lower(Transformer):
     def gate(self, meta: Any, c: list) -> ir.Gate:
         name, scope, left, compare, when, verdict, severity = c
         op, right = compare or (None, None)
-        scope = "each_session" if scope == "each session" else "overall"
-        return ir.Gate(name=str(name), scope=scope,
+        return ir.Gate(name=str(name),
+                       scope="each_session" if scope == "each session" else "overall",
                        left=_gexpr(left), op=op, right=right and _gexpr(right), when=when,
                        verdict=verdict, severity=severity or "fail", span=self.span(meta))
 
@@ -554,8 +557,8 @@ class _Lower(Transformer):
         return tuple(i for i in c if i is not None)
 
     def sel_name(self, meta: Any, c: list) -> ir.SelItem:
-        key = "flag" if str(c[0]) in FLAGS else "name"
-        return ir.SelItem(key=key, value=str(c[0]), span=self.span(meta))
+        return ir.SelItem(key="flag" if str(c[0]) in FLAGS else "name", value=str(c[0]),
+                          span=self.span(meta))
 
     def sel_keyed(self, meta: Any, c: list) -> ir.SelItem:
         return ir.SelItem(key=c[0], value=str(c[1]), span=self.span(meta))
@@ -565,6 +568,17 @@ class _Lower(Transformer):
 
     def sel_first(self, meta: Any, c: list) -> ir.SelItem:
         return ir.SelItem(key="first", count=c[0], span=self.span(meta))
+
+    # the grammar's rules `str` and `list`, bound last: in the class body above, `str` and `list`
+    # are the builtins
+    str = str_literal
+    list = list_literal
+
+
+def _position(tok: Token) -> tuple[int, int]:
+    """The line and column of a token the lexer made (Lark's type allows None)."""
+    assert tok.line is not None and tok.column is not None
+    return tok.line, tok.column
 
 
 _GNODES = (ir.MetricRef, ir.Agg, ir.GNum, ir.GBin, ir.GCall)

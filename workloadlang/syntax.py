@@ -216,9 +216,9 @@ def _unexpected_token(exc: UnexpectedToken, text: str, filename: str) -> Diagnos
         return _keyword_in_selector(keyword, filename)
     misspelt = _misspelt_previous(exc, text)
     if misspelt:
-        prev, keyword = misspelt
+        prev, meant = misspelt
         return error("WL101", f"unexpected name `{prev.value}`", token_span(prev, filename),
-                     f"did you mean `{keyword}`?")
+                     f"did you mean `{meant}`?")
     return error("WL101", message, span, _call_hint(tok, text, expected))
 
 
@@ -255,7 +255,7 @@ def _tokens_before(text: str, end: int) -> Iterator[tuple[InteractiveParser, Tok
     cursor = parser().parse_interactive(text)
     try:
         for tok in _typed(cursor, _ByTrial()):
-            if tok.start_pos >= end:
+            if tok.start_pos is None or tok.start_pos >= end:  # a lexer's token has one
                 return
             yield cursor, tok
     except UnexpectedInput:
@@ -349,7 +349,8 @@ def _unexpected_char(exc: UnexpectedCharacters, text: str, filename: str) -> Dia
         return error("WL104", "unterminated string", span,
                      'a string ends with `"` on the same line; write `\\n` for a line break')
     if char.isdigit():
-        word = re.match(r"[\w.%]+", rest).group(0)
+        number = re.match(r"[\w.%]+", rest)  # matches: `rest` starts with a digit
+        word = number.group(0) if number else char
         return error("WL105", f"bad number `{word}`",
                      _point(filename, exc.line, exc.column, len(word)),
                      "a number may end in one unit: k, M, Ki, Mi (counts), ms, s, min "
@@ -381,8 +382,10 @@ def _point(filename: str, line: int, col: int, length: int = 1) -> ir.Span:
 
 
 def token_span(tok: Token, filename: str) -> ir.Span:
-    return ir.Span(file=filename, line=tok.line, col=tok.column, end_line=tok.end_line,
-                   end_col=tok.end_column)
+    """Where a token the lexer made is (Lark's type allows its positions to be None)."""
+    line, col, end_line, end_col = tok.line, tok.column, tok.end_line, tok.end_column
+    assert line is not None and col is not None and end_line is not None and end_col is not None
+    return ir.Span(file=filename, line=line, col=col, end_line=end_line, end_col=end_col)
 
 
 def _end_span(text: str, filename: str) -> ir.Span:
