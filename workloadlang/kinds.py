@@ -171,8 +171,8 @@ def is_zero(e: Any) -> bool:
 def fits(kind: str, wanted: str, e: Any) -> bool:
     if "any" in (kind, wanted) or kind == wanted:
         return True
-    if element(kind) and element(wanted):
-        return fits(element(kind), element(wanted), None)
+    if (item := element(kind)) and (wanted_item := element(wanted)):
+        return fits(item, wanted_item, None)
     # A plain number is a ratio (0.95 is 95%), and zero is zero in any unit.
     return (wanted == "ratio" and kind == "number") or (wanted in NUMERIC and is_zero(e))
 

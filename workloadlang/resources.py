@@ -11,12 +11,16 @@ install they are the repository's `grammars/` and `workloads/` next to the packa
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11+; 3.10 has it in importlib.abc
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 GRAMMAR_FILE = "workload.lark"
 WORKLOAD_SUFFIX = ".wl"
@@ -25,7 +29,7 @@ PROBES = "probes"  # the family of `wl probe`'s experiments: `probes/NAME`
 
 def _data_dir(kind: str) -> Traversable:
     """The directory `kind` (`grammars` or `workloads`): packaged copy first, then the checkout."""
-    packaged = resources.files("workloadlang").joinpath("_data", kind)
+    packaged = resources.files("workloadlang").joinpath("_data").joinpath(kind)
     if packaged.is_dir():
         return packaged
     return Path(__file__).resolve().parent.parent / kind

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from workloadlang import ir
-from workloadlang.evaluate import evaluate
+from workloadlang.evaluate import evaluate, is_number
 
 T = TypeVar("T")
 
@@ -40,6 +40,9 @@ class PRequest(Protocol):
     def prompt_tokens(self) -> int: ...
     @property
     def expected_cached(self) -> int: ...
+
+
+R = TypeVar("R", bound=PRequest)
 
 
 STATIC_FLAGS = frozenset({"warm", "cold", "probe", "isolated"})
@@ -110,7 +113,9 @@ def select(items: Iterable[T], selector: Sequence[ir.SelItem], env: Mapping[str,
     filters = [i for i in selector if i.key not in ("last", "first")]
     picked = [x for x in items if all(keep(x, i, req_of, flag_of) for i in filters)]
     for w in (i for i in selector if i.key in ("last", "first")):
-        n = int(evaluate(w.count, env)) if w.count is not None else 1
+        count = evaluate(w.count, env) if w.count is not None else 1
+        assert is_number(count)  # checked: a window's count is a number
+        n = int(count)
         picked = picked[-n:] if w.key == "last" and n > 0 else picked[:max(n, 0)] if w.key == "first" else []
     return picked
 
@@ -121,6 +126,7 @@ def keep(x: T, item: ir.SelItem, req_of, flag_of) -> bool:
     return static_match(req_of(x), item)
 
 
-def select_static(reqs: Iterable[PRequest], selector: Sequence[ir.SelItem],
-                  env: Mapping[str, Any]) -> list[PRequest]:
+def select_static(reqs: Iterable[R], selector: Sequence[ir.SelItem],
+                  env: Mapping[str, Any]) -> list[R]:
+    """The planned requests `selector` picks by what is known before a run (its static part)."""
     return select(reqs, selector, env, lambda r: r)

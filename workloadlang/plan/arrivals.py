@@ -37,7 +37,8 @@ def times_every(b: Builder, s: ir.Session, a: ir.Arrival, root: Ctx, n: int) -> 
     first j gaps."""
     burst = 1 if a.burst is None else iterations(b, a.burst, root, "the burst")
     burst = max(1, burst)
-    out, t = [], 0.0
+    out: list[float] = []
+    t = 0.0
     for j in range(math.ceil(n / burst)):
         if j:
             gap = value(b, a.value, root.replace(path=f"{s.name}/arrive/{j}"))

@@ -30,6 +30,7 @@ from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan.limits import Budget, Limits, TooBig
 from workloadlang.plan.model import (
     CacheModel,
+    DatasetInfo,
     GatePlan,
     Pick,
     Plan,
@@ -374,14 +375,14 @@ def assumptions(reqs: list[PRequest], concurrency: int, cache: CacheModel | None
                 messages: Sequence[PMessage] = ()) -> tuple[str, ...]:
     """What the expectations assume where the order of requests is not fixed by the plan."""
     out = []
-    shared = [r for r in reqs if r.expected_cached_max is not None]
+    shared = [(r, r.expected_cached_max) for r in reqs if r.expected_cached_max is not None]
     if shared:
-        more = sum(r.expected_cached_max - r.expected_cached for r in shared)
+        more = sum(most - r.expected_cached for r, most in shared)
         lanes = any(r.lane for r in reqs)
         out.append(
             f"{len(shared):,} request(s) share up to {more:,} more tokens with requests of "
             f"concurrent sessions{' or parallel branches' if lanes else ''} (first: "
-            f"{shared[0].id}); which finishes first is not planned, so `exp. cached` counts only "
+            f"{shared[0][0].id}); which finishes first is not planned, so `exp. cached` counts only "
             "requests certainly finished before each one (its own "
             + ("session or branch, or before a phase barrier or its fork)" if lanes else
                "session, or before a phase barrier)")
@@ -425,11 +426,16 @@ def branch_tokens(messages: Sequence[PMessage], pick: Pick) -> list[int]:
     cur = [b.last_message for b in pick.branches]
     added = [0] * len(cur)
     while len(set(cur)) > 1:
-        k = max(range(len(cur)), key=lambda j: -1 if cur[j] is None else cur[j])
-        m = messages[cur[k]]
+        k = max(range(len(cur)), key=lambda j: _index(cur[j]))
+        m = messages[_index(cur[k])]
         added[k] += message_weight(m)
         cur[k] = m.after
     return added
+
+
+def _index(message: int | None) -> int:
+    """A branch's last message, -1 for none (a branch that added nothing)."""
+    return -1 if message is None else message
 
 
 def keep_assumptions(messages: Sequence[PMessage], picks: Sequence[Pick]) -> list[str]:
@@ -466,7 +472,8 @@ def plan_hash(plan: Plan) -> str:
     # the context limit only checks the plan (what it changes through `$max_context` is in the
     # params and the requests): `wl plan` without it and `wl run`, which learns it, agree
     plan = plan.model_copy(update={"max_context": None})
-    paths = {t.path: f"sha256:{t.sha256}" for t in (*plan.traces, *plan.datasets)}
+    read: list[TraceInfo | DatasetInfo] = [*plan.traces, *plan.datasets]
+    paths = {t.path: f"sha256:{t.sha256}" for t in read}
     if paths:  # a trace (a dataset) is its content wherever it was read from, a param too
         plan = plan.model_copy(update={"params": {k: paths.get(v, v) if isinstance(v, str) else v
                                                   for k, v in plan.params.items()}})

@@ -23,7 +23,7 @@ from workloadlang.evaluate import DRAWS, Drawing, EvalError, evaluate, sub_exprs
 from workloadlang.plan import draws
 from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan.limits import Budget, Limits
-from workloadlang.plan.model import Pick, PMessage, Seg
+from workloadlang.plan.model import Pick, PMessage, Role, Seg
 from workloadlang.plan.prefix import Lane, message_weight
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -114,7 +114,7 @@ class Builder:
         # per (session, lane): its last request, the requests its next one waits for (the
         # last, or every branch's last after a parallel fork), the wait before its next one
         # and the reading time (s per token of its last answer) on top
-        self.last_in_lane: dict[tuple[str, Lane], str] = {}
+        self.last_in_lane: dict[tuple[str, Lane], str | None] = {}
         self.frontier: dict[tuple[str, Lane], tuple[str, ...]] = {}
         self.pending_wait: dict[tuple[str, Lane], float] = {}
         self.pending_read: dict[tuple[str, Lane], float] = {}
@@ -137,7 +137,7 @@ class Builder:
     def error(self, code: str, message: str, span: ir.Span, hint: str | None = None) -> None:
         self.diags.append(Diagnostic(code=code, message=message, span=span, hint=hint))
 
-    def append(self, conv: Conv, role: str, segs: tuple[Seg, ...], new: int,
+    def append(self, conv: Conv, role: Role, segs: tuple[Seg, ...], new: int,
                span: ir.Span, call_id: str = "", pick: int | None = None) -> None:
         """Add a message at the end of `conv` (it names conv's last message as its `after`);
         an assistant turn's tool calls wait for their `tool` messages."""

@@ -48,7 +48,7 @@ def span_cell(rs: list[PRequest], get: Callable[[PRequest], Any],
 def some_cell(rs: list[PRequest], get: Callable[[PRequest], int | None]) -> str:
     """A column only some requests have: first→last when all do, else the largest and how
     many have it."""
-    have = [get(r) for r in rs if get(r) is not None]
+    have = [v for v in map(get, rs) if v is not None]
     if len(have) == len(rs):
         return span_cell(rs, get)
     return "–" if not have else f"{fmt_tokens(max(have))} ({len(have)} of {len(rs)})"
@@ -250,10 +250,11 @@ def load_lines(plan: Plan) -> list[str]:
     out = []
     traced = {t.session for t in plan.traces}
     for name in dict.fromkeys(s.name for s in plan.sessions if s.start_s is None):
-        times = [r.send_at for r in plan.requests if r.session_name == name]
-        if name in traced or not times or None in times:
+        sent = [r.send_at for r in plan.requests if r.session_name == name]
+        times = [t for t in sent if t is not None]
+        if name in traced or not times or len(times) < len(sent):
             continue
-        first, last = min(times), max(times)  # type: ignore[type-var]
+        first, last = min(times), max(times)
         rate = f" ({(len(times) - 1) / (last - first):.3g} a second)" if last > first else ""
         out.append(f"turns {name}: {len(times):,} requests sent {fmt_seconds(first)} → "
                    f"{fmt_seconds(last)}{rate}, the copies in turn")

@@ -91,7 +91,8 @@ def within_caps(per_copy: Mapping[str, T], caps: Caps, size: Callable[[T], int])
     """Input: a value per session copy, the caps, the size of a value. Output: the values of
     the copies that can run at once: every uncapped copy's, and of each capped session the cap
     largest of its copies'."""
-    out, groups = [], {}
+    out: list[T] = []
+    groups: dict[tuple[str, int], list[T]] = {}
     for sid, v in per_copy.items():
         if sid in caps:
             groups.setdefault(caps[sid], []).append(v)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from workloadlang import ir
-from workloadlang.plan.builder import Builder, Ctx, in_bounds, value
+from workloadlang.evaluate import is_number
+from workloadlang.plan.builder import Builder, Ctx, Draft, in_bounds, value
 from workloadlang.plan.model import SessionInfo
 from workloadlang.results import Slo
 
@@ -47,7 +48,8 @@ def turns(b: Builder, s: ir.Session, root: Ctx, first: int) -> None:
 
 def round_robin(queues: list[list[Any]]) -> list[Any]:
     """Output: the queues' items taken in turn, one from each queue that still has one."""
-    out, k = [], 0
+    out: list[Any] = []
+    k = 0
     while any(k < len(q) for q in queues):
         out.extend(q[k] for q in queues if k < len(q))
         k += 1
@@ -60,12 +62,15 @@ def windows(b: Builder, wl: ir.Workload, root: Ctx) -> dict[str, float | None]:
     for name in ("duration", "warmup", "cooldown"):
         expr = getattr(wl.settings, name)
         v = None if expr is None else value(b, expr, root)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-        out[f"{name}_s"] = float(v) if ok and in_bounds(b, name, v, expr.span) else None
+        if expr is not None and is_number(v) and in_bounds(b, name, v, expr.span):
+            out[f"{name}_s"] = float(v)
+        else:
+            out[f"{name}_s"] = None
     total, edges = out["duration_s"], (out["warmup_s"] or 0) + (out["cooldown_s"] or 0)
-    if total is not None and edges and edges >= total:
+    duration = wl.settings.duration
+    if total is not None and duration is not None and edges and edges >= total:
         b.error("WL401", f"`warmup` and `cooldown` ({edges:g}s) leave nothing of the "
-                f"`duration` ({total:g}s) to measure", wl.settings.duration.span)
+                f"`duration` ({total:g}s) to measure", duration.span)
     return out
 
 
@@ -76,7 +81,7 @@ def cut(b: Builder, sessions: list[SessionInfo], duration: float | None) -> list
     if duration is None:
         return sessions
     over: set[str] = set()
-    kept = []
+    kept: list[Draft] = []
     for d in b.drafts:
         f = d.fields
         if f["session"] in over or (f["send_at"] is not None and f["send_at"] >= duration):

@@ -50,8 +50,8 @@ def path_runs(node: Node, root: Node, block: int) -> list[Run]:
     nodes = []
     while node is not root:
         nodes.append(node)
-        node = node.parent
-    out = []
+        node = node.parent or root  # below the root a node has a parent
+    out: list[Run] = []
     for n in reversed(nodes):
         k = n.end // block - n.start // block
         if k:

@@ -56,13 +56,17 @@ class Seg(Frozen):
     ref: int | None = unless(None)
 
 
+Role = Literal["system", "user", "assistant", "tool", "join"]
+"""A planned message's role (`join`: a branch's conversation, chosen at run time)."""
+
+
 class PMessage(Frozen):
     """One message; `after` is the message before it in its conversation (None: the first).
     A `tool` message answers the tool call whose id is `call_id`. A `join` (no content, never
     sent) stands for the conversation of the branch that `Plan.picks[pick]` keeps, chosen at run
     time; `after` is its first branch's end (what the plan counts)."""
 
-    role: Literal["system", "user", "assistant", "tool", "join"]
+    role: Role
     segs: tuple[Seg, ...]
     after: int | None = None
     call_id: str = unless("")
@@ -280,7 +284,8 @@ class Plan(Frozen):
         found = made.get(last)
         if found is not None:
             return found
-        tail, i = [], last
+        tail: list[int] = []
+        i: int | None = last
         while i is not None and i not in made:
             tail.append(i)
             i = self.messages[i].after

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 
 from workloadlang import ir
 from workloadlang.evaluate import refs_in
@@ -95,7 +96,7 @@ def part_seg(b: Builder, p: ir.TextPart | ir.FillerPart | ir.CallPart, ctx: Ctx,
             seg = b.texts[id(p)] = texts.literal(b, p.value)
         return seg
     needle = None if p.needle_at is None else value(b, p.needle_at, ctx)
-    if needle is not None and not 0 <= float(needle) <= 1:
+    if needle is not None and p.needle_at is not None and not 0 <= float(needle) <= 1:
         b.error("WL401", f"needle depth must lie in 0..1, got {needle}", p.needle_at.span)
     return Seg(kind="filler", key=key, tokens=tokens(b, p.tokens, ctx, "filler size"),
                needle_at=None if needle is None else float(needle))
@@ -271,6 +272,7 @@ def stmt_for(b: Builder, s: ir.For, ctx: Ctx, conv: Conv) -> None:
         items = items if isinstance(items, list) else []
         pairs = list(enumerate(items))
     else:
+        assert s.low is not None and s.high is not None  # the grammar's other form: a range
         lo, hi = count(b, s.low, ctx, "loop bound"), count(b, s.high, ctx, "loop bound")
         b.budget.count(hi - lo, "the loop's count", s.span)
         pairs = [(i, i) for i in range(lo, hi)]
@@ -372,7 +374,8 @@ def join(b: Builder, ctx: Ctx, lanes: list[Lane], start: tuple[str | None, tuple
     """After a parallel fork: the session's lane goes on once every branch has ended (its next
     request waits for each branch's last request), after the longest wait a branch ended with;
     its last request is the last branch's (in plan order, as after a spawn one after another)."""
-    home, frontier, waits = (ctx.session, ctx.lane), [], [0.0]
+    home, waits = (ctx.session, ctx.lane), [0.0]
+    frontier: list[str] = []
     for lane in lanes:
         key = (ctx.session, lane)
         frontier.extend(b.frontier.pop(key, start[1]))
@@ -391,6 +394,7 @@ def keep(b: Builder, s: ir.Spawn, ctx: Ctx, conv: Conv, ends: list[Conv]) -> Non
     conversation (the plan counts branch 0's)."""
     assert s.keep is not None
     if s.keep.rule == "index":
+        assert s.keep.index is not None  # `keep INDEX` has one
         k = count(b, s.keep.index, ctx, "the branch to keep")
         if k >= len(ends):
             b.error("WL431", f"`keep {k}` names no branch: the spawn has {len(ends)} (0 to "
@@ -423,7 +427,7 @@ def stmt_if(b: Builder, s: ir.If, ctx: Ctx, conv: Conv) -> None:
     walk(b, s.then, ctx.at("then"), conv) if cond else walk(b, s.orelse, ctx.at("else"), conv)
 
 
-STMT = {
+STMT: dict[str, Callable[..., None]] = {
     "message": stmt_message, "reply": stmt_reply, "probe": stmt_probe, "resend": stmt_resend,
     "wait": stmt_wait, "turn": stmt_turn, "phase": stmt_phase, "for": stmt_for,
     "repeat": stmt_repeat, "grow": stmt_grow, "spawn": stmt_spawn, "fresh": stmt_fresh,

@@ -93,7 +93,9 @@ class Node:
         self.low_src = -1  # a request of that level that reached it
         # the groups that reached it at `lvl`: the one whose request could be sent earliest
         # (g1, at t1) and the earliest of the others (g2, at t2; LATER: none)
-        self.lvl, self.g1, self.t1, self.g2, self.t2 = -1, None, LATER, None, LATER
+        self.lvl, self.t1, self.t2 = -1, LATER, LATER
+        self.g1: Hashable | None = None
+        self.g2: Hashable | None = None
 
     def other_than(self, group: Hashable) -> float:
         """The earliest a request of a group other than `group` that reached this node at its
@@ -198,7 +200,7 @@ class MessageNodes:
         if m.role == "join":
             return []
         idents = self.idents
-        out = [(("h", m.role), HEADER_TOKENS)]
+        out: list[tuple[Hashable, int]] = [(("h", m.role), HEADER_TOKENS)]
         for seg in m.segs:
             ident = idents.get(id(seg))
             if ident is None:
@@ -218,6 +220,7 @@ class MessageNodes:
             chain.append(i)
             i = self.messages[i].after
         node = self.trie.root if i is None else after[i]
+        assert node is not None  # the walk stopped at the root or at a node already made
         for j in reversed(chain):
             node = after[j] = self.trie.walk(node, self.atoms(self.messages[j]))
         return node
@@ -311,9 +314,9 @@ class Prefix:
             streams = self.streams
             while n is not root and n.min_level >= level and (
                     n.epoch != epoch or concurrent(streams[n.grp_src].lane, s.lane)):
-                n = n.parent
+                n = n.parent or root  # below the root a node has a parent
         while n is not root and n.min_level >= level and n.epoch != epoch:
-            n = n.parent
+            n = n.parent or root
         if n is root:
             return Expectation()
         return Expectation(n.end, self._source(n, s, epoch))
@@ -375,7 +378,7 @@ class Prefix:
             # every node of its path was reached at this level (by itself at least)
             while n is not root and n.end > e.tokens and not (
                     n.min_level < s.level or n.other_than(s.group) < before):
-                n = n.parent
+                n = n.parent or root
             if n.end > e.tokens:
                 e.most = n.end
 
@@ -398,7 +401,7 @@ class Prefix:
                 e, n = out[i], self.streams[i].prompt
                 while n is not root and n.end > e.tokens and not marks.get(n.serial,
                                                                             (0, False))[1]:
-                    n = n.parent
+                    n = n.parent or root
                 if n.end > max(e.tokens, e.most or 0):
                     e.most = n.end
 

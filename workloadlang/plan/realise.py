@@ -78,7 +78,7 @@ class ExactSizer(RatioSizer):
         if key in self.sized or tokens <= 0:
             return
         words = max(1, super().words_for(key, tokens))
-        best = None
+        best: tuple[int, int] | None = None
         for _ in range(3):
             got = await self.count(render(words))
             if best is None or abs(got - tokens) < abs(best[1] - tokens):
@@ -87,6 +87,7 @@ class ExactSizer(RatioSizer):
                 break
             rate = got / words if words and got else self.tokens_per_word
             words = max(0, words + round((tokens - got) / rate))
+        assert best is not None  # three tries, each counted
         self.sized[key], self.measured[key] = best
 
 
@@ -148,7 +149,9 @@ class Realiser:
 
     def messages(self, req: PRequest, replies: Mapping[str, Reply]) -> list[dict[str, Any]]:
         """The chat messages of `req`; `replies` holds the outcomes its reply segments name."""
-        return [self._message(i, replies) for i in self._ids(req, replies)]
+        ids = self._ids(req, replies)
+        assert ids is not None  # forced: every pick is decided
+        return [self._message(i, replies) for i in ids]
 
     # -- the branch a `keep first|longest` goes on from (`Plan.picks`)
 

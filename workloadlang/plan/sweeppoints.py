@@ -32,6 +32,7 @@ def points(wl: ir.Workload, overrides: Mapping[str, str], flag: str | None
     if flag is None:
         for p in wl.params:
             if p.sweep is not None and p.name not in overrides:
+                assert isinstance(p.sweep, ir.ListExpr)  # checked (WL233)
                 return p.name, [sweep_text(v) or "" for v in p.sweep.items]
         return None
     name, eq, values = flag.partition("=")

@@ -41,8 +41,9 @@ class TraceStmt:
 def options(b: Builder, s: ir.Session, root: Ctx, block: int) -> dict[str, Any] | None:
     """The trace options the planner uses, checked: time_scale, block_tokens, max_tokens,
     label. None (with diagnostics) when one is out of range."""
+    assert s.trace is not None  # a trace session's
     got = {o.key: (value(b, o.value, root), o.value.span) for o in s.trace.options}
-    out = {"time_scale": 1.0, "block_tokens": block, "max_tokens": 0, "label": s.name}
+    out: dict[str, Any] = {"time_scale": 1.0, "block_tokens": block, "max_tokens": 0, "label": s.name}
     for key, (v, span) in got.items():
         if key not in out:
             continue
@@ -83,14 +84,16 @@ def new_block(b: Builder, name: str, bid: Any, n: int, cache: dict, span: ir.Spa
 def plan_trace(b: Builder, s: ir.Session, root: Ctx,
                trace: Any) -> tuple[TraceInfo | None, list[SessionInfo]]:
     """Draft every request of `trace` for trace session `s`."""
+    src = s.trace
+    assert src is not None  # a trace session's
     if trace is None:
         b.error("WL409", f"session `{s.name}` replays a trace, but no trace was read for it",
-                s.trace.span, hint="plan it through `api.make_plan`, which reads the file")
+                src.span, hint="plan it through `api.make_plan`, which reads the file")
         return None, []
     opts = options(b, s, root, trace.block_tokens)
     if opts is None:
         return None, []
-    stmt = TraceStmt(span=s.trace.span, label=opts["label"])
+    stmt = TraceStmt(span=src.span, label=opts["label"])
     cache: dict = {"block": opts["block_tokens"]}
     count = [0] * trace.sessions
     peak = [0] * trace.sessions
@@ -100,10 +103,10 @@ def plan_trace(b: Builder, s: ir.Session, root: Ctx,
                            label=opts["label"], index=rec.number, path=sid)
         conv = Conv()
         segs = block_segs(b, s.name, rec.blocks, rec.input_tokens, trace.block_tokens,
-                          opts["block_tokens"], cache, s.trace.span)
-        b.append(conv, "user", segs, sum(g.tokens for g in segs), s.trace.span)
+                          opts["block_tokens"], cache, src.span)
+        b.append(conv, "user", segs, sum(g.tokens for g in segs), src.span)
         out = min(rec.output_tokens, opts["max_tokens"] or rec.output_tokens)
-        b.budget.size(out, "an output length", s.trace.span)
+        b.budget.size(out, "an output length", src.span)
         add_request(b, stmt, ctx, conv, kind="reply", max_tokens=out, abort=None, kept="drop",
                     options={}, expect=(), group=TRACE_GROUP,
                     send_at=rec.t * opts["time_scale"] if opts["time_scale"] else None)

@@ -74,8 +74,8 @@ async def verify(count: Count, salt: str) -> Vocabulary | None:
     total = await cost(words)
     costs: dict[str, int] = {}
     if total > _DIRECT_OVER * len(words):  # most words cost more: one call each
-        got = await asyncio.gather(*(cost([w]) for w in words))
-        costs = dict(zip(words, got))
+        each = await asyncio.gather(*(cost([w]) for w in words))
+        costs = dict(zip(words, each))
     else:
         await halve(words, total, cost, costs)
     if any(c < 1 for c in costs.values()):

@@ -93,7 +93,8 @@ class Cache:
         blocks, release. Output: the blocks the engine would report served."""
         self.now += 1
         self.restored = 0
-        matched, pos, broken, held = 0, 0, False, []
+        matched, pos, broken = 0, 0, False
+        held: list[Seg] = []
         for key, blocks in prompt.units:
             got = 0 if broken else self._match(key, blocks, pos, held)
             matched += got

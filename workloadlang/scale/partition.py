@@ -243,8 +243,9 @@ def message_order(plan: Plan) -> list[int]:
         return list(range(len(plan.messages)))
     order: list[int] = []
     seen: set[int] = set()
-    for i in range(len(plan.messages)):
+    for first in range(len(plan.messages)):
         chain = []
+        i: int | None = first
         while i is not None and i not in seen:
             chain.append(i)
             seen.add(i)
