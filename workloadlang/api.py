@@ -32,7 +32,7 @@ from workloadlang.evaluate import resolve_params
 from workloadlang.parse import parse
 from workloadlang.plan import sweeppoints
 from workloadlang.plan.assemble import build_plan
-from workloadlang.plan.draws import fresh_salt
+from workloadlang.plan.draws import fresh_salt as fresh_salt  # re-exported: wl run uses it
 from workloadlang.plan.limits import Budget, Limits
 from workloadlang.plan.model import CacheModel, Plan
 from workloadlang.plan.sweeppoints import (
@@ -44,7 +44,9 @@ from workloadlang.resultsmodels import EngineSummary
 from workloadlang.run.errors import (
     EndpointError as EndpointError,  # re-exported: open_engine raises it
 )
-from workloadlang.run.runoptions import RunOptions
+from workloadlang.run.runoptions import (
+    RunOptions as RunOptions,  # re-exported: run_workload takes it
+)
 from workloadlang.theory import cache_theory
 
 if TYPE_CHECKING:  # `wl plan` imports this module: these only when used

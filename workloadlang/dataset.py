@@ -148,39 +148,49 @@ def _sha256(f: IO[bytes]) -> str:
     return digest.hexdigest()
 
 
+@dataclass
+class _Reading:
+    """A JSON list read so far: the text not yet decoded (`buf`, from `at`) and the bytes of a
+    character cut by a chunk's end (`raw`)."""
+
+    buf: str = ""
+    at: int = 0
+    raw: bytes = b""
+
+
 def _json_list(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
     """(element number, value) of each element of a JSON list, read a chunk at a time (a
     file of any size in memory bounded by a chunk and its largest element)."""
     decoder = json.JSONDecoder()
-    state = {"buf": "", "at": 0, "raw": b""}
+    state = _Reading()
 
     def more() -> bool:
         """Read the next chunk onto what is left of the buffer. Output: False at the end."""
         chunk = f.read(_CHUNK)
         if not chunk:
-            if state["raw"]:
+            if state.raw:
                 raise DatasetError("not UTF-8 text")
             return False
-        raw = state["raw"] + chunk
+        raw = state.raw + chunk
         try:
-            text, state["raw"] = raw.decode("utf-8"), b""
+            text, state.raw = raw.decode("utf-8"), b""
         except UnicodeDecodeError as e:
             if e.start < len(raw) - 3:  # not a character cut by the chunk's end
                 raise DatasetError("not UTF-8 text") from None
-            text, state["raw"] = raw[:e.start].decode("utf-8"), raw[e.start:]
-        state["buf"], state["at"] = state["buf"][state["at"]:] + text, 0
+            text, state.raw = raw[:e.start].decode("utf-8"), raw[e.start:]
+        state.buf, state.at = state.buf[state.at:] + text, 0
         return True
 
     more()
-    state["buf"] = state["buf"].lstrip()
-    if not state["buf"].startswith("["):
+    state.buf = state.buf.lstrip()
+    if not state.buf.startswith("["):
         raise DatasetError("not a JSON list")
-    state["at"], number = 1, 0
+    state.at, number = 1, 0
     while True:
         while True:  # past white space and commas
-            buf, at = state["buf"], state["at"]
+            buf, at = state.buf, state.at
             rest = buf[at:].lstrip(" \t\r\n,")
-            state["at"] = len(buf) - len(rest)
+            state.at = len(buf) - len(rest)
             if rest or not more():
                 break
         if not rest:
@@ -190,10 +200,10 @@ def _json_list(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
         number += 1
         while True:
             try:
-                value, state["at"] = decoder.raw_decode(state["buf"], state["at"])
+                value, state.at = decoder.raw_decode(state.buf, state.at)
                 break
             except (ValueError, RecursionError) as e:
-                if len(state["buf"]) - state["at"] > MAX_ITEM * 4 or not more():
+                if len(state.buf) - state.at > MAX_ITEM * 4 or not more():
                     raise DatasetError(f"element {number} is not JSON "
                                        f"({str(e).split(':')[0]})") from None
         yield number, value

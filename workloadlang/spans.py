@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from workloadlang import latency
@@ -98,8 +99,10 @@ def aggregate(func: str, vals: list[Any]) -> Any:
     nums = [float(v) for v in xs]
     if func in ("p50", "p90", "p95", "p99"):
         return latency.quantile(sorted(nums), int(func[1:]) / 100)
-    return {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max,
-            "sum": math.fsum}[func](nums)
+    pick: dict[str, Callable[[list[float]], float]] = {
+        "median": statistics.median, "mean": statistics.fmean, "min": min, "max": max,
+        "sum": math.fsum}
+    return pick[func](nums)
 
 
 CMP = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,

@@ -31,7 +31,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypeGuard
 
 MAX_LINE = 8 << 20  # bytes of one record
 MOONCAKE_BLOCK = 512
@@ -147,6 +147,7 @@ def _read(f: IO[bytes], path: str, sel: Selection, max_records: int, max_tokens:
     if first is None:
         raise TraceError("the trace file is empty")
     head = _object(first[1], first[0])
+    fmt: Format
     if head.get("trace") == "workloadlang":
         fmt, block = "workloadlang", _header(head, first[0])
         records = lines
@@ -179,7 +180,8 @@ def _header(head: Mapping[str, Any], number: int) -> int:
     return block
 
 
-def _whole(v: Any) -> bool:
+def _whole(v: object) -> TypeGuard[int]:
+    """Whether `v` is an int (not a bool)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -249,8 +251,9 @@ def _kept(sample: float, key: str) -> bool:
 def _select(records, parse, block: int, sel: Selection, max_records: int, max_tokens: int):
     """The selected rows (number, time, session key, input, output, blocks), the records
     seen, the session keys in order of their first row."""
-    rows, total, sessions = [], 0, {}
-    index = 0
+    rows: list[tuple[int, Any, int, Any, Any, Any]] = []  # as `parse` gives them
+    sessions: dict[str, int] = {}
+    total = index = 0
     for number, line in records:
         index, total = index + 1, total + 1
         if index <= sel.offset:

@@ -53,9 +53,10 @@ def param_overrides(wl, extra: Sequence[str], pairs: Sequence[str]) -> dict[str,
             params = ", ".join(f"--{k}" for k in known) or "none"
             raise UsageError(f"unknown parameter --{flag}{hint}; this workload's: {params}")
         if not val:
-            val = next(it, None)
-            if val is None:
+            following = next(it, None)
+            if following is None:
                 raise UsageError(f"--{flag} needs a value")
+            val = following
         out[name] = val
     return out
 

@@ -13,6 +13,7 @@ import gc
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from workloadlang import api
 from workloadlang.cli import requests
@@ -222,7 +223,7 @@ def serve_command(request: requests.ServeRequest) -> int:
 def build_parser(params_help: str | None = None) -> argparse.ArgumentParser:
     """The `wl` command's parser; `params_help`: a workload's params, shown after the options
     of `wl plan` and `wl run` (`wl run FILE --help`)."""
-    shown = {"epilog": params_help, "formatter_class": argparse.RawDescriptionHelpFormatter} \
+    shown: dict[str, Any] = {"epilog": params_help, "formatter_class": argparse.RawDescriptionHelpFormatter} \
         if params_help else {}
     ap = argparse.ArgumentParser(prog="wl", description="workloadlang: measure what an "
                                  "inference engine's prefix cache really keeps")

@@ -109,7 +109,7 @@ class JsonlWriter:
 
     def _copied_so_far(self) -> bytes:
         """The whole lines already in the asked file (only a regular file is read back)."""
-        if not self.good or not os.path.isfile(self.path or ""):
+        if not self.good or not self.path or not os.path.isfile(self.path):
             return b""
         try:
             with open(self.path, "rb") as fh:

@@ -15,7 +15,7 @@ import stat
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import IO, TYPE_CHECKING, TextIO, cast
 from urllib.parse import urlsplit
 
 from workloadlang.api import PlannedRuns
@@ -178,13 +178,13 @@ async def main_async(request: RunRequest, prepared: Prepared, base: str,
             if prepared.search is not None:
                 from workloadlang.cli.search import run_search
 
-                writer = JsonlWriter(request.records)
+                writer = search_writer = JsonlWriter(request.records)
                 search = api.RateSearch(prepared.wl, prepared.source, prepared.options,
                                         prepared.search, env)
                 searched = await run_search(
                     search, prepared.source,
-                    lambda plan: run_one(plan, engine, request, writer, secret),
-                    lambda param, value, i: writer.write(
+                    lambda plan: run_one(plan, engine, request, search_writer, secret),
+                    lambda param, value, i: search_writer.write(
                         {"type": "sweep_point", "param": param, "value": value, "index": i}))
                 plans, makers = [], []
             else:
@@ -226,7 +226,8 @@ async def run_one(plan, engine, request: RunRequest, writer: JsonlWriter, secret
     from workloadlang.console import make_view
     from workloadlang.scale.workers import runner_for
 
-    view = make_view(plan, request.viz, Redacting(sys.stdout, secret))
+    # the views write and ask `isatty`, which is all a `Redacting` stream has of `IO[str]`
+    view = make_view(plan, request.viz, cast(IO[str], Redacting(sys.stdout, secret)))
     view.start()
     options = api.RunOptions(time_budget_s=request.time_budget_s, isolation=request.isolation,
                              replan=replan)
@@ -254,6 +255,7 @@ def finish_sweep(swept: tuple[str, list[str]] | None, points: list, request: Run
     from workloadlang.plan.sweeppoints import sweep_salt
 
     if result is None:
+        assert swept is not None  # a sweep's points, not a rate search's
         result = sweepresults.SweepResults(
             workload=points[0].workload, param=swept[0], values=swept[1][:len(points)],
             points=points, salt=sweep_salt(points[0].salt, swept[0], swept[1][0]),

@@ -86,11 +86,15 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _object(v: object) -> dict[str, Any]:
+    """`v` when it is a JSON object, else an empty one."""
+    return v if isinstance(v, dict) else {}
+
+
 def entry_from_row(row: dict[str, Any]) -> LogEntry:
     """Input: one decoded `request_done` row. Output: its `LogEntry` (missing fields None)."""
-    request = row.get("request") if isinstance(row.get("request"), dict) else {}
-    result = row.get("result") if isinstance(row.get("result"), dict) else {}
-    sampling = request.get("sampling") if isinstance(request.get("sampling"), dict) else {}
+    request, result = _object(row.get("request")), _object(row.get("result"))
+    sampling = _object(request.get("sampling"))
     rid = request.get("request_id")
     return LogEntry(
         request_id=rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None,

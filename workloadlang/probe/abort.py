@@ -84,8 +84,8 @@ def prefill_cut(first: list[Record], second: list[Record], grain: Grain, tokens:
         return {"verdict": "unknown", "summary": "unknown (the prompt's prefill is too short to "
                 f"be cut inside: {tokens:,} tokens, the engine's context limit, prefill in "
                 f"{prefill_s * 1000:.0f} ms)", "kept_tokens": None}
-    if (sent.e2e_s or 0.0) > LATE * prefill_s:
-        return {"verdict": "unknown", "summary": f"unknown (the cut came {sent.e2e_s * 1000:.0f} "
+    if (late := sent.e2e_s or 0.0) > LATE * prefill_s:
+        return {"verdict": "unknown", "summary": f"unknown (the cut came {late * 1000:.0f} "
                 f"ms after the send, the prefill takes about {prefill_s * 1000:.0f} ms: it may "
                 "have fallen after it; the client was held up)", "kept_tokens": None}
     b = grain.block or 1

@@ -214,7 +214,7 @@ def failed_order(fill: Fill, lab: Lab) -> str:
     sent = sum(1 for r in fill.records[:start] if not r.skipped and r.prompt_tokens)
     ledger = lab.ledger[:fill.first + sent]
     found = [p for p in PREFER
-             if (eviction_order(endless(p, ledger), fill.tags) or [None])[0] == fill.stop_tag]
+             if next(iter(eviction_order(endless(p, ledger), fill.tags)), None) == fill.stop_tag]
     return found[0] if found else "lru"
 
 

@@ -53,9 +53,9 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
         return device, host
     dev = fill.device_blocks * b
     spread = fill.device_spread * b
-    device = (max(0, dev - spread), dev + spread)
-    return (capacity_prop("device", device, fill, grain, tiered=True),
-            capacity_prop("host", (max(0, total[0] - device[1]), max(0, total[1] - device[0])),
+    kept = (max(0, dev - spread), dev + spread)
+    return (capacity_prop("device", kept, fill, grain, tiered=True),
+            capacity_prop("host", (max(0, total[0] - kept[1]), max(0, total[1] - kept[0])),
                           fill, grain, tiered=True))
 
 

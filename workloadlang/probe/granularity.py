@@ -68,8 +68,9 @@ async def measure(lab: Lab, salt: str) -> tuple[Grain, Property]:
     """Run the experiment (see the module). Output: what it found, the card's property."""
     limit = lab.max_context or 1 << 30
     sizes = [n for n in SIZES if n + 64 < limit] or [max(16, limit // 4)]
-    params = {"sizes": sizes, "shared_tokens": min(SHARED, limit // 2), "tail_tokens": TAIL}
-    worst = 2 * sum(sizes) + 2 * (params["shared_tokens"] + TAIL) + 64 * len(sizes)
+    shared = min(SHARED, limit // 2)
+    params = {"sizes": sizes, "shared_tokens": shared, "tail_tokens": TAIL}
+    worst = 2 * sum(sizes) + 2 * (shared + TAIL) + 64 * len(sizes)
     records = await lab.run("granularity", params, salt, worst_tokens=worst)
     grain = analyse(records, sizes)
     lab.ledger.extend(prompts(records, grain, salt))
@@ -116,7 +117,8 @@ def price(grain: Grain, cold: list[Record], again: list[Record]) -> None:
     grain.server_time = len(server) == len(cold) and bool(cold)
     if grain.server_time:
         grain.fixed_s = 0.0
-        samples = [(uncached(r), r.server_prefill_ms / 1000) for r in cold]
+        samples = [(uncached(r), r.server_prefill_ms / 1000) for r in cold
+                   if r.server_prefill_ms]  # every one of them
     else:
         fixed = [r.ttft_s for r in again if r.ttft_s is not None]
         grain.fixed_s = min(fixed) if fixed else 0.0
@@ -172,9 +174,9 @@ def prompts(records: list[Record], grain: Grain, salt: str) -> list[Prompt]:
                                                          max(0, n - head - max(0, shared)))]
         else:
             units.append((f"{salt}:size{r.index}", max(0, n - head)))
-        units = tuple(u for u in units if u[1] > 0)
-        out.append(Prompt(units, cap=grain.blocks(r.prompt_tokens - 1),
-                          answer=answer_keys(r, grain, units[-1][0] if units else "")))
+        kept = tuple(u for u in units if u[1] > 0)
+        out.append(Prompt(kept, cap=grain.blocks(r.prompt_tokens - 1),
+                          answer=answer_keys(r, grain, kept[-1][0] if kept else "")))
     return out
 
 
@@ -217,7 +219,7 @@ def card_property(records: list[Record], grain: Grain) -> Property:
     what = "tokens (all but the last token of a prompt)" if grain.block == 1 else \
         f"blocks of {grain.block} tokens; a prompt's last partial block is not served"
     pair = (f"a prefix two prompts share is served ({other.cached_tokens:,} tokens)"
-            if shared else "only whole prompts are served, not a prefix two prompts share")
+            if shared and other else "only whole prompts are served, not a prefix two prompts share")
     return Property(status="known", summary=f"{what}; {pair}", value=value,
                     experiment="granularity", requests=ids,
                     basis=f"the cached tokens of prompts of {len(SIZES)} sizes sent twice (their "

@@ -35,7 +35,7 @@ class Prompt:
     units: tuple[tuple[str, int], ...]
     cap: int
     dead: int = 0
-    answer: str = ""  # which answer (a greedy answer to the same prompt is the same)
+    answer: tuple[str, ...] = ()  # its answer's blocks (a greedy answer to a prompt is one)
 
 
 @dataclass(frozen=True)

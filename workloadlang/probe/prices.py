@@ -16,7 +16,7 @@ faster one; what costs between the two is a read split between the tiers.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workloadlang.results import Record
@@ -61,7 +61,7 @@ def time_of(r: Record, signal: str) -> float | None:
     return r.ttft_s
 
 
-def classify(walk: list[Record], others: list[Record] = (),
+def classify(walk: list[Record], others: Sequence[Record] = (),
              tail: Callable[[Record], float] = lambda r: 0.0, fixed: float = 0.0) -> Tiers:
     """Which tier served each read (see the module). `walk`: reads served whole in the order
     of a walk from the last victim to the first, so a slower tier's reads come after every

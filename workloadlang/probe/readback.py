@@ -12,6 +12,8 @@ served whole from the device, and with each restored from the host tier (by its 
 
 from __future__ import annotations
 
+from typing import Any
+
 from workloadlang.card import Property
 from workloadlang.probe.capacity import Fill
 from workloadlang.probe.lab import Lab
@@ -83,7 +85,7 @@ async def integrity(fill: Fill, lab: Lab) -> Property:
     if not device:
         return Property(status="unknown", experiment=EXPERIMENT, requests=ids,
                         reason="no context was answered cold and again from the device")
-    value = {"answer_tokens": 16, "device": await worst(device, cold, fill, lab),
+    value: dict[str, Any] = {"answer_tokens": 16, "device": await worst(device, cold, fill, lab),
              "host": await worst(host, cold, fill, lab) if host else None,
              "device_reads": len(device), "host_reads": len(host)}
     note = "" if host else (" (no host tier seen)" if not fill.tiers.host else

@@ -65,7 +65,9 @@ before it: a trace of any length is realised as its schedule goes, in bounded me
 class Shared(Protocol):
     """What a shard of a run sharded over processes shares with the other shards."""
 
-    isolation: RunWide  # the run's one isolation, across the processes
+    @property
+    def isolation(self) -> RunWide:
+        """The run's one isolation, across the processes."""
 
     async def start(self) -> float:
         """Wait until every shard is ready. Output: the run's start instant on `clock`."""

@@ -60,7 +60,7 @@ class Coordinator:
         self.ready_set: set[int] = set()
         self.start_instant: float | None = None
         self.all_ready = asyncio.Event()
-        self.arrived = [set() for _ in range(barriers)]
+        self.arrived: list[set[int]] = [set() for _ in range(barriers)]
         self.all_in = [asyncio.Event() for _ in range(barriers)]
         self.opened = [asyncio.Event() for _ in range(barriers)]
         self.state = IsolationState()

@@ -39,7 +39,6 @@ WHERE_TIMEOUT_S = 120.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
-@ray.remote(num_cpus=0)
 class CoordinatorActor:
     """`coordinate.Coordinator` behind an actor: the driver's and the workers' calls."""
 
@@ -121,7 +120,6 @@ class ActorCalls:
         self.actor.gone.remote(worker)
 
 
-@ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)
 class ShardActor:
     """One worker: runs one shard on its own event loop (`shard.run_shard`)."""
 
@@ -145,20 +143,25 @@ class ShardActor:
             self.task.cancel()
 
 
+# the actor classes as Ray makes them (`.options(...).remote(...)`)
+COORDINATOR = ray.remote(num_cpus=0)(CoordinatorActor)
+SHARD = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ShardActor)
+
+
 class RayBackend:
     """A `driver.Backend` of Ray actors: the coordinator on the driver's node, one
     `ShardActor` per shard."""
 
     def __init__(self, workers: int, barriers: int):
         here = ray.get_runtime_context().get_node_id()
-        self.coord_actor = CoordinatorActor.options(
+        self.coord_actor = COORDINATOR.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote(workers, barriers)
         self.coordinator = ActorCalls(self.coord_actor)
         self.actors: dict[int, Any] = {}
 
     def launch(self, job: ShardJob):
-        actor = ShardActor.options(scheduling_strategy="SPREAD").remote(self.coord_actor)
+        actor = SHARD.options(scheduling_strategy="SPREAD").remote(self.coord_actor)
         self.actors[job.index] = actor
         return self._stream(actor.run.remote(job))
 

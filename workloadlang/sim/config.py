@@ -78,7 +78,7 @@ class FaultSpec(BaseModel):
 
     def render(self) -> str:
         """The `--fault` text that parses back into this spec."""
-        text = self.name
+        text: str = self.name
         if self.value is not None:
             v = self.value
             text += f"={int(v) if float(v).is_integer() and self.name != 'error_rate' else v}"

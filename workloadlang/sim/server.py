@@ -17,6 +17,7 @@ import time
 from time import perf_counter
 
 import uvicorn
+from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .. import stamps
@@ -74,7 +75,7 @@ class StampedHttpProtocol(HttpToolsProtocol):
         self._wl_fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
-        self._wl_read_at = _ARRIVALS.pop(self._wl_fd, None) or perf_counter()
+        self._wl_read_at = _ARRIVALS.pop(self._wl_fd, 0.0) or perf_counter()
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -134,7 +135,9 @@ class SimHandle:
 
     @property
     def sim(self) -> Simulator:
-        return self._server.config.app.state.sim
+        app = self._server.config.app
+        assert isinstance(app, Starlette)  # create_app's
+        return app.state.sim
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the server to exit and wait for its thread (idempotent)."""
