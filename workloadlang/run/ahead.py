@@ -75,7 +75,7 @@ class WriteAhead:
         self.ends_seen = 0  # `pool.ended` at the last `_deferred` pass
         self.yielded = False  # the last `_deferred` pass only yielded a loop turn
         self.since: float | None = None  # loop time the oldest deferred work was queued
-        self.held: deque[tuple[float, asyncio.Future]] = deque()  # `_hold`: since, future
+        self.held: deque[tuple[float, asyncio.Future[None]]] = deque()  # `_hold`: since, future
         self.held_ends = 0  # `pool.ended` when `_release` last looked
 
     def bind(self, core: Core) -> None:
@@ -141,17 +141,22 @@ class WriteAhead:
         if after is not None and after.abort_after:
             after = None
 
-        def then(answer: Answer) -> asyncio.Future | None:
-            # held only once its bytes are all out: the rest of a partial write is sent at
-            # its session's turn, and its TTFT counts from the first byte
-            chained = self._chain(req, after, answer)
-            return self._hold() if chained and not self.made[after.id].out.rest else None
-
         core = self.core
         outcome = await send(self.pool, core.endpoint, chat, out=out, clock=core.clock,
-                             then=then if after is not None else None, on_cancel=on_cancel)
+                             then=self._then(req, after) if after is not None else None,
+                             on_cancel=on_cancel)
         self.last_answer = asyncio.get_running_loop().time()
         return outcome
+
+    def _then(self, req: PRequest,
+              after: PRequest) -> Callable[[Answer], asyncio.Future[None] | None]:
+        """What the read callback of `req`'s answer does at its end: `after` written on its
+        turn (`_chain`), and held only once its bytes are all out: the rest of a partial write
+        is sent at its session's turn, and its TTFT counts from the first byte."""
+        def then(answer: Answer) -> asyncio.Future[None] | None:
+            chained = self._chain(req, after, answer)
+            return self._hold() if chained and not self.made[after.id].out.rest else None
+        return then
 
     def _take(self, req: PRequest) -> tuple[ChatRequest, Outgoing | None]:
         """Output: the request to send now, and its bytes when they were made ahead."""
@@ -188,7 +193,7 @@ class WriteAhead:
         core.took_over(after)
         return True
 
-    def _hold(self) -> asyncio.Future:
+    def _hold(self) -> asyncio.Future[None]:
         """Output: a future that `_release` resolves, for a session whose next request `_chain`
         wrote and that has the rest of its answer to deal with (its outcome and record,
         reading its next answer)."""

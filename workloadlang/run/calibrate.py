@@ -175,7 +175,7 @@ def took(cold: Outcome, base: Outcome, floor: float | None) -> float:
     cold twin's TTFT beyond the faster of its few-word prompt's and `floor`."""
     if cold.server_prefill_ms:
         return cold.server_prefill_ms / 1000
-    return (cold.ttft_s or 0.0) - min(base.ttft_s or 0.0, base.ttft_s if floor is None
+    return (cold.ttft_s or 0.0) - min(base.ttft_s or 0.0, (base.ttft_s or 0.0) if floor is None
                                       else floor)
 
 

@@ -153,12 +153,12 @@ class _IdleWatch:
         now = loop.time()
         if state.ttft is None or state.n_chunks != self.seen:
             self.seen, self.quiet_since = state.n_chunks, now
-        elif now - self.quiet_since >= self.seconds:
+        elif self.seconds is not None and now - self.quiet_since >= self.seconds:
             state.idle_cut = True
             self.timer = None
             self.task.cancel()  # type: ignore[union-attr]
             return
-        self.timer = loop.call_later(self.seconds / 4, self._look)
+        self.timer = loop.call_later((self.seconds or 0.0) / 4, self._look)
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if self.timer is not None:
@@ -263,9 +263,9 @@ async def _read_response(response: Response, state: Stream,
         if state.error is not None and state.error.kind == "overrun":
             return
         if head.lstrip()[:1] in (b"{", b"["):
-            body = await _read_json_whole(chunks, head, state)
-            if body is not None:
-                read_json_body(body, state)
+            whole = await _read_json_whole(chunks, head, state)
+            if whole is not None:
+                read_json_body(whole, state)
                 state.check_abort_target()
             return
     if stamps is not None and state.abort_after is None:

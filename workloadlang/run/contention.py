@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_right
 from collections.abc import Callable
+from typing import Literal
 
 
 class Slots(asyncio.Semaphore):
@@ -30,7 +31,7 @@ class Slots(asyncio.Semaphore):
         self.counts: list[int] = []
         self.reserved = 0
 
-    async def acquire(self) -> bool:
+    async def acquire(self) -> Literal[True]:
         await super().acquire()
         self._changed(1)
         return True

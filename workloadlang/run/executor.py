@@ -107,7 +107,8 @@ class Executor:
         self.slots = Slots(self.concurrency, clock)
         self.queued = 0  # requests waiting for a concurrency slot
         self.isolation = Isolation(lambda: self.slots.held > 0 or self.queued > 0, clock,
-                                   on_alone=on_alone, shared=shared and shared.isolation)
+                                   on_alone=on_alone,
+                                   shared=shared.isolation if shared is not None else None)
         self.again = Remeasure(plan, clock)
         self.maker = RequestMaker(realiser, endpoint, clock, timeout_s=plan.timeout_s,
                                   time_budget_s=time_budget_s, tries=self.again.tries)
@@ -127,7 +128,7 @@ class Executor:
         self.holding: set[str] = set()  # written ahead of their turn, each holding a slot
         self.sink_error: Exception | None = None
         self.t0 = 0.0
-        self.tasks: list[asyncio.Future] = []
+        self.tasks: list[asyncio.Future[Any]] = []
         self.ready_at: dict[str, float] = {}  # when a request's dependencies were done
         self.waiting = {r.id: sum(d in self.by_id for d in r.deps) for r in self.requests}
         self.dependents, self.successor = links(self.requests)

@@ -42,7 +42,8 @@ class Lag:
 
     def __init__(self, clock: Callable[[], float],
                  cpu_clock: Callable[[], float] = time.thread_time):
-        self.clock, self.cpu_clock, self.samples = clock, cpu_clock, []
+        self.clock, self.cpu_clock = clock, cpu_clock
+        self.samples: list[float] = []
         # (lag, the thread's CPU in its interval, when it ended on `clock`)
         self.worst: tuple[float, float, float] | None = None
 
@@ -119,7 +120,7 @@ class ClientHealth:
         self.lags: list[float] = []  # of requests with a planned send time: sent minus planned
         self.unfrozen = 0  # records since the last gc.freeze()
         self.t0 = 0.0
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.quiet_waits: list[float] = []  # decisive measurements' waits for a quiet client
 
     def before_clock(self) -> None:
@@ -188,7 +189,7 @@ class ClientHealth:
     def summary(self, outcomes: Iterable[Any], isolation: dict[str, Any]) -> dict[str, Any]:
         """Output: the results' `client` fields, from the watch and the run's `outcomes`
         (`ttft_late_s`, `e2e_s`) and the isolation's cost (`Isolation.summary`)."""
-        ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+        ms = _ms
         lag, late = self.lag, [o.ttft_late_s for o in outcomes if o.ttft_late_s is not None]
         e2e = [o.e2e_s for o in outcomes if o.e2e_s]
         health = {
@@ -241,7 +242,7 @@ def schedule_summary(lags: list[float]) -> dict[str, Any]:
     """Input: the schedule lags of the requests with a planned send time (sent minus
     planned, s). Output: their count, p50, p99 and max (ms) and how many were late by more
     than `LATE_S` (`schedule_late`): the load they made came later than planned."""
-    ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+    ms = _ms
     return {"scheduled": len(lags), "schedule_lag_p50_ms": ms(percentile(lags, 0.5)),
             "schedule_lag_p99_ms": ms(percentile(lags, 0.99)),
             "schedule_lag_max_ms": ms(max(lags, default=None)),
@@ -257,3 +258,8 @@ def bottleneck(worst_p99_s: float, e2e_median_s: float | None) -> bool:
     if worst_p99_s <= _DELAY_BOUND_S:
         return False
     return e2e_median_s is None or worst_p99_s > _BOTTLENECK_SHARE * e2e_median_s
+
+
+def _ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds to the microsecond (None stays None)."""
+    return None if seconds is None else round(seconds * 1000, 3)

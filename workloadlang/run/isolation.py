@@ -57,7 +57,7 @@ class Isolation:
                  shared: RunWide | None = None):
         self.busy, self.clock, self.on_alone, self.shared = busy, clock, on_alone, shared
         self.owner: str | None = None  # the session holding the isolation
-        self.queue: deque[tuple[str, asyncio.Future]] = deque()  # sessions asking for it
+        self.queue: deque[tuple[str, asyncio.Future[None]]] = deque()  # sessions asking for it
         self.changed: asyncio.Event | None = None  # set when something may have ended
         self.since = 0.0  # when the current owner took it
         self.active_s = 0.0  # total time an isolation was held, ended ones

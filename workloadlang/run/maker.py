@@ -50,8 +50,8 @@ class RequestMaker:
         and the realiser (validating the messages copied each of them, on the path from an
         answer to the next send)."""
         k = self.tries.get(req.id)
-        messages = self.realiser.again(req, replies, k) if k else \
-            self.realiser.encoded(req, replies, dumps_kept)
+        messages: list[dict[str, Any] | bytes] = [*self.realiser.again(req, replies, k)] if k \
+            else self.realiser.encoded(req, replies, dumps_kept)
         return ChatRequest.model_construct(
             id=req.id, messages=messages,
             max_tokens=req.max_tokens, options=req.options, abort_after=req.abort_after,

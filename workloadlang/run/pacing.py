@@ -16,7 +16,7 @@ Two pacings:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 from workloadlang.plan.model import PRequest
@@ -33,8 +33,11 @@ class Core(Protocol):
     clock: Callable[[], float]
     endpoint: Endpoint
     maker: RequestMaker
-    outcomes: Mapping[str, Outcome]
     concurrency: int
+
+    @property
+    def outcomes(self) -> dict[str, Outcome]:
+        """The outcomes so far, by request id (the pacing reads them)."""
 
     def may_take_over(self, req: PRequest) -> bool:
         """True when `req` may be written now, on the turn of the request whose answer just

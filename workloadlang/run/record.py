@@ -56,11 +56,12 @@ class TtftReference(BaseModel):
         """Hit/miss by the calibrated threshold, only for prompts near the calibrated size; None
         when the TTFT may be up to `doubt` longer than the prefill's own time (`ttft_late_s`,
         `ttft_contended_s`) and that could flip it."""
-        if None in (self.threshold_s, self.threshold_tokens, prompt, ttft):
+        threshold, tokens = self.threshold_s, self.threshold_tokens
+        if threshold is None or tokens is None or prompt is None or ttft is None:
             return None
-        if not 0.75 * self.threshold_tokens <= prompt <= 1.33 * self.threshold_tokens:
+        if not 0.75 * tokens <= prompt <= 1.33 * tokens:
             return None
-        return _unless_doubt(lambda t: t < self.threshold_s, ttft, doubt)
+        return _unless_doubt(lambda t: t < threshold, ttft, doubt)
 
 
 def _unless_doubt(judge: Callable[[float], bool], ttft: float, doubt: float) -> bool | None:
@@ -95,7 +96,9 @@ def lost_record(req: PRequest, sent_unix: float | None, why: str) -> Record:
 
 
 def generated(o: Any) -> int:
-    return o.completion_tokens if o.completion_tokens is not None else o.streamed_tokens
+    """The tokens an answer generated: as the engine counted them, else as streamed."""
+    count: int = o.completion_tokens if o.completion_tokens is not None else o.streamed_tokens
+    return count
 
 
 def runtime_expected(req: PRequest, src_req: PRequest | None, src: Any | None,
@@ -142,7 +145,8 @@ def impossible_counts(req: PRequest, o: Any) -> tuple[Any, str | None]:
     when every count is possible). An impossible count is no evidence: with it unknown, the
     request is neither a hit nor a miss."""
     prompt, cached, completion = o.prompt_tokens, o.cached_tokens, o.completion_tokens
-    why, update = [], {}
+    why: list[str] = []
+    update: dict[str, Any] = {}
     if prompt is not None and (prompt <= 0 or prompt > IMPOSSIBLE_PROMPT_FACTOR
                                * req.prompt_tokens + IMPOSSIBLE_PROMPT_SLACK):
         why.append(f"prompt_tokens {prompt:,} for a prompt planned at {req.prompt_tokens:,}")
@@ -215,7 +219,7 @@ def timing(o: Any) -> dict[str, Any]:
                 tpot_s=latency.tpot(o.ttft_s, o.e2e_s, n), output_tps=latency.output_tps(n, o.e2e_s))
 
 
-def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
+def evidence(req: PRequest, o: Any, src_req: PRequest | None, src: Any | None, hit_ratio: float,
              ref: TtftReference, contended_s: float | None = None,
              prefill_contended_s: float | None = None) -> dict[str, Any]:
     """Output: the derived fields of an answered request's record. A verdict drawn from a
@@ -240,6 +244,7 @@ def evidence(req: PRequest, o: Any, src_req, src, hit_ratio: float,
         out["missed"] = max(0, expected - cached)
     doubt = (o.ttft_late_s or 0.0) + (contended_s or 0.0)
     if cached is not None and warm:
+        assert prompt is not None and uncached is not None  # warm: a prompt, and cached
         out["hit"], out["hit_basis"] = out["reuse"] >= hit_ratio, "cached"
         own = doubt if out["prefill_source"] == "client_ttft" else (prefill_contended_s or 0.0)
         fixed = ref.fixed_s if out["prefill_source"] == "client_ttft" else 0.0
@@ -388,7 +393,7 @@ class Recorder:
         self.slots, self.isolation, self.ref = slots, isolation, ref
         self.prefill_own = prefill_own  # the engine's prefill time is the request's own work
         self.cold = ColdSpeed()
-        self.learnt: tuple[tuple, TtftReference | None] = ((), None)  # (drawn from, reference)
+        self.learnt: tuple[tuple[Any, ...], TtftReference | None] = ((), None)  # (drawn from, reference)
         # of a request with a send time, the time its schedule lag counts from (s from the
         # start): its send time, or the opening of its phase's barrier when that came later
         self.planned_at: dict[str, float] = {}
@@ -512,7 +517,7 @@ class ColdSpeed:
             self.ttft.append((rec.uncached_tokens, rec.prefill_s, late))
             self.seen += 1
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         """Output: what the speed is drawn from, to tell when it must be made again."""
         return self.seen, self.floor
 

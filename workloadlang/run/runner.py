@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from workloadlang.diagnostics import WorkloadError
-from workloadlang.evaluate import TIMING_TOKENS, evaluate
+from workloadlang.evaluate import TIMING_TOKENS, Value, evaluate, is_number
 from workloadlang.plan.draws import fresh_salt
 from workloadlang.plan.model import Plan
 from workloadlang.plan.realise import Realiser, Sizer
@@ -246,8 +246,8 @@ async def threshold_reference(plan: Plan, link: EngineLink, sizer: Any,
     for c in plan.calibrations:
         if c.what != "ttft_threshold":
             continue
-        tokens = int(evaluate(c.tokens, plan.params)) if c.tokens is not None else 1024
-        repeat = int(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
+        tokens = _whole(evaluate(c.tokens, plan.params)) if c.tokens is not None else 1024
+        repeat = _whole(evaluate(c.repeat, plan.params)) if c.repeat is not None else 3
         await calibrate.ttft_threshold(link.chat, link.endpoint, sizer, salt, tokens, repeat,
                                        cal)
         limit = (link.info.max_context or 2 * SPEED_LIMIT) // 2
@@ -274,10 +274,20 @@ def reference(cal: calibrate.Calibration) -> TtftReference:
                          server_floor_s=floor)
 
 
+def _whole(v: Value) -> int:
+    """A calibration's count (checked: a number), as a whole number."""
+    assert is_number(v)
+    return int(v)
+
+
+def _median(xs: list[float]) -> float | None:
+    """The upper median of `xs` (None for none)."""
+    return sorted(xs)[len(xs) // 2] if xs else None
+
+
 def calibration_env(cal: calibrate.Calibration) -> dict[str, ParamValue]:
-    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
-    return {"ttft_threshold": cal.threshold_s, "cold_ttft": med(cal.cold_ttft_s),
-            "hit_ttft": med(cal.hit_ttft_s), "timing_floor": timing_floor(cal),
+    return {"ttft_threshold": cal.threshold_s, "cold_ttft": _median(cal.cold_ttft_s),
+            "hit_ttft": _median(cal.hit_ttft_s), "timing_floor": timing_floor(cal),
             "chars_per_token": cal.chars_per_token}
 
 

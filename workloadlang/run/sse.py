@@ -416,7 +416,7 @@ def feed_chunk(chunk: bytes, state: Stream, stamps: Stamps | None) -> bool:
     first = stamps is not None and state.ttft is None
     for i, line in enumerate(lines):
         stop = state.feed_line(line)
-        if first and state.ttft is not None:
+        if first and stamps is not None and state.ttft is not None:
             first = False
             check_first_read(state, stamps.doubt, bool(buf) or any(
                 later.startswith(b"data:") for later in lines[i + 1:]))

@@ -21,9 +21,9 @@ import httpx
 
 from workloadlang.wire import exceptions
 from workloadlang.wire.request import Outgoing
-from workloadlang.wire.response import Headers
+from workloadlang.wire.response import Headers, Stamps
 
-_TIMEOUTS: dict[type, type] = {
+_TIMEOUTS: dict[type[httpx.TransportError], type[exceptions.WireError]] = {
     httpx.ConnectTimeout: exceptions.ConnectTimeout, httpx.WriteTimeout: exceptions.WriteTimeout,
     httpx.ReadTimeout: exceptions.ReadTimeout, httpx.PoolTimeout: exceptions.ConnectTimeout,
 }
@@ -47,14 +47,14 @@ def wire_error(exc: httpx.TransportError, *, dropped: bool = False) -> exception
 class HttpxResponse:
     """An httpx response as a wire `Response` (no stamps)."""
 
-    stamps = None
+    stamps: Stamps | None = None
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.status = response.status_code
         self.headers = Headers(list(response.headers.raw))
 
-    async def body(self) -> AsyncIterator[bytes]:  # type: ignore[override]
+    async def body(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.aiter_bytes():
                 yield chunk

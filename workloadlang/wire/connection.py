@@ -49,7 +49,7 @@ _PAUSE_BYTES = 4 * 1024 * 1024  # stop reading a response whose consumer is this
 _MAX_PIECES = 512  # pieces written in one sendmsg (the kernel takes up to IOV_MAX, 1024 on Linux)
 _HAS_SENDMSG = hasattr(socket.socket, "sendmsg")  # not on Windows
 
-Addresses = dict[tuple[str, int], list]  # resolved origins, kept by the pool
+Addresses = dict[tuple[str, int], list[Any]]  # resolved origins, kept by the pool
 
 class Head:
     """A parsed status line and headers."""
@@ -121,7 +121,7 @@ class Connection:
         self.complete = False
         self.keep_alive = False
         self.error: Exception | None = None  # a wire error, or what `on_read` raised
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future[Any] | None = None
         self.received_any = False
         self.head_only = False
         self.stamp = 0.0
@@ -216,6 +216,7 @@ class Connection:
             self.reading = True
             self.by_thread = self._stamped and self.reader is not None and not self.on_loop
             if self.by_thread:
+                assert self.reader is not None
                 self.reader.add(self)
             else:
                 self.loop.add_reader(self.sock.fileno(), self._on_readable)
@@ -224,6 +225,7 @@ class Connection:
         if self.reading:
             self.reading = False
             if self.by_thread:
+                assert self.reader is not None  # reading by the thread: there is one
                 self.reader.remove(self)
             elif not self.closed:
                 self.loop.remove_reader(self.sock.fileno())
@@ -304,7 +306,8 @@ class Connection:
         elif self.waiter is not None and self.wait_timeout is not None:
             self.wait_deadline = self.loop.time() + self.wait_timeout  # data came: still alive
 
-    def _hook_failed(self, exc: Exception, waiter: asyncio.Future | None, turn: int) -> None:
+    def _hook_failed(self, exc: Exception, waiter: asyncio.Future[Any] | None,
+                     turn: int) -> None:
         """The `on_read` hook raised (it must not): its reader raises the same exception from
         its wait, instead of waiting for a wake that will not come until its deadline; the
         connection, unless the hook handed it on first, is not used again."""
@@ -479,7 +482,7 @@ class Connection:
 
 
 
-def _literal(host: str, port: int) -> list | None:
+def _literal(host: str, port: int) -> list[Any] | None:
     """Output: getaddrinfo-shaped entries for an IP address literal, else None."""
     for family in (socket.AF_INET, socket.AF_INET6):
         try:

@@ -124,7 +124,7 @@ class Pool:
         """Before the clock: up to `n` idle live connections to `url`'s origin, taken from the
         pool for the run's start (`StartWrites`)."""
         origin = target_of(url).origin
-        conns = []
+        conns: list[Connection] = []
         while len(conns) < n and (conn := self.idle_connection(origin)) is not None:
             conns.append(conn)
         conns.reverse()  # the most recently released first, as the pool hands them out

@@ -180,7 +180,7 @@ class Reader:
                     events = self.epoll.poll(_ROUND_S if self.conns else -1, most)
             except InterruptedError:
                 continue
-            batches: dict[Any, list] = {}
+            batches: dict[Any, list[Any]] = {}
             with self.lock:  # queued on the loop before remove() can return
                 if self.closing:
                     return
@@ -196,7 +196,8 @@ class Reader:
             # a full poll may have left ready sockets out: it shows nothing about the others
             floor = began if len(events) < most else float("-inf")
 
-    def _read(self, fd: int, conn: Watched, batches: dict[Any, list], floor: float) -> None:
+    def _read(self, fd: int, conn: Watched, batches: dict[Any, list[Any]],
+              floor: float) -> None:
         before = data_segments(conn.sock) if conn.consumed is not None else None
         start = conn.clock()
         try:
@@ -216,7 +217,7 @@ class Reader:
         batches.setdefault(conn.loop, []).append((conn, data, stamp, None, doubt))
 
 
-def _deliver_all(items: list) -> None:
+def _deliver_all(items: list[Any]) -> None:
     """On the loop: hand each read to its connection, in the order they were read."""
     for conn, data, stamp, exc, doubt in items:
         conn.thread_delivered += 1

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from workloadlang import __version__
+
+if TYPE_CHECKING:  # a connection writes requests: it imports this module
+    from workloadlang.wire.connection import Connection
 
 USER_AGENT = f"workloadlang/{__version__}"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -99,7 +102,7 @@ class Outgoing:
         self.head = head if head is not None else request_head(method, self.target, headers)
         self.body = list(body) if body is not None else None
         self.timeout = timeout
-        self.conn = None
+        self.conn: Connection | None = None
         self.rest = b""
         self.sent_at = self.sent_unix = 0.0
         self.clock: Callable[[], float] | None = None
