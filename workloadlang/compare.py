@@ -310,7 +310,8 @@ def point_pairs(a: Any, b: Any) -> list[tuple[str | None, Results, Results]]:
     if a.param != b.param:
         raise NotComparable(f"not comparable: A sweeps {a.param}, B sweeps {b.param}")
     theirs = dict(zip(b.values, b.points))
-    pairs = [(v, x, theirs[v]) for v, x in zip(a.values, a.points) if v in theirs]
+    pairs: list[tuple[str | None, Results, Results]] = [
+        (v, x, theirs[v]) for v, x in zip(a.values, a.points) if v in theirs]
     if not pairs:
         raise NotComparable(f"not comparable: the sweeps of {a.param} share no value (A "
                             f"{', '.join(a.values)}; B {', '.join(b.values)})")

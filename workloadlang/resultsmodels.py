@@ -17,23 +17,21 @@ again holds the same keys.
 
 from __future__ import annotations
 
-from typing import Union
-
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-ParamScalar = Union[bool, int, float, str, None]
+ParamScalar = bool | int | float | str | None
 """One value a param can hold (a number, a duration in seconds, a string, a flag)."""
 
-ParamValue = Union[ParamScalar, list[ParamScalar]]
+ParamValue = ParamScalar | list[ParamScalar]
 """A param's resolved value: a scalar, or a list of them (`lengths: tokens list`)."""
 
-Number = Union[int, float]
+Number = int | float
 """A figure kept as it was measured: a sum of nothing is the integer 0, written as `0`."""
 
-ReportScalar = Union[bool, int, float, str, None]
+ReportScalar = bool | int | float | str | None
 """One report number as stamped (None: it could not be computed)."""
 
-ReportValue = Union[ReportScalar, dict[str, ReportScalar]]
+ReportValue = ReportScalar | dict[str, ReportScalar]
 """A report item's value: a number, or one per group (`report x by phase`)."""
 
 

@@ -16,7 +16,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from tabulate import tabulate
 
-from workloadlang.headline import fmt_value, headline
+from workloadlang.headline import Kind, fmt_value, headline
 from workloadlang.ratesearch import Search
 from workloadlang.results import Results, ResultsFileError, read_results, results_of
 
@@ -72,7 +72,7 @@ def read_any(path: str | Path) -> Results | SweepResults:
                                f"({e.error_count()} problem(s))") from None
 
 
-def curves(s: SweepResults) -> dict[str, tuple[str, list[Any]]]:
+def curves(s: SweepResults) -> dict[str, tuple[Kind, list[Any]]]:
     """Each headline number of the points (`headline.headline`: report items, hit rate, reuse,
     TTFT, ...) as `name -> (kind, one value per point)`, in the first point's order."""
     heads = [headline(p) for p in s.points]

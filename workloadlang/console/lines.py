@@ -8,6 +8,7 @@ with `summary_text`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import IO, Any
 
 from tabulate import tabulate
@@ -188,7 +189,7 @@ def gate_cell(g: Any, sid: str) -> str:
     return cell if r.status == "pass" else f"{cell} {r.status.upper()}"
 
 
-def session_rows(results: Any, per_session: list[Any] = ()) -> list[list[Any]]:
+def session_rows(results: Any, per_session: Sequence[Any] = ()) -> list[list[Any]]:
     rows = []
     by_session: dict[str, list[Any]] = {}
     for r in results.records:

@@ -34,7 +34,7 @@ from typing import Any
 from workloadlang.plan import synth
 from workloadlang.plan.realise import ExactSizer, RatioSizer, Sizer
 from workloadlang.plan.vocab import VocabSizer, Vocabulary, verify
-from workloadlang.resultsmodels import Calibration
+from workloadlang.resultsmodels import Calibration as Calibration  # re-exported: runs name it here
 from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint
 from workloadlang.run.sse import Outcome

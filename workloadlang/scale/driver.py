@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -204,8 +204,8 @@ async def run_jobs(plan: Plan, backend: Backend, jobs: list[ShardJob], merge: Me
     try:
         # a cancelled wait leaves the streams running; the barriers end only by failing early
         await asyncio.wait([*streams, barriers], return_when=asyncio.FIRST_EXCEPTION)
-        if barriers.done() and barriers.exception() is not None:
-            merge.failed = f"the run's coordinator failed ({what(barriers.exception())})"
+        if barriers.done() and (failure := barriers.exception()) is not None:
+            merge.failed = f"the run's coordinator failed ({what(failure)})"
             await stop_all(backend, jobs, streams)
         await asyncio.wait(streams)
     except asyncio.CancelledError:
@@ -220,7 +220,8 @@ async def run_jobs(plan: Plan, backend: Backend, jobs: list[ShardJob], merge: Me
     return start, time.time() - start
 
 
-async def stop_all(backend: Backend, jobs: list[ShardJob], streams: list[asyncio.Future]) -> None:
+async def stop_all(backend: Backend, jobs: list[ShardJob],
+                   streams: Sequence[asyncio.Future[Any]]) -> None:
     """Ask every worker to stop; wait for their last records (`STOP_GRACE_S`)."""
     for job in jobs:
         backend.stop(job.index)
