@@ -1,9 +1,8 @@
 """Plan-time evaluation: expressions to values, command-line strings to param values.
 
-Input: `ir.Expr` trees and an environment `Mapping[str, Value]` (resolved params, loop variables,
-`max_context`; a `Drawing` one also holds the planner's random source); command-line overrides
-as strings. Output: `Value`s (plain JSON-like Python data) and, from `resolve_params`,
-`(values, diagnostics)`.
+Input: `ir.Expr` trees and an environment `Mapping[str, Value]` (params, loop variables,
+`max_context`; a `Drawing` holds the random source too); command-line overrides as strings.
+Output: `Value`s (plain JSON-like Python data) and, from `resolve_params`, `(values, diags)`.
 
 Values: numbers are `int` when whole and written without a decimal point (`8k` -> 8000,
 `1.5M` -> 1500000, `1.0` -> 1.0), durations are `float` seconds (`500ms` -> 0.5), ratios are
@@ -22,12 +21,13 @@ import math
 import operator
 import re
 from collections import ChainMap
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, Literal, TypeAlias, TypeGuard
 
 from workloadlang import ir
 from workloadlang.bounds import MAX_LENGTH, MAX_NUMBER, number_too_large
 from workloadlang.diagnostics import Diagnostic, closest, did_you_mean, error
+from workloadlang.irexpr import refs_in
 
 Value: TypeAlias = int | float | str | bool | None | list["Value"] | dict[str, "Value"]
 """A plan-time value: a number (`int` or `float`; a `bool` is never one), a string, a bool,
@@ -225,21 +225,13 @@ Drawer = Callable[[str, list[float], ir.Span], float]
 being planned."""
 
 
-class Drawing(Mapping[str, Value]):
-    """An environment (`env`, read through) with the planner's random source (`draw`). In any
-    other environment a draw is an `EvalError`."""
+class Drawing(dict[str, Value]):
+    """An environment (a copy of `env`) with the planner's random source (`draw`). In any other
+    environment a draw is an `EvalError`."""
 
     def __init__(self, env: Mapping[str, Value], draw: Drawer):
-        self.env, self.draw = env, draw
-
-    def __getitem__(self, name: str) -> Value:
-        return self.env[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.env)
-
-    def __len__(self) -> int:
-        return len(self.env)
+        super().__init__(env)
+        self.draw = draw
 
 
 def _call(e: ir.Call, env: Mapping[str, Value]) -> Value:
@@ -333,28 +325,6 @@ def constant(expr: ir.Expr | None) -> Value | Literal[NotConstant.NOT_CONSTANT]:
         return evaluate(expr, {})
     except EvalError:
         return NOT_CONSTANT
-
-
-def refs_in(expr: ir.Expr) -> set[str]:
-    """The names of every `$ref` inside `expr`."""
-    if isinstance(expr, ir.Ref):
-        return {expr.name}
-    return set().union(*(refs_in(c) for c in sub_exprs(expr)))
-
-
-def sub_exprs(expr: ir.Expr) -> tuple[ir.Expr, ...]:
-    """The direct sub-expressions of `expr`."""
-    if isinstance(expr, ir.BinOp):
-        return (expr.left, expr.right)
-    if isinstance(expr, (ir.Neg, ir.Not)):
-        return (expr.operand,)
-    if isinstance(expr, ir.Call):
-        return expr.args
-    if isinstance(expr, ir.ListExpr):
-        return expr.items
-    if isinstance(expr, ir.ObjExpr):
-        return tuple(o.value for o in expr.items)
-    return ()
 
 
 # ---------------------------------------------------------------- params from the command line

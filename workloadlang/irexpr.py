@@ -134,6 +134,30 @@ class Option(Node):
     span: Span
 
 
+# ---------------------------------------------------------------- walking an expression
+
+def refs_in(expr: Expr) -> set[str]:
+    """The names of every `$ref` inside `expr`."""
+    if isinstance(expr, Ref):
+        return {expr.name}
+    return set().union(*(refs_in(c) for c in sub_exprs(expr)))
+
+
+def sub_exprs(expr: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of `expr`."""
+    if isinstance(expr, BinOp):
+        return (expr.left, expr.right)
+    if isinstance(expr, (Neg, Not)):
+        return (expr.operand,)
+    if isinstance(expr, Call):
+        return expr.args
+    if isinstance(expr, ListExpr):
+        return expr.items
+    if isinstance(expr, ObjExpr):
+        return tuple(o.value for o in expr.items)
+    return ()
+
+
 for _m in list(globals().values()):
     if isinstance(_m, type) and issubclass(_m, Node) and _m is not Node:
         _m.model_rebuild()

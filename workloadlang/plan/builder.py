@@ -19,7 +19,8 @@ from typing import Any
 
 from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic
-from workloadlang.evaluate import DRAWS, Drawing, EvalError, evaluate, sub_exprs
+from workloadlang.evaluate import DRAWS, Drawing, EvalError, evaluate
+from workloadlang.irexpr import sub_exprs
 from workloadlang.plan import draws
 from workloadlang.plan.dataplan import DataDraws
 from workloadlang.plan.limits import Budget, Limits

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 
 from workloadlang import ir
-from workloadlang.evaluate import refs_in
+from workloadlang.irexpr import refs_in
 from workloadlang.plan import synth, texts
 from workloadlang.plan.builder import (  # noqa: F401
     DEFAULT_HIT_RATIO,
