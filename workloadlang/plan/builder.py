@@ -19,7 +19,7 @@ from typing import Any
 
 from workloadlang import bounds, ir
 from workloadlang.diagnostics import Diagnostic
-from workloadlang.evaluate import DRAWS, Drawing, EvalError, evaluate
+from workloadlang.evaluate import DRAWS, Drawing, EvalError, Value, evaluate
 from workloadlang.irexpr import sub_exprs
 from workloadlang.plan import draws
 from workloadlang.plan.dataplan import DataDraws
@@ -57,7 +57,7 @@ class Ctx:
                  "stop", "isolated", "lane")
 
     def __init__(self, session: str, session_name: str, copy: int, phase: str,
-                 label: str | None, index: int, path: str, env: Mapping[str, Any],
+                 label: str | None, index: int, path: str, env: Mapping[str, Value],
                  stop: tuple[str, str, int] | None = None, isolated: bool = False,
                  lane: Lane = ()):
         self.session, self.session_name, self.copy, self.phase = session, session_name, copy, phase
@@ -156,7 +156,7 @@ class Builder:
 # ---------------------------------------------------------------- expressions
 
 
-def value(b: Builder, expr: ir.Expr, ctx: Ctx) -> Any:
+def value(b: Builder, expr: ir.Expr, ctx: Ctx) -> Value:
     """`expr`'s value in `ctx`; a random draw in it is drawn for this statement of this session
     copy (`draws.py`), the same for the same salt."""
     env = ctx.env

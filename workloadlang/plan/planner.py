@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable
 
 from workloadlang import ir
+from workloadlang.evaluate import is_number
 from workloadlang.irexpr import refs_in
 from workloadlang.plan import synth, texts
 from workloadlang.plan.builder import (  # noqa: F401
@@ -96,10 +97,11 @@ def part_seg(b: Builder, p: ir.TextPart | ir.FillerPart | ir.CallPart, ctx: Ctx,
             seg = b.texts[id(p)] = texts.literal(b, p.value)
         return seg
     needle = None if p.needle_at is None else value(b, p.needle_at, ctx)
-    if needle is not None and p.needle_at is not None and not 0 <= float(needle) <= 1:
+    depth = float(needle) if is_number(needle) else None  # checked: a ratio, if computed
+    if depth is not None and p.needle_at is not None and not 0 <= depth <= 1:
         b.error("WL401", f"needle depth must lie in 0..1, got {needle}", p.needle_at.span)
     return Seg(kind="filler", key=key, tokens=tokens(b, p.tokens, ctx, "filler size"),
-               needle_at=None if needle is None else float(needle))
+               needle_at=depth)
 
 
 def expr_segs(b: Builder, p: ir.ExprPart, ctx: Ctx) -> tuple[Seg, ...]:
