@@ -17,8 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STRICT = ("workloadlang.api", "workloadlang.run.executor", "workloadlang.run.record",
-          "workloadlang.wire", "workloadlang.wire.pool")
-"""Modules the strict override covers (`api`, `run.*`, `wire.*`), a few of each."""
+          "workloadlang.wire", "workloadlang.wire.pool", "workloadlang.results",
+          "workloadlang.gates", "workloadlang.report.tables")
+"""Modules the strict override covers (`api`, `run.*`, `wire.*`, the results contract and its
+readers), a few of each."""
 DEFAULT = ("workloadlang.evaluate", "workloadlang.plan.planner", "workloadlang.cli.main")
 """Modules checked at mypy's default settings."""
 
