@@ -121,7 +121,10 @@ def test_a_worker_killed_mid_run_exits_4_with_its_sessions_and_the_completed_rec
     for rid in seen:
         assert written[rid]["skipped"] is None and written[rid]["error"] is None
     by_id = {r["id"]: r for r in results["records"]}
-    assert set(by_id) == set(written) and len(by_id) == 36  # every planned request, once
+    # every planned request, once: the plan as made again with the calibration (`$timing_tokens`
+    # pads the re-reads on an engine too quick to time: more requests on a faster machine)
+    planned = [r for r in lines if r.get("type") == "plan"][-1]["requests"]
+    assert set(by_id) == set(written) and len(by_id) == planned
     mine = [r for r in results["records"] if r["session"] == "main#1"]
     assert all(r["skipped"].startswith("not run: worker") for r in mine
                if r["skipped"] is not None)
