@@ -187,6 +187,8 @@ class HealthFigures(Sparse):
     remeasured_requests: int | None = None
     remeasures: int | None = None
     remeasure_s: Number | None = None
+    remeasure_prompt_tokens: int | None = None
+    remeasure_cached_tokens: int | None = None
     quiet_waits: int | None = None
     quiet_wait_s: Number | None = None
     scheduled: int | None = None

@@ -136,3 +136,23 @@ def test_a_fork_measured_again_sends_fresh_filler_of_its_size_and_a_probe_the_sa
     assert realiser.again(base, replies, 2)[-1] != again[-1]
     probe = next(r for r in p.requests if r.label == "cached")
     assert realiser.again(probe, replies, 1) == realiser.messages(probe, replies)
+
+
+def test_the_tokens_of_sends_not_kept_are_on_the_records_side_of_the_counters() -> None:
+    """The engine's counters hold every send, the discarded tries too: the run's `client` says
+    what they counted, and the counters' cross-check adds it to what the records hold (a
+    healthy engine is not said to have had another client)."""
+    from workloadlang.run.runner import metrics_summary
+
+    p = agent_plan()
+    rid = next(r.id for r in p.requests if r.label == "baseline")
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    slow = outcome(rid, decode_s=0.09).model_copy(update={"prompt_tokens": 2600,
+                                                          "cached_tokens": 1590})
+    kept, again, _ = run_settle(p, slow, [outcome(rid)], fin)
+    client = again.summary()
+    assert client["remeasure_prompt_tokens"] == 2600
+    assert client["remeasure_cached_tokens"] == 1590
+    assert "remeasure_prompt_tokens" not in Remeasure(p, lambda: 0.0).summary()
+    m = metrics_summary([], [], client)
+    assert m.records_prompt_tokens == 2600 and m.records_cached_tokens == 1590

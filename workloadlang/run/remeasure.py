@@ -116,6 +116,8 @@ class Remeasure:
         self.tries: dict[str, int] = {}
         self.notes: dict[str, list[str]] = {}
         self.anchors: dict[str, str] = {}  # request id -> the first request of its stretch
+        # request id -> the prompt and cached tokens the engine counted for its tries not kept
+        self.earlier: dict[str, tuple[int, int]] = {}
         self.spent = 0.0  # seconds of measuring again, pauses included
 
     async def settle(self, req: PRequest, o: Outcome, outcomes: Mapping[str, Outcome],
@@ -144,16 +146,24 @@ class Remeasure:
             self.spent += self.clock() - t0
             if isinstance(got, str):  # a stop came (the time budget ran out): keep what is in
                 break
+            prompt, cached = self.earlier.get(req.id, (0, 0))
+            self.earlier[req.id] = (prompt + (o.prompt_tokens or 0),
+                                    cached + (o.cached_tokens or 0))
             o = got[0]
         self.tries.pop(req.id, None)
         return o
 
     def summary(self) -> dict[str, Any]:
         """Output: the results' `client` fields of measuring again: requests measured again, the
-        extra sends, and the seconds they took (pauses included)."""
-        return {"remeasured_requests": len(self.notes),
-                "remeasures": sum(len(v) for v in self.notes.values()),
-                "remeasure_s": round(self.spent, 6)}
+        extra sends, and the seconds they took (pauses included); when a send was not kept,
+        the prompt and cached tokens the engine counted for those sends."""
+        out: dict[str, Any] = {"remeasured_requests": len(self.notes),
+                               "remeasures": sum(len(v) for v in self.notes.values()),
+                               "remeasure_s": round(self.spent, 6)}
+        if self.earlier:  # what the engine counted for the sends not kept
+            out["remeasure_prompt_tokens"] = sum(p for p, _ in self.earlier.values())
+            out["remeasure_cached_tokens"] = sum(c for _, c in self.earlier.values())
+        return out
 
 
 def timing(o: Outcome) -> str:

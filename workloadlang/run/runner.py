@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -97,7 +98,7 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink,
     return Measured(records=records, started_at=started,
                     elapsed_s=run.elapsed_s if run else time.perf_counter() - t0,
                     calibration=cal.model_copy(deep=True), env=calibration_env(cal),
-                    metrics=metrics_summary(snaps, records),
+                    metrics=metrics_summary(snaps, records, run.client if run else {}),
                     client=ClientHealth.model_validate(run.client if run else {}),
                     incomplete=run.incomplete if run else "not started",
                     interrupted=interrupted, plan=plan)
@@ -309,15 +310,23 @@ async def snapshot(link: EngineLink, at: str, snaps: list[dict[str, Any]], sink:
     snap = {"at": at, **counters.model_dump()}
     snaps.append(snap)
     sink.event("metrics", snap)
-def metrics_summary(snaps: list[dict[str, Any]], records: list[Record]) -> MetricsSummary:
+def metrics_summary(snaps: list[dict[str, Any]], records: list[Record],
+                    client: Mapping[str, Any] | None = None) -> MetricsSummary:
     """Engine counters over the run next to what the records say: a cross-check. Input: the
-    reads of the counters (`snapshot`: the counters, or `unavailable` with why not) and the
-    records. Output: the results' `metrics`; `unavailable` holds why the first read that
-    failed did (a run without counters at both ends has no cross-check)."""
+    reads of the counters (`snapshot`: the counters, or `unavailable` with why not), the
+    records and the run's `client` (its sends measured again and not kept, which the engine
+    counted too, are on the records' side). Output: the results' `metrics`; `unavailable`
+    holds why the first read that failed did (a run without counters at both ends has no
+    cross-check)."""
     failed = [s for s in snaps if "unavailable" in s]
     snaps = [s for s in snaps if "unavailable" not in s]
-    cached = sum(r.cached_tokens or 0 for r in records if r.error is None and not r.skipped)
-    prompt = sum(r.prompt_tokens or 0 for r in records if r.error is None and not r.skipped)
+    counted = [r for r in records if r.error is None and not r.skipped]
+    # with the sends measured again and not kept (`client`): the engine counted them too
+    client = client or {}
+    cached = sum(r.cached_tokens or 0 for r in counted) \
+        + (client.get("remeasure_cached_tokens") or 0)
+    prompt = sum(r.prompt_tokens or 0 for r in counted) \
+        + (client.get("remeasure_prompt_tokens") or 0)
     # sent, but without the engine's count in the records (an abort, an error): what was planned
     uncounted = [r for r in records if not r.skipped and r.t_start_s is not None
                  and (r.error is not None or r.prompt_tokens is None)]

@@ -170,11 +170,11 @@ async def measure_sharded(plan: Plan, engine: Any, sink: Sink, backend_for, opti
     finally:
         await backend.close()
     await snapshot(engine, "end", snaps, sink)
-    records = merge.in_plan_order()
+    records, client = merge.in_plan_order(), merged_client(merge, part)
     return Measured(records=records, started_at=started, elapsed_s=elapsed,
                     calibration=cal.model_copy(deep=True), env=calibration_env(cal),
-                    metrics=metrics_summary(snaps, records),
-                    client=merged_client(merge, part),
+                    metrics=metrics_summary(snaps, records, client.model_dump()),
+                    client=client,
                     incomplete="interrupted" if interrupted else merge.incomplete(),
                     interrupted=interrupted, plan=plan)
 
@@ -277,7 +277,8 @@ async def drive_barriers(plan: Plan, coord: Calls, engine: Any, snaps: list[dict
 
 
 SUMMED = ("client_delay_over_10ms", "ttft_late", "isolated_requests", "isolation_wait_s",
-          "isolation_held_s", "cpu_s")
+          "isolation_held_s", "cpu_s", "remeasured_requests", "remeasures", "remeasure_s",
+          "remeasure_prompt_tokens", "remeasure_cached_tokens")
 WORST = ("loop_lag_p99_ms", "loop_lag_max_ms", "client_delay_p99_ms", "client_delay_max_ms",
          "ttft_late_max_ms", "gc_pause_max_ms")
 
