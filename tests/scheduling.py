@@ -6,6 +6,12 @@ prefill, a local Ray cluster): it runs with no other test of the suite in flight
 test is `alone`. Each test file runs on one worker (`--dist loadfile`), so a module's fixtures
 are made once.
 
+The order: the files with no `alone` test first, the files with the most tests first among them,
+then the files that hold an `alone` test (pyproject's `--no-loadscope-reorder` keeps this order
+for xdist). While an `alone` test waits or runs the other worker idles, so each `alone` test
+costs its time twice over if the other worker is busy with shared tests; run last, the `alone`
+tests follow each other and the shared ones have already run side by side.
+
 The lock: each test, from its setup to its teardown, holds `share.lock` shared, an `alone` test
 holds it exclusively. Both take `gate.lock` first (a test that is not `alone` lets it go at once),
 so an `alone` test that waits keeps new tests from starting while it waits. The files sit in the
@@ -35,10 +41,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Input: the collected tests. Output: every `llama` test marked `alone`."""
+    """Input: the collected tests. Output: every `llama` test marked `alone`, and the files put
+    in the suite's order (`in_suite_order`)."""
     for item in items:
         if item.get_closest_marker("llama"):
             item.add_marker(ALONE)
+    items[:] = in_suite_order(items)
+
+
+def in_suite_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Input: tests in collection order. Output: the same tests, each file's together and in
+    its own order; the files without an `alone` test first, then those with one, each part by
+    number of tests, most first (ties in collection order)."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def key(tests: list[pytest.Item]) -> tuple[bool, int]:
+        return any(t.get_closest_marker(ALONE) for t in tests), -len(tests)
+
+    return [item for tests in sorted(files.values(), key=key) for item in tests]
 
 
 def _lock(config: pytest.Config, name: str) -> IO[bytes]:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scheduling import in_suite_order
+
 TESTS = Path(__file__).resolve().parent
 
 SUITE = '''
@@ -24,7 +26,7 @@ def ran(request):
     t0 = time.time()
     yield
     time.sleep(0.25)
-    row = {"name": request.node.name, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+    row = {"name": request.node.name, "file": request.node.path.name, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
            "alone": request.node.get_closest_marker("alone") is not None, "t0": t0,
            "t1": time.time()}
     with open(os.environ["RAN_FILE"], "a") as f:
@@ -46,9 +48,11 @@ def test_llama(i):
 '''
 
 
-def run_suite(tmp_path: Path) -> list[dict]:
-    """Run SUITE with `-n 2 -p scheduling`; output: one row per test."""
-    (tmp_path / "test_small.py").write_text(SUITE)
+def run_suite(tmp_path: Path, files: dict[str, str] | None = None, *flags: str) -> list[dict]:
+    """Run `files` (name: text; SUITE by default) with `-n 2 -p scheduling` and `flags`;
+    output: one row per test."""
+    for name, text in (files or {"test_small.py": SUITE}).items():
+        (tmp_path / name).write_text(text)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    llama: a llama test\n")
     ran = tmp_path / "ran.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
@@ -56,7 +60,7 @@ def run_suite(tmp_path: Path) -> list[dict]:
                PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "scheduling",
-         "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "base"), "test_small.py"],
+         "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "base"), *flags],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return [json.loads(line) for line in ran.read_text().splitlines()]
@@ -77,3 +81,48 @@ def test_alone_tests_run_with_nothing_else_in_flight_and_the_others_side_by_side
     shared = [r for r in rows if not r["alone"]]
     assert any(overlap(a, b) for a in shared for b in shared if a is not b), \
         "the shared tests ran one at a time"
+
+
+# the fixture that records each test, and a file's tests: `alone` ones or shared ones
+HEAD = SUITE.split("@pytest.mark.parametrize")[0]
+ALONE_FILE = HEAD + "@pytest.mark.alone\n@pytest.mark.parametrize('i', range(2))\ndef test_a(i):\n    pass\n"
+
+
+def shared_file(n: int) -> str:
+    """A test file of `n` shared tests."""
+    return HEAD + f"@pytest.mark.parametrize('i', range({n}))\ndef test_s(i):\n    pass\n"
+
+
+def test_the_files_with_alone_tests_run_after_the_others(tmp_path):
+    """The `alone` file is collected first; run as pyproject runs the suite (a file to a worker,
+    in scheduling.py's order), the shared files are handed out first and run side by side: the
+    first `alone` test starts only once a worker has run a whole shared file (xdist hands each
+    worker two files at the start, so the other may still be on its second)."""
+    files = {"test_a_timed.py": ALONE_FILE, "test_b.py": shared_file(3),
+             "test_c.py": shared_file(4)}
+    rows = run_suite(tmp_path, files, "--dist", "loadfile", "--no-loadscope-reorder")
+    alone = [r for r in rows if r["alone"]]
+    shared = [r for r in rows if not r["alone"]]
+    assert len(alone) == 2 and len(shared) == 7
+    ends = [max(r["t1"] for r in shared if r["file"] == f) for f in ("test_b.py", "test_c.py")]
+    assert min(ends) <= min(r["t0"] for r in alone), rows
+    assert any(overlap(a, b) for a in shared for b in shared if a is not b)
+
+
+class Item:
+    """What `in_suite_order` reads of a test: its node id and whether it is `alone`."""
+
+    def __init__(self, nodeid: str, alone: bool = False) -> None:
+        self.nodeid, self.alone = nodeid, alone
+
+    def get_closest_marker(self, name: str) -> object:
+        return self.alone if name == "alone" and self.alone else None
+
+
+def test_the_suite_order_keeps_each_file_together_alone_files_last_bigger_files_first():
+    items = [Item("t/a.py::x", alone=True), Item("t/a.py::y"), Item("t/b.py::x"),
+             Item("t/c.py::x"), Item("t/c.py::y"), Item("t/d.py::x", alone=True),
+             Item("t/d.py::y", alone=True), Item("t/d.py::z", alone=True)]
+    got = [i.nodeid for i in in_suite_order(items)]  # type: ignore[arg-type]
+    assert got == ["t/c.py::x", "t/c.py::y", "t/b.py::x", "t/d.py::x", "t/d.py::y",
+                   "t/d.py::z", "t/a.py::x", "t/a.py::y"]
