@@ -46,9 +46,15 @@ def survival_agrees_with_its_report(res: dict) -> None:
         assert (scope["status"] == "pass") == (fin["hit"] is True), (fin["id"], scope)
 
 
-@pytest.mark.parametrize("timings", ["engine", "client"])
-@pytest.mark.parametrize("fault", [None, "degraded", "degraded_host"])
-@pytest.mark.parametrize("sessions", [1, 2, 8])
+# every number of sessions with every fault (none, `degraded`, `degraded_host`) once, and each
+# of those with the engine's timings and without them: every pair of the three factors (the
+# whole 3 x 3 x 2 matrix, ten times: python -m bench.busy_verdicts --only quiet)
+MATRIX = [(1, None, "engine"), (1, "degraded", "client"), (1, "degraded_host", "engine"),
+          (2, None, "client"), (2, "degraded", "engine"), (2, "degraded_host", "client"),
+          (8, None, "client"), (8, "degraded", "engine"), (8, "degraded_host", "engine")]
+
+
+@pytest.mark.parametrize("sessions, fault, timings", MATRIX)
 def test_agent_sim_degradation_ground_truth(tmp_path, sessions, fault, timings):
     args = small(sessions, timings)
     if fault:
@@ -90,3 +96,11 @@ def test_a_host_tier_as_slow_as_a_recompute_is_degraded(tmp_path, timings, resto
     assert set(verdicts(res).values()) == {want}, res["gates"]
     assert code == (1 if want == "degraded" else 0)
     survival_agrees_with_its_report(res)
+
+
+def test_the_matrix_covers_every_pair_of_its_factors():
+    """Each factor's every value meets each other factor's every value in some run."""
+    values = [{1, 2, 8}, {None, "degraded", "degraded_host"}, {"engine", "client"}]
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert {(row[a], row[b]) for row in MATRIX} == {(x, y) for x in values[a]
+                                                        for y in values[b]}
