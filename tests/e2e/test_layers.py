@@ -9,6 +9,7 @@ module, no mixins without a declared interface; Lark and httpx through their pub
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -22,6 +23,17 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def parsed(path: Path) -> ast.Module:
+    """Input: a Python file. Output: its syntax tree (the same tree for the same text: the
+    checks below only read it, and each parses the whole package)."""
+    return parse_text(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def parse_text(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -30,7 +42,7 @@ def imports(path: Path, name: str) -> set[str]:
     """Every module of the package that `path` imports, at its top or in a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -159,7 +171,7 @@ def test_no_private_name_of_httpx_or_httpcore_is_used() -> None:
     no private attribute of a client or transport (`client._transport_for_url`)."""
     found = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in \
                     ("httpx", "httpcore"):
                 found += [f"{name}: from {node.module} import {a.name}" for a in node.names
@@ -182,7 +194,7 @@ def private_reach(path: Path, name: str) -> list[str]:
     private = lambda n: n.startswith("_") and not n.startswith("__")  # noqa: E731
     found: list[str] = []
     aliases: dict[str, str] = {}  # a local name -> the package module it is
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             aliases.update({(a.asname or a.name): a.name for a in node.names
                             if a.asname and a.name in known})
@@ -197,7 +209,7 @@ def private_reach(path: Path, name: str) -> list[str]:
                       if private(a.name)]
             aliases.update({(a.asname or a.name): f"{base}.{a.name}" for a in node.names
                             if f"{base}.{a.name}" in known})
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Attribute) and private(node.attr) and \
                 isinstance(node.value, ast.Name) and node.value.id in aliases:
             found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
@@ -232,7 +244,7 @@ def test_a_class_of_several_bases_declares_its_interface() -> None:
     checker's are a `checkexpr.Checker`)."""
     mixed = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef) and len(node.bases) > 1 and not any(
                     ast.unparse(b).rpartition(".")[2] == "Protocol" for b in node.bases):
                 mixed.append(f"{name}.{node.name}({', '.join(map(ast.unparse, node.bases))})")
@@ -274,7 +286,7 @@ def test_lark_is_used_through_its_documented_surface() -> None:
     exceptions; never its parser's lexer, state stack or parse table (docs/architecture.md)."""
     found = {}
     for name, path in modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "lark" in
                {(getattr(n, "module", None) or a.name).split(".")[0] for a in n.names}
                for n in ast.walk(tree)):
@@ -299,7 +311,7 @@ def test_exit_codes_are_one_enum_in_the_results_contract() -> None:
     no `EXIT_*` constant anywhere in the package."""
     declared = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef) and "exit" in node.name.lower():
                 declared.append(f"{name}.{node.name}")
             elif isinstance(node, ast.Assign):
@@ -320,7 +332,7 @@ def package_bindings(path: Path, package: str) -> dict[str, str]:
     """The names a package's `__init__.py` binds at its top, each with what it binds: `module`
     for one of its own modules (`from workloadlang.cli import main`), else `object`."""
     bound: dict[str, str] = {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in parsed(path).body:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -363,7 +375,7 @@ def test_no_two_modules_share_a_name() -> None:
 def test_a_fresh_salt_is_drawn_in_one_place() -> None:
     """One `fresh_salt` in the package (`plan.draws`), used by the API and the runner alike."""
     defined = [f"{name}.{node.name}" for name, path in modules().items()
-               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               for node in ast.walk(parsed(path))
                if isinstance(node, ast.FunctionDef) and node.name == "fresh_salt"]
     assert defined == ["workloadlang.plan.draws.fresh_salt"]
 
@@ -371,7 +383,7 @@ def test_a_fresh_salt_is_drawn_in_one_place() -> None:
 def argparse_uses(path: Path) -> list[str]:
     """Where a module imports argparse, names its `Namespace`, or reads `getattr(args, ...)`."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name == "argparse"]
         elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
@@ -423,7 +435,7 @@ def test_no_parameter_shadows_a_module() -> None:
     parameter next to `from workloadlang import limits` hides the module in that function)."""
     shadows = []
     for name, path in modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         bound = module_names_bound(tree, name, path)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
