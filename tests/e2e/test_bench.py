@@ -395,3 +395,27 @@ def test_trace_start_runs_small(tmp_path: Path) -> None:
     (first,) = doc["first_send"]
     assert first["first_send_s"] is not None and first["first_send_s"] > 0
     assert first["answered"] >= 1 and first["peak_rss_mb"] > 0
+
+
+def test_suite_time_reads_a_saved_run(tmp_path: Path, capsys) -> None:
+    """A saved run's durations: each test's phases summed, per file, `alone` apart from shared;
+    the bound is the `alone` time plus half the shared time."""
+    from bench import suite_time
+
+    saved = tmp_path / "out.txt"
+    saved.write_text("....\n============ slowest durations ============\n"
+                     "3.00s call     tests/a.py::test_x[1]\n"
+                     "1.00s setup    tests/a.py::test_x[1]\n"
+                     "2.00s call     tests/a.py::test_y\n"
+                     "4.00s call     tests/b.py::test_z\n"
+                     "1 failed, 3 passed in 9.50s (0:00:09)\n")
+    alone = tmp_path / "alone.txt"
+    alone.write_text("tests/a.py::test_x[1]\n")
+    out = tmp_path / "suite.json"
+    assert suite_time.main(["--from", str(saved), "--alone-list", str(alone),
+                            "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["rows"] == [{"file": "tests/a.py", "alone_s": 4.0, "shared_s": 2.0},
+                           {"file": "tests/b.py", "alone_s": 0.0, "shared_s": 4.0}]
+    assert doc["totals"] == {"wall_s": 9.5, "alone_s": 4.0, "shared_s": 6.0, "bound_s": 7.0}
+    assert "1 failed, 3 passed: wall 9.5 s" in capsys.readouterr().out
