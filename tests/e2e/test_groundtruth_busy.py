@@ -69,7 +69,8 @@ def test_a_near_zero_prefill_without_engine_timings_is_undecidable_never_failed(
     assert set(verdicts(res).values()) <= {"unverified", "undecidable"}
     assert code == res["exit_code"] == 6
     last = out.strip().splitlines()[-1]  # `restore` may be undecidable too, named first
-    assert last.startswith("UNVERIFIED (no gate failed; ") and "timing not decidable" in last
+    assert last.startswith("UNVERIFIED (no gate failed; ")
+    assert "timing not decidable" in last or "timing could not be judged" in last
 
 
 def fast(main: str, fault: str | None, timings: str) -> list[str]:
