@@ -24,18 +24,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import add_json_argument, describe_machine, machine, write_json
+from bench.harness import ROOT, add_json_argument, describe_machine, machine, write_json
 from workloadlang import api
 from workloadlang.card import Card
 from workloadlang.probe import ProbeOptions, probe
 from workloadlang.sim import SimConfig, start_in_process
 from workloadlang.sim.timing import prefill_seconds
+
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' CPU load helper
+from cpuload import start_load, stop_load  # noqa: E402
 
 GAPS = (0.3, 1.2)  # the idle gaps the probe tries: a lifetime between them is bracketed
 SPEED_TOLERANCE = 0.15
@@ -211,27 +215,58 @@ def check_integrity(cfg: SimConfig, known, misses: list[Miss], decidable: bool) 
         misses.append(Miss("integrity", f"host {host} for corrupt_restored={want}"))
 
 
-async def one(cfg: SimConfig) -> tuple[Card, float]:
-    """The probe against a simulator of `cfg` in its own process. Output: the card, seconds."""
-    with start_in_process(cfg) as sim:
-        async with api.open_engine(sim.base_url) as engine:
-            t0 = time.monotonic()
-            card = await probe(engine, ProbeOptions(idle_gaps_s=GAPS, salt="truth"))
-            return card, time.monotonic() - t0
+@dataclass(frozen=True)
+class Load:
+    """A real CPU load on the machine while a probe runs: `procs` spinning processes per probe,
+    over `where`: "all" (the whole probe) or "walk" (from the `STEP_AT`th read of the capacity
+    walk to the end: a load that starts between the reads the tiers are told apart by, the
+    harshest for their prices)."""
+
+    procs: int = 0
+    where: str = "walk"
 
 
-def probe_one(cfg: SimConfig) -> tuple[SimConfig, Card, float]:
+STEP_AT = 8  # the capacity walk's read at which a "walk" load starts
+
+
+async def one(cfg: SimConfig, load: Load = Load()) -> tuple[Card, float]:
+    """The probe against a simulator of `cfg` in its own process, under `load`. Output: the
+    card, seconds."""
+    pids: list[int] = start_load(load.procs) if load.where == "all" else []
+    reads = [0]
+
+    def progress(event: dict[str, Any]) -> None:
+        if load.procs and not pids and event.get("experiment") == "capacity" and \
+                "read" in str(event.get("record", "")):
+            reads[0] += 1
+            if reads[0] >= STEP_AT:
+                pids.extend(start_load(load.procs))
+
+    try:
+        with start_in_process(cfg) as sim:
+            async with api.open_engine(sim.base_url) as engine:
+                t0 = time.monotonic()
+                card = await probe(engine, ProbeOptions(idle_gaps_s=GAPS, salt="truth"),
+                                   progress)
+                return card, time.monotonic() - t0
+    finally:
+        stop_load(pids)
+
+
+def probe_one(cfg: SimConfig, load: Load = Load()) -> tuple[SimConfig, Card, float]:
     """`one` in a process of its own (so no probe's fitting holds up another's timing)."""
-    card, secs = asyncio.run(one(cfg))
+    card, secs = asyncio.run(one(cfg, load))
     return cfg, card, secs
 
 
-def run(configs: list[SimConfig], parallel: int) -> list[tuple[SimConfig, Card, float]]:
-    """Every configuration's card, `parallel` processes (each with its simulator) at a time."""
+def run(configs: list[SimConfig], parallel: int,
+        load: Load = Load()) -> list[tuple[SimConfig, Card, float]]:
+    """Every configuration's card, `parallel` processes (each with its simulator, and its
+    share of `load`) at a time."""
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=parallel) as pool:
-        return list(pool.map(probe_one, configs))
+        return list(pool.map(functools.partial(probe_one, load=load), configs))
 
 
 def describe(cfg: SimConfig) -> str:

@@ -68,6 +68,52 @@ def test_a_lone_slow_read_among_fast_ones_is_noise_not_a_tier():
     assert not classify(walk).host
 
 
+def loaded(i: int, ttft_ms: float, server_ms: float = 0.05) -> Record:
+    """A device read whose TTFT a CPU load stretched: the engine's own prefill time is not."""
+    return rec(i, prompt_tokens=1031, cached_tokens=1024, server_prefill_ms=server_ms,
+               ttft_s=ttft_ms / 1e3)
+
+
+def test_a_load_that_slows_the_end_of_a_walk_is_not_a_host_tier():
+    # the engine's prefill time is flat; a load from the 7th read on stretches every TTFT by
+    # 6 ms, the read's and its repeat's alike: priced against its repeat, no read is dearer
+    walk = [loaded(i, 1.0) for i in range(6)] + [loaded(i, 7.0) for i in range(6, 10)]
+    refs = {r.id: loaded(100 + r.index, r.ttft_s * 1e3 + 0.02) for r in walk}
+    tiers = classify(walk, refs)
+    assert not tiers.host and tiers.doubt is None
+    assert set(tiers.tier.values()) == {"device"}
+
+
+def test_a_slower_tier_seen_only_by_the_ttft_in_one_read_is_doubted():
+    # the engine's prefill time is flat, the TTFT shows one dearer read at the end, not beyond
+    # the noise measured in the same walk (a repeat 0.9 ms late): no tier named, and why
+    walk = [loaded(i, 1.0) for i in range(8)] + [loaded(8, 2.6)]
+    refs = {r.id: loaded(100 + r.index, 1.9 if r.index == 3 else 1.0) for r in walk}
+    tiers = classify(walk, refs)
+    assert not tiers.host
+    assert tiers.doubt and "not seen consistently" in tiers.doubt
+
+
+def test_a_host_tier_seen_only_by_the_ttft_is_named_when_seen_consistently():
+    # llama.cpp's prefill time leaves a host restore out: the TTFT shows it, read after read,
+    # against each read's repeat, far beyond the device reads' noise
+    walk = [loaded(i, 1.0 + 0.1 * (i % 2)) for i in range(6)] + \
+        [loaded(i, 9.0) for i in range(6, 9)]
+    refs = {r.id: loaded(100 + r.index, 1.0) for r in walk}
+    tiers = classify(walk, refs)
+    assert tiers.host and tiers.signal == "ttft" and tiers.doubt is None
+    assert [tiers.tier[r.id] for r in walk[6:]] == ["host"] * 3
+    assert all(tiers.tier[ref.id] == "device" for ref in refs.values())
+
+
+def test_the_cold_price_is_the_engines_prefill_time_when_it_reports_one():
+    from workloadlang.probe.prices import Tiers, speeds
+
+    cold = [rec(i, prompt_tokens=1031, server_prefill_ms=5.0, ttft_s=0.0116) for i in range(3)]
+    s = speeds(Tiers(signal="ttft", device_s=0.001), cold, 1000, 0.0)
+    assert s.cold_signal == "server" and s.cold == pytest.approx(1000 / 0.005)
+
+
 def contexts_served(capacity: int, sends: list[str], blocks: int = 8) -> tuple[list, list]:
     """Prompts of whole contexts and what an LRU cache (tail first) of `capacity` blocks
     served each, as the simulator's cache counts it."""

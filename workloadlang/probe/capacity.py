@@ -58,7 +58,8 @@ class Fill:
     walk_policy: str = "lru"
     walk_end: str = "tail"  # the fitted end (which end of a read a restore brought back)
     records: list[Record] = field(default_factory=list)
-    walk: list[Record] = field(default_factory=list)
+    walk: list[Record] = field(default_factory=list)  # the first read of each pair
+    refs: dict[str, Record] = field(default_factory=dict)  # a walk read's id -> its repeat
     tag: dict[int, str] = field(default_factory=dict)  # id(record) -> the context it sent
     sent: list[Record] = field(default_factory=list)  # every run's records, in send order
     runs: int = 0
@@ -105,9 +106,10 @@ async def measure(lab: Lab, grain: Grain, salt: str) -> Fill:
     if not fill.stopped:
         return fill
     walk = fill.reads = walk_order(fill, lab, grain)
-    params.update(sends=[], reads=walk)
-    fill.walk = await run(fill, lab, grain, params,
-                          fill.context + len(walk) * (grain.block or 1))
+    params.update(sends=[], reads=[t for tag in walk for t in (tag, tag)])
+    paired = await run(fill, lab, grain, params,
+                       fill.context + 2 * len(walk) * (grain.block or 1))
+    fill.walk, fill.refs = pairs(paired)
     await asyncio.to_thread(analyse, fill, lab, grain)  # CPU: the event loop stays free
     await settle(fill, lab, grain)
     if fill.tiers.host and len({(f.policy, f.end) for f in fill.fits}) == 1:
@@ -194,6 +196,16 @@ def blocks_of(tokens: int, grain: Grain) -> int:
 
 # ---------------------------------------------------------------- the walk
 
+def pairs(records: list[Record]) -> tuple[list[Record], dict[str, Record]]:
+    """The walk's records, each read sent twice in a row: the first reads and, per first read
+    (by id), its repeat (a device read of the same prompt in the same stretch: the reference
+    its price is taken against)."""
+    firsts = [r for r in records if r.index % 2 == 0]
+    refs = {records[i].id: records[i + 1] for i in range(0, len(records) - 1, 2)
+            if not records[i + 1].skipped}
+    return firsts, refs
+
+
 def walk_order(fill: Fill, lab: Lab, grain: Grain) -> list[str]:
     """Every context, in the order the order that failed first would evict them, its last
     victim first (the contexts the first run's failed read filled again come first)."""
@@ -256,7 +268,7 @@ def prompts(fill: Fill, records: list[Record], grain: Grain) -> list[Prompt]:
 
 def analyse(fill: Fill, lab: Lab, grain: Grain) -> None:
     """What the walk kept and at what price, the device's share, and the fitted hypotheses."""
-    fill.tiers = classify([r for r in fill.walk if r.hit is True],
+    fill.tiers = classify([r for r in fill.walk if r.hit is True], fill.refs,
                           [r for r in fill.records if r.hit is True],
                           lambda r: beyond_cached(r, grain), grain.fixed_s)
     for r in fill.walk:

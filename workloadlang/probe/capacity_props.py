@@ -19,7 +19,7 @@ EXPERIMENT = "capacity"
 
 
 def ids(fill: Fill) -> list[str]:
-    return [r.id for r in fill.records + fill.walk if not r.skipped]
+    return [r.id for r in fill.records + fill.walk + list(fill.refs.values()) if not r.skipped]
 
 
 def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
@@ -42,6 +42,11 @@ def capacities(fill: Fill, grain: Grain) -> tuple[Property, Property]:
                "part: what was read back cannot be summed into a capacity")
         return unknown(why, fill), unknown(why, fill)
     total = total_interval(fill, b)
+    if fill.tiers.doubt:
+        why = (f"{fill.tiers.doubt}; all tiers together keep {total[0]:,}-{total[1]:,} tokens, "
+               "how they split is not known")
+        low = {"all_tiers_low": total[0], "all_tiers_high": total[1]}
+        return unknown(why, fill, low), unknown(fill.tiers.doubt, fill)
     if fill.device_blocks is None:
         host = Property(status="known", summary="none seen: every read served whole cost the "
                         "same (a tier that restores as fast as the device would look the same: "
@@ -170,10 +175,12 @@ def restore_speed(fill: Fill, grain: Grain, kv_bytes: float | None) -> Property:
 
 
 def speed_prop(s: Speeds, fill: Fill, kv_bytes: float | None, cached: int) -> Property:
-    value: dict[str, Any] = {"cold_tps": s.cold, "device_tps": s.device,
+    value: dict[str, Any] = {"cold_tps": s.cold, "cold_signal": s.cold_signal,
+                             "device_tps": s.device,
                              "device_bound": s.device_bound, "host_tps": s.host,
                              "tokens": cached, "signal": fill.tiers.signal}
-    if s.host is None and fill.tiers.device_s is not None:  # a restore faster would not show
+    if s.host is None and fill.tiers.device_s is not None and not fill.tiers.doubt:
+        # a restore faster would not show
         value["host_unseen_over_tps"] = cached / floor_of(fill.tiers)
     if kv_bytes:
         for k in ("cold", "device", "host", "host_unseen_over"):
@@ -187,16 +194,21 @@ def speed_prop(s: Speeds, fill: Fill, kv_bytes: float | None, cached: int) -> Pr
         parts.append(f"host {fmt_tps(s.host)}")
         if not value["host_faster_than_recompute"]:
             parts.append("the host tier restores no faster than a recompute")
+    elif fill.tiers.doubt:
+        value["host_doubt"] = fill.tiers.doubt
+        parts.append("host tier not decided (see host_capacity)")
     elif "host_unseen_over_tps" in value:
         parts.append(f"no host tier seen (a restore over "
                      f"{fmt_tps(value['host_unseen_over_tps'])} would not show)")
     if kv_bytes and s.host:
         parts.append(f"host {value['host_gbps']:.2f} GB/s")
-    timer = "the engine's prefill time" if fill.tiers.signal == "server" else "the TTFT"
+    timer = {"server": "the engine's prefill time", "ttft": "the TTFT"}
     return Property(status="known", summary="; ".join(parts), value=value,
-                    basis=f"contexts of {fill.context:,} tokens timed alone ({timer}): each "
-                          "cold send, each read served whole by tier, over the time beyond the "
-                          "uncached last tokens", experiment=EXPERIMENT, requests=ids(fill))
+                    basis=f"contexts of {fill.context:,} tokens timed alone: each cold send "
+                          f"({timer[s.cold_signal]}), each read served whole by tier "
+                          f"({timer[fill.tiers.signal]}) against its repeat sent right after "
+                          "it, over the time beyond the uncached last tokens",
+                    experiment=EXPERIMENT, requests=ids(fill))
 
 
 def fmt_tps(tps: float | None) -> str:

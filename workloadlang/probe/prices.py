@@ -16,7 +16,7 @@ faster one; what costs between the two is a read split between the tiers.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workloadlang.results import Record
@@ -25,13 +25,16 @@ MIN_GAP_S = {"server": 0.00001, "ttft": 0.0005}
 """Below this, two times are the same price: the resolution of the engine's own prefill time
 (milliseconds with decimals), and of a TTFT (the client's wake-ups, the network)."""
 SEPARATION = 4.0  # the gap between the groups, in spreads of the faster one
+MIN_SLOW_READS = 2  # reads a slower tier is seen in, unless its price is beyond all noise
+NOISE_MARGIN = 2.0  # beyond all noise: this many times the largest device read's deviation
 
 
 @dataclass
 class Tiers:
     """See the module. `signal`: "server" or "ttft"; `device_s` / `host_s`: the median time of
     a read from each (None: no slower group); `tier`: per read id "device", "host" or "split";
-    `restored`: per read id the share of its cached tokens that came from the host."""
+    `restored`: per read id the share of its cached tokens that came from the host; `doubt`: why
+    a slower group of reads was not taken for a tier (the card then names no tier either)."""
 
     signal: str = "ttft"
     tail: Callable[[Record], float] = lambda r: 0.0  # a read's cost beyond its cached part
@@ -41,6 +44,7 @@ class Tiers:
     spread_s: float = 0.0
     tier: dict[str, str] = field(default_factory=dict)
     restored: dict[str, float] = field(default_factory=dict)
+    doubt: str | None = None  # why a slower group seen was not taken for a tier
 
     @property
     def host(self) -> bool:
@@ -61,32 +65,89 @@ def time_of(r: Record, signal: str) -> float | None:
     return r.ttft_s
 
 
-def classify(walk: list[Record], others: Sequence[Record] = (),
+def classify(walk: list[Record], refs: Mapping[str, Record] | None = None,
+             others: Sequence[Record] = (),
              tail: Callable[[Record], float] = lambda r: 0.0, fixed: float = 0.0) -> Tiers:
     """Which tier served each read (see the module). `walk`: reads served whole in the order
     of a walk from the last victim to the first, so a slower tier's reads come after every
     device read: two groups count only when they fall that way (a lone slow read among fast
-    ones is noise, not a tier). By the engine's prefill time when it shows two such groups,
-    else by the TTFT; `others` are placed in the groups found. `tail`: a read's cost beyond
-    its cached part, and `fixed`: a request's cost besides its prefill, taken off its time."""
+    ones is noise, not a tier). `refs`: per read id its repeat (`referenced`). By the engine's
+    prefill time when it shows two such groups, else by the TTFT when it shows them
+    consistently (`doubt`); `others` are placed in the groups found. `tail`: a read's cost
+    beyond its cached part, and `fixed`: a request's cost besides its prefill, taken off its
+    time."""
     best = Tiers(tail=tail, fixed=fixed)
+    flat_server = False
     for signal in ("server", "ttft"):
         probe = Tiers(signal=signal, tail=tail, fixed=fixed)
-        times = {r.id: probe.time(r) for r in walk}
-        if not times or any(t is None for t in times.values()):
+        times = referenced(walk, refs or {}, probe)
+        if times is None:
             continue
-        tiers = split(times, probe)  # type: ignore[arg-type]
+        tiers = split(times, probe)
         if tiers.host and not in_order(walk, tiers):
-            tiers = split(times, probe, one=True)  # type: ignore[arg-type]
+            tiers = split(times, probe, one=True)
+        why = doubt(walk, times, tiers, strict=flat_server) if tiers.host else None
+        if why:
+            tiers = split(times, probe, one=True)
+            tiers.doubt = why
         if tiers.host or best.device_s is None:
             best = tiers
+        elif why and not best.doubt:
+            best.doubt = why
         if tiers.host:
             break
+        flat_server = flat_server or signal == "server"
     for r in others:
         t = best.time(r)
         if t is not None and r.id not in best.tier:
             best.tier[r.id], best.restored[r.id] = place(t, best)
+    for r in walk:  # a read's repeat came from the device, whatever its own time
+        if r.id in (refs or {}):
+            ref = (refs or {})[r.id]
+            best.tier[ref.id], best.restored[ref.id] = "device", 0.0
     return best
+
+
+def referenced(walk: list[Record], refs: Mapping[str, Record],
+               probe: Tiers) -> dict[str, float] | None:
+    """Each read's time by `probe`'s signal, taken against its reference: its time less its
+    repeat's, over the median of the repeats' times (a load that slowed a read and its repeat
+    alike cancels out). A read without a repeat keeps its own time. None when a time is
+    missing."""
+    times = {r.id: probe.time(r) for r in walk}
+    ref_times = {rid: probe.time(refs[rid]) for rid in times if rid in refs}
+    if not times or any(t is None for t in times.values()):
+        return None
+    known = [t for t in ref_times.values() if t is not None]
+    if not known:
+        return times  # type: ignore[return-value]
+    base = statistics.median(known)
+    return {rid: t if ref_times.get(rid) is None else base + t - ref_times[rid]  # type: ignore
+            for rid, t in times.items()}
+
+
+def doubt(walk: list[Record], times: dict[str, float], tiers: Tiers,
+          strict: bool) -> str | None:
+    """Why a slower group is not a tier seen consistently (None when it is): it must hold
+    several reads, or one read whose excess is well beyond every device read's deviation from
+    the device's median (the noise measured in the same walk); `strict` (the engine's own
+    prefill time showed no slower group): several reads, and beyond that noise."""
+    device = [t for rid, t in times.items() if tiers.tier.get(rid) == "device"]
+    slow = [t for rid, t in times.items() if tiers.tier.get(rid) != "device"]
+    if not device or not slow or tiers.device_s is None:
+        return None
+    noise = max(abs(t - tiers.device_s) for t in device)
+    excess = min(slow) - tiers.device_s
+    beyond = excess > NOISE_MARGIN * noise
+    several = len(slow) >= MIN_SLOW_READS
+    if (several and beyond) or (not strict and (several or beyond)):
+        return None
+    timer = "engine's prefill time" if tiers.signal == "server" else "TTFT"
+    return (f"{len(slow)} read(s) at the end of the walk cost {excess * 1e3:.2f} ms more than "
+            f"a device read by the {timer}, where device reads varied by up to "
+            f"{noise * 1e3:.2f} ms" + (" and the engine's own prefill time showed no slower "
+                                       "tier" if strict else "")
+            + ": a slower tier is not seen consistently")
 
 
 def in_order(walk: list[Record], tiers: Tiers) -> bool:
@@ -169,6 +230,7 @@ class Speeds:
     device: float | None = None
     host: float | None = None
     device_bound: bool = False
+    cold_signal: str = "ttft"  # what the cold prefill was timed by (`cold_signal`)
 
 
 def speeds(tiers: Tiers, cold: list[Record], cached: int, tail_s: float) -> Speeds:
@@ -176,8 +238,9 @@ def speeds(tiers: Tiers, cold: list[Record], cached: int, tail_s: float) -> Spee
     its time beyond what its uncached last tokens cost (`Tiers.time`; for a cold send,
     `tail_s`: what those tokens cost a read that is served the rest)."""
     out = Speeds()
-    fixed = tiers.fixed if tiers.signal == "ttft" else 0.0
-    cold_times = [t - fixed - tail_s for t in (time_of(r, tiers.signal) for r in cold)
+    signal = out.cold_signal = cold_signal(tiers, cold)
+    fixed = tiers.fixed if signal == "ttft" else 0.0
+    cold_times = [t - fixed - tail_s for t in (time_of(r, signal) for r in cold)
                   if t is not None]
     if cold_times:
         out.cold = rate(cached, statistics.median(cold_times))
@@ -188,6 +251,15 @@ def speeds(tiers: Tiers, cold: list[Record], cached: int, tail_s: float) -> Spee
     if tiers.host_s is not None:
         out.host = rate(cached, tiers.host_s)
     return out
+
+
+def cold_signal(tiers: Tiers, cold: list[Record]) -> str:
+    """The time a cold prefill is priced by: the engine's own prefill time when it reports one
+    for every cold send (a cold send restores nothing, so that time holds its whole prefill
+    and none of the client's wake-ups), else the tiers' signal."""
+    if cold and all(r.server_prefill_ms for r in cold):
+        return "server"
+    return tiers.signal
 
 
 def rate(tokens: int, seconds: float) -> float | None:
