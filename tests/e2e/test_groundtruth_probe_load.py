@@ -1,8 +1,9 @@
-"""`wl probe` on a busy machine: ground-truth configurations (the one a loaded run once gave a
-host tier that did not exist, and two with a host tier) probed while processes spin on the CPU
-from the middle of the capacity walk on, and no property of any card wrong (`unknown` only
-where the card says the load left a tier undecided). `python -m bench.probe_truth --cpu-load
-2` runs every configuration so (docs/probe.md, "On a busy machine")."""
+"""`wl probe` on a busy machine: ground-truth configurations (one with no host tier whose device
+reads a load can make look like host restores, and two with a host tier) probed while processes
+spin on the CPU from the middle of the capacity walk on, and no property of any card wrong
+(`unknown` only where the card says the load left a tier undecided). `python -m
+bench.probe_truth --cpu-load 2` runs every configuration so (docs/probe.md, "On a busy
+machine")."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from bench.probe_truth import Load, check, describe, draw, run
 pytestmark = pytest.mark.alone  # its simulators and the load own the CPU meanwhile
 
 SEED, DRAWN = 43, 20
-CHOSEN = ("B1 dev24576 host0@0 fifo/head",  # once: a host tier of 5,632 tokens for none
+CHOSEN = ("B1 dev24576 host0@0 fifo/head",  # no host tier: none may be named
           "B32 dev12288 host8192@20 lru/tail", "B16 dev20480 host4096@20 lru/tail")
 
 
