@@ -16,7 +16,8 @@ filling the cache took, nor what a cut kept when the lifetime is shorter than th
 re-send.
 
 Usage: python -m bench.probe_truth [--configs 24] [--seed 43] [--parallel 4]
-                                  [--cpu-load N] [--load-over walk|all] [--json PATH]
+                                  [--cpu-load N] [--load-over walk|all]
+                                  [--only PREFIX] [--times N] [--json PATH]
 `--cpu-load N`: N processes that spin per probe, from the capacity walk's 8th read on (a load
 that starts among the reads the tiers are told apart by) or over the whole probe.
 Output: a line per configuration and property missed (`unknown` where the card said so), the
@@ -300,11 +301,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="N spinning processes per probe (a real CPU load; default none)")
     ap.add_argument("--load-over", choices=("walk", "all"), default="walk",
                     help="walk: from the capacity walk's 8th read on; all: the whole probe")
+    ap.add_argument("--only", metavar="PREFIX", help="only the drawn configurations whose "
+                    "description starts so (e.g. \"B1 dev12288 host0@0 lfu/tail\")")
+    ap.add_argument("--times", type=int, default=1, help="run each configuration this often")
     add_json_argument(ap)
     args = ap.parse_args(argv)
     started = machine()
     rng = random.Random(args.seed)
-    configs = [draw(rng) for _ in range(args.configs)]
+    configs = [c for c in (draw(rng) for _ in range(args.configs))
+               if not args.only or describe(c).startswith(args.only)] * max(1, args.times)
     t0 = time.monotonic()
     results = run(configs, args.parallel, Load(args.cpu_load, args.load_over))
     counts, rows = {"right": 0, "unknown": 0, "wrong": 0}, []
