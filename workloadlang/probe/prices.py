@@ -8,9 +8,13 @@ each, and the restore speeds per tier in tokens per second (`speeds`).
 
 A read's time is the engine's own prefill time when it reports one that tells the tiers apart
 (the simulator's and llama.cpp's `timings.prompt_ms`), else the client's TTFT: llama.cpp's
-prefill time leaves out a restore from its host-RAM prompt cache, which the TTFT holds. Two
-groups are told apart when the gap between them is several times the spread within the
-faster one; what costs between the two is a read split between the tiers.
+prefill time leaves out a restore from its host-RAM prompt cache, which the TTFT holds. Each
+read is taken against its repeat sent right after it (a device read of the same prompt in the
+same stretch), so a load that slowed both cancels out. Two groups are told apart when the gap
+between them is several times the spread within the faster one; what costs between the two is
+a read split between the tiers. A slower group counts as a tier only when it is seen
+consistently (`doubt`); else the tiers say why, and name none. The cold prefill is priced by the
+engine's own prefill time wherever it reports one.
 """
 
 from __future__ import annotations
