@@ -97,7 +97,7 @@ class Executor:
                  on_phase: Callable[[int], Awaitable[Any]] | None = None,
                  on_alone: Callable[[bool], Any] = lambda on: None,
                  sessions: Collection[str] | None = None, start_at: float | None = None,
-                 shared: Shared | None = None,
+                 shared: Shared | None = None, measure_again: bool = True,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
         self.plan, self.pacing, self.endpoint, self.sink, self.clock = \
             plan, pacing, endpoint, sink, clock
@@ -109,7 +109,7 @@ class Executor:
         self.isolation = Isolation(lambda: self.slots.held > 0 or self.queued > 0, clock,
                                    on_alone=on_alone,
                                    shared=shared.isolation if shared is not None else None)
-        self.again = Remeasure(plan, clock)
+        self.again = Remeasure(plan, clock, enabled=measure_again)
         self.maker = RequestMaker(realiser, endpoint, clock, timeout_s=plan.timeout_s,
                                   time_budget_s=time_budget_s, tries=self.again.tries)
         self.stops = Stops(plan, clock, time_budget_s=time_budget_s,

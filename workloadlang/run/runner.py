@@ -85,7 +85,7 @@ async def measure(plan: Plan, link: EngineLink, sink: Sink,
                             ref=ref, on_phase=on_phase, time_budget_s=options.time_budget_s,
                             prefill_own=link.info.prefill_own, on_alone=link.alone,
                             sessions=options.sessions, start_at=start_on_clock(options),
-                            shared=shared)
+                            shared=shared, measure_again=options.measure_again)
         run = await executor.run()
         if shared is None:
             await snapshot(link, "end", snaps, sink)

@@ -32,6 +32,9 @@ class RunOptions:
       built-in refs, `$timing_tokens`: `api.Replan`), for a workload that sizes its decisive
       requests by them; called by the process that calibrates, never shipped. None: the plan
       runs as given.
+    - `measure_again`: False sends every request once (no isolated request is measured again,
+      `run/remeasure.py`): for a driver that models every request the engine sees (`wl probe`);
+      True: as the module says.
     """
 
     time_budget_s: float | None = None
@@ -40,3 +43,4 @@ class RunOptions:
     start_at_unix: float | None = None
     calibration: Calibration | None = None
     replan: Callable[[Mapping[str, Any]], Plan] | None = None
+    measure_again: bool = True
