@@ -68,7 +68,7 @@ def test_a_lone_slow_read_among_fast_ones_is_noise_not_a_tier():
     assert not classify(walk).host
 
 
-def loaded(i: int, ttft_ms: float, server_ms: float = 0.05) -> Record:
+def loaded(i: int, ttft_ms: float, server_ms: float | None = 0.05) -> Record:
     """A device read whose TTFT a CPU load stretched: the engine's own prefill time is not."""
     return rec(i, prompt_tokens=1031, cached_tokens=1024, server_prefill_ms=server_ms,
                ttft_s=ttft_ms / 1e3)
@@ -85,25 +85,36 @@ def test_a_load_that_slows_the_end_of_a_walk_is_not_a_host_tier():
 
 
 def test_a_slower_tier_seen_only_by_the_ttft_in_one_read_is_doubted():
-    # the engine's prefill time is flat, the TTFT shows one dearer read at the end, not beyond
+    # the engine reports no prefill time; the TTFT shows one dearer read at the end, not beyond
     # the noise measured in the same walk (a repeat 0.9 ms late): no tier named, and why
-    walk = [loaded(i, 1.0) for i in range(8)] + [loaded(8, 2.6)]
-    refs = {r.id: loaded(100 + r.index, 1.9 if r.index == 3 else 1.0) for r in walk}
+    walk = [loaded(i, 1.0, None) for i in range(8)] + [loaded(8, 2.6, None)]
+    refs = {r.id: loaded(100 + r.index, 1.9 if r.index == 3 else 1.0, None) for r in walk}
     tiers = classify(walk, refs)
     assert not tiers.host
     assert tiers.doubt and "not seen consistently" in tiers.doubt
 
 
 def test_a_host_tier_seen_only_by_the_ttft_is_named_when_seen_consistently():
-    # llama.cpp's prefill time leaves a host restore out: the TTFT shows it, read after read,
-    # against each read's repeat, far beyond the device reads' noise
-    walk = [loaded(i, 1.0 + 0.1 * (i % 2)) for i in range(6)] + \
-        [loaded(i, 9.0) for i in range(6, 9)]
-    refs = {r.id: loaded(100 + r.index, 1.0) for r in walk}
+    # an engine that reports no prefill time of its own: the TTFT shows a restore, read after
+    # read, against each read's repeat
+    walk = [loaded(i, 1.0 + 0.1 * (i % 2), None) for i in range(6)] + \
+        [loaded(i, 9.0, None) for i in range(6, 9)]
+    refs = {r.id: loaded(100 + r.index, 1.0, None) for r in walk}
     tiers = classify(walk, refs)
     assert tiers.host and tiers.signal == "ttft" and tiers.doubt is None
     assert [tiers.tier[r.id] for r in walk[6:]] == ["host"] * 3
     assert all(tiers.tier[ref.id] == "device" for ref in refs.values())
+
+
+def test_a_tier_only_the_ttft_shows_where_the_engines_prefill_time_is_flat_is_not_named():
+    # the same reads from an engine whose own prefill time is flat: a restore that time leaves
+    # out and a load that slowed the client look alike, so the card names none, and says why
+    walk = [loaded(i, 1.0 + 0.1 * (i % 2)) for i in range(6)] + [loaded(i, 9.0) for i in
+                                                                 range(6, 9)]
+    refs = {r.id: loaded(100 + r.index, 1.0) for r in walk}
+    tiers = classify(walk, refs)
+    assert not tiers.host and tiers.signal == "server"
+    assert tiers.doubt and "engine's own prefill time showed no slower tier" in tiers.doubt
 
 
 def test_the_cold_price_is_the_engines_prefill_time_when_it_reports_one():

@@ -13,7 +13,8 @@ read is taken against its repeat sent right after it (a device read of the same 
 same stretch), so a load that slowed both cancels out. Two groups are told apart when the gap
 between them is several times the spread within the faster one; what costs between the two is
 a read split between the tiers. A slower group counts as a tier only when it is seen
-consistently (`doubt`); else the tiers say why, and name none. The cold prefill is priced by the
+consistently (`doubt`): by the TTFT alone, only for an engine that reports no prefill time of
+its own; else the tiers say why, and name none. The cold prefill is priced by the
 engine's own prefill time wherever it reports one.
 """
 
@@ -77,7 +78,7 @@ def classify(walk: list[Record], refs: Mapping[str, Record] | None = None,
     device read: two groups count only when they fall that way (a lone slow read among fast
     ones is noise, not a tier). `refs`: per read id its repeat (`referenced`). By the engine's
     prefill time when it shows two such groups, else by the TTFT when it shows them
-    consistently (`doubt`); `others` are placed in the groups found. `tail`: a read's cost
+    consistently and the engine reports no prefill time (`doubt`); `others` are placed in the groups found. `tail`: a read's cost
     beyond its cached part, and `fixed`: a request's cost besides its prefill, taken off its
     time."""
     best = Tiers(tail=tail, fixed=fixed)
@@ -134,24 +135,27 @@ def doubt(walk: list[Record], times: dict[str, float], tiers: Tiers,
           strict: bool) -> str | None:
     """Why a slower group is not a tier seen consistently (None when it is): it must hold
     several reads, or one read whose excess is well beyond every device read's deviation from
-    the device's median (the noise measured in the same walk); `strict` (the engine's own
-    prefill time showed no slower group): several reads, and beyond that noise."""
+    the device's median (the noise measured in the same walk). `strict`: the engine's own
+    prefill time showed no slower group, so one the TTFT alone shows is never named (an engine
+    whose prefill time leaves a restore out, as llama.cpp's does, and a load that slowed the
+    client are not told apart)."""
     device = [t for rid, t in times.items() if tiers.tier.get(rid) == "device"]
     slow = [t for rid, t in times.items() if tiers.tier.get(rid) != "device"]
     if not device or not slow or tiers.device_s is None:
         return None
     noise = max(abs(t - tiers.device_s) for t in device)
     excess = min(slow) - tiers.device_s
-    beyond = excess > NOISE_MARGIN * noise
-    several = len(slow) >= MIN_SLOW_READS
-    if (several and beyond) or (not strict and (several or beyond)):
+    if not strict and (len(slow) >= MIN_SLOW_READS or excess > NOISE_MARGIN * noise):
         return None
     timer = "engine's prefill time" if tiers.signal == "server" else "TTFT"
-    return (f"{len(slow)} read(s) at the end of the walk cost {excess * 1e3:.2f} ms more than "
-            f"a device read by the {timer}, where device reads varied by up to "
-            f"{noise * 1e3:.2f} ms" + (" and the engine's own prefill time showed no slower "
-                                       "tier" if strict else "")
-            + ": a slower tier is not seen consistently")
+    seen = (f"{len(slow)} read(s) at the end of the walk cost {excess * 1e3:.2f} ms or more "
+            f"over a device read by the {timer}, where device reads varied by up to "
+            f"{noise * 1e3:.2f} ms")
+    if strict:
+        return (f"{seen}, and the engine's own prefill time showed no slower tier: a tier "
+                "restoring outside that time and a load that slowed the client are not told "
+                "apart, so a slower tier is not seen consistently")
+    return f"{seen}: a slower tier is not seen consistently"
 
 
 def in_order(walk: list[Record], tiers: Tiers) -> bool:
