@@ -21,13 +21,20 @@ SMALL_AGENT = ["--sessions", "1", "--main-tokens", "1k", "--step-tokens", "500",
 
 
 @pytest.mark.parametrize("where", ["over_finalize", "over_baselines", "both"])
-def test_a_healthy_llama_server_stays_ok_under_a_cpu_load(tmp_path, llama_server, where):
+def test_a_healthy_llama_server_is_never_failed_under_a_cpu_load(tmp_path, llama_server, where):
+    """Two spinning processes on this machine's two CPUs, over the finalize, its baselines or
+    both: the healthy server is never called degraded or evicted and the run never exits 1. It
+    is `ok`, or, where the load left the finalize's price a range the repeats did not close,
+    `unverified` with `restore` unknown (exit 6), the range in its detail."""
     rec = tmp_path / "r.jsonl"
     with placed_load(rec, where, n=2):
         code, res = wl_run(tmp_path, "agent-sim", "--base-url", llama_server.base_url,
                            *SMALL_AGENT, "--salt", f"busy-{where}", "--records", str(rec))
-    assert verdicts(res) == {"main#0": "ok"}, res["gates"]
-    assert code == 0
+    assert verdicts(res)["main#0"] in ("ok", "unverified"), res["gates"]
+    assert code == (0 if verdicts(res)["main#0"] == "ok" else 6)
+    failed = [g["name"] for g in res["gates"] if g["severity"] == "fail"
+              and g["status"] == "fail"]
+    assert failed == [], res["gates"]
     (fin,) = records(res, "finalize")
     assert fin["hit"] and fin["prefill_source"] == "server"
 
