@@ -137,3 +137,72 @@ def test_a_busy_client_names_the_gates_it_could_have_moved() -> None:
     # finalize's prefill that is its TTFT; `kept` counts, `timing` requests timed alone
     assert client_could_move(p, rs, p.params) == ["price", "quick"]
     assert client_could_move(p, recs(p), p.params) == ["quick"]
+
+
+TWINS = """
+workload w {
+  session s repeat 1 {
+    user filler 2k; reply 8 label main
+    spawn 1 fork isolated label fin { user filler 300; reply 8 }
+    spawn 3 fork isolated label base { user filler 300; reply 8 }
+  }
+  gates {
+    price: each session prefill_time{fin} < 1.5 * min(prefill_time{base}) -> degraded
+  }
+}
+"""
+
+
+def twins(fin: float, bases: list[float], **extra) -> tuple[object, list[Record]]:
+    """Output: the plan of `TWINS` and its records: the finalize's prefill time `fin`, the
+    baselines' `bases` (seconds, the engine's own), each baseline decoding at the finalize's
+    pace unless `extra` says (fields for every baseline)."""
+    source = Source(name="w.wl", text=TWINS)
+    p = make_plan(parse_checked(source), source, {}, salt="t")
+    out, times = [], iter(bases)
+    fin_id = next(r.id for r in p.requests if r.label == "fin")
+    for req in p.requests:
+        fields = dict(prompt_tokens=req.prompt_tokens, cached_tokens=2000, hit=True,
+                      ttft_s=0.02, e2e_s=0.05, prefill_s=0.01, prefill_source="server",
+                      ttft_contended_s=0.0)
+        if req.label == "fin":
+            fields["prefill_s"] = fin
+        if req.label == "base":
+            fields.update({"prefill_s": next(times), "drift": 1.0, "drift_of": fin_id, **extra})
+        out.append(Record(**base_record(req), **fields))
+    return p, out
+
+
+def test_identical_baselines_that_disagree_make_the_finalize_a_range() -> None:
+    """The fastest of baselines of the same work not confirmed by the next (1.6x apart: the
+    machine's speed moved within the stretch in a way their decode paces did not show): the
+    finalize, which nothing can repeat, may have run at the other speed, so its time reaches
+    down by that factor. A finalize over the bound at the time measured but not at that speed
+    is not judged (no false degraded); one over it even then is still degraded; one under it
+    still passes. A slower baseline beside two that agree is noise, not the machine's speed."""
+    from workloadlang.noise import noise_of
+
+    p, rs = twins(2.0, [1.0, 1.8, 1.6])
+    fin = next(r for r in rs if r.label == "fin")
+    (noise,) = noise_of(rs, 0.001).values()
+    assert noise.factor == pytest.approx(1.601 / 1.001) and noise.fast.endswith("base/0")
+    assert noise.slow.endswith("base/2")
+    assert metric_value("prefill_time", fin, noise) == Span(pytest.approx(2.0 / noise.factor),
+                                                            2.0, 2.0)
+    (price,) = evaluate_gates(p, rs, {"timing_floor": 0.001})
+    assert price.status == "unknown", price
+    assert "ran at speeds 1.6x apart" in price.results[0].detail
+    (price,) = evaluate_gates(*twins(3.0, [1.0, 1.8, 1.6]), {"timing_floor": 0.001})
+    assert price.status == "fail", "over the bound even at the fastest speed seen"
+    (price,) = evaluate_gates(*twins(1.2, [1.0, 1.8, 1.6]), {"timing_floor": 0.001})
+    assert price.status == "pass"
+    # the two fastest agree (within 1.5x): the finalize is judged as measured
+    for bases in ([1.0, 1.2, 1.1], [2.9, 1.0, 1.3]):
+        (price,) = evaluate_gates(*twins(2.0, bases), {"timing_floor": 0.001})
+        assert price.status == "fail", bases
+    # a baseline that drifted by its decode pace is read for itself, not as the stretch's noise
+    p, rs = twins(2.0, [1.0, 1.8, 1.6], drift=2.0)
+    assert noise_of(rs, 0.001) == {}
+    # times near nothing do not disagree by their noise: the floor is added to each
+    p, rs = twins(0.004, [0.001, 0.003, 0.002])
+    assert noise_of(rs, 0.005) == {}

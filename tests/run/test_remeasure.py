@@ -156,3 +156,61 @@ def test_the_tokens_of_sends_not_kept_are_on_the_records_side_of_the_counters() 
     assert "remeasure_prompt_tokens" not in Remeasure(p, lambda: 0.0).summary()
     m = metrics_summary([], [], client)
     assert m.records_prompt_tokens == 2600 and m.records_cached_tokens == 1590
+
+
+def settle_twins(p, times: list[list[float]], fin: str, server: bool = False):
+    """Output: (the kept prefill times, the Remeasure) of settling the stretch's baselines in
+    order, each answered with the prefill times of `times` in turn (its first send, then each
+    send again), decoding at the finalize's pace."""
+    again = Remeasure(p, clock=lambda: 0.0, sleep=None, floors=(0.005, 0.001))
+
+    async def sleep(s: float) -> None:
+        pass
+
+    again.sleep = sleep
+    outcomes = {fin: outcome(fin)}
+    kept = []
+    for req, ts in zip([r for r in p.requests if r.label == "baseline"], times):
+        answers = iter(ts[1:])
+
+        def make(t: float, rid: str = req.id) -> Outcome:
+            return outcome(rid, ttft=t, server_ms=t * 1000 if server else None)
+
+        async def send(rid: str = req.id, answers=answers) -> tuple[Outcome, float]:
+            return make(next(answers), rid), 0.0
+
+        got = asyncio.run(again.settle(req, make(ts[0]), outcomes, {req.session: fin}, send))
+        outcomes[req.id] = got
+        kept.append(got.ttft_s)
+    return kept, again
+
+
+def test_an_identical_request_slower_than_the_fastest_before_it_is_measured_again() -> None:
+    """The baselines are the same work: one whose prefill time is more than 1.5x that of the
+    fastest kept before it is measured again, after a pause, at most twice more; a faster one
+    is not (of the same work the fastest counts, noise only adds time)."""
+    p = agent_plan()
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    kept, again = settle_twins(p, [[1.0], [1.8, 1.1], [0.5]], fin)
+    assert kept == [1.0, 1.1, 0.5]
+    (notes,) = again.notes.values()
+    assert len(notes) == 1 and "prefilled the same work 1.8x slower than" in notes[0]
+    assert notes[0].endswith("baseline/0 (TTFT 1800.0 ms, decode 2.000 ms/token)")
+    kept, again = settle_twins(p, [[1.0], [1.4], [0.8]], fin)
+    assert kept == [1.0, 1.4, 0.8] and again.notes == {}, "within 1.5x of the fastest"
+    # bounded: still slower after the tries, the last is kept
+    kept, again = settle_twins(p, [[1.0], [2.0, 2.1, 2.2]], fin, server=True)
+    assert kept == [1.0, 2.2] and len(next(iter(again.notes.values()))) == TRIES - 1
+
+
+def test_times_near_nothing_do_not_disagree_by_their_noise() -> None:
+    """What a timing resolves (5 ms over a TTFT) is added to each side: 1 ms against 3 ms is
+    noise, not two speeds."""
+    p = agent_plan()
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    kept, again = settle_twins(p, [[0.001], [0.003], [0.002]], fin)
+    assert again.notes == {}
+    # a baseline that drifted by its decode pace is read for itself, not as a twin
+    anchor = outcome(fin)
+    drifted = outcome("b", ttft=3.0, decode_s=0.09)
+    assert why_again(outcome("c", ttft=1.0), anchor, [drifted]) is None

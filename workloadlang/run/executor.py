@@ -109,14 +109,16 @@ class Executor:
         self.isolation = Isolation(lambda: self.slots.held > 0 or self.queued > 0, clock,
                                    on_alone=on_alone,
                                    shared=shared.isolation if shared is not None else None)
-        self.again = Remeasure(plan, clock, enabled=measure_again)
+        timing = ref or TtftReference()
+        self.again = Remeasure(plan, clock, enabled=measure_again,
+                               floors=(timing.floor(server=False), timing.floor(server=True)))
         self.maker = RequestMaker(realiser, endpoint, clock, timeout_s=plan.timeout_s,
                                   time_budget_s=time_budget_s, tries=self.again.tries)
         self.stops = Stops(plan, clock, time_budget_s=time_budget_s,
                            max_errors=max_consecutive_errors, sleep=sleep)
         self.phases = Phases(self.requests, plan.phases, clock, self._phase_opened)
         self.copies = Copies(plan.sessions, self.requests, clock, self.stops.sleep_until)
-        self.recorder = Recorder(plan, self.slots, self.isolation, ref or TtftReference(),
+        self.recorder = Recorder(plan, self.slots, self.isolation, timing,
                                  prefill_own, realiser.source_of, self.again)
         self.health = ClientHealth(clock, cpu_clock)
         self.on_phase, self.start_at, self.shared = on_phase, start_at, shared

@@ -19,16 +19,25 @@ again, at most `TRIES - 1` more times, when
   decode time when it reports one, else the client's, over at least `MIN_DECODE` tokens and
   `MIN_DECODE_S`): the machine ran slower than when the anchor ran, and its time would price
   the anchor at another speed than the anchor's. A pause first (`PAUSES`), so a drift of a
-  while can pass.
+  while can pass;
+- it is one of identical requests of its stretch that prefill tokens of their own (the same
+  label, prompt and new tokens, at least `MIN_OWN` of them: agent-sim's baselines) and its
+  prefill time, plus what a timing resolves (`floors`), is more than `ALLOWANCE` times that
+  of the fastest of them kept before it, neither having drifted: the same work at two speeds,
+  the machine's speed moved within the stretch in a way the decode pace did not show (a CPU
+  shared with other work slows a long prefill and a short decode unequally). Of identical
+  requests the fastest counts (noise only adds time), and it counts when another confirms it
+  (`noise`); a pause first, as for a drift, so this one may.
 The last try is kept; the earlier ones are in its note.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from workloadlang.noise import MIN_OWN
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.results import DRIFT_ALLOWANCE
 from workloadlang.run.sse import Outcome
@@ -38,6 +47,22 @@ ALLOWANCE = DRIFT_ALLOWANCE  # decode paces within this factor are the same mach
 MIN_DECODE = 4  # tokens decoded, at least, for a decode pace
 MIN_DECODE_S = 0.005  # and seconds of decoding: shorter, a timer's noise is most of it
 PAUSES = (0.25, 1.0)  # before each try again after a drift, seconds
+
+
+def prefill_s(o: Outcome) -> float | None:
+    """Output: `o`'s prefill time in seconds: the engine's own when it reports one, else the
+    TTFT; None for an error or neither."""
+    if o.error is not None:
+        return None
+    return o.server_prefill_ms / 1000 if o.server_prefill_ms is not None else o.ttft_s
+
+
+def twins_key(req: PRequest) -> tuple[str, str, int, int] | None:
+    """Output: what identical requests of one session share (label, prompt and new tokens),
+    or None for a request with under `MIN_OWN` tokens of its own to prefill."""
+    if req.new_tokens < MIN_OWN:
+        return None
+    return req.session, req.label, req.prompt_tokens, req.new_tokens
 
 
 def decode_pace(o: Outcome | None) -> float | None:
@@ -65,9 +90,12 @@ def drift_of(o: Outcome | None, anchor: Outcome | None) -> float | None:
     return None if a is None or b is None else b / a
 
 
-def why_again(o: Outcome, anchor: Outcome | None) -> tuple[str, float] | None:
+def why_again(o: Outcome, anchor: Outcome | None, twins: Sequence[Outcome] = (),
+              floors: tuple[float, float] = (0.005, 0.005)) -> tuple[str, float] | None:
     """Output: why a request that can be measured again should be, and the pause before it
-    (seconds), or None. See the module."""
+    (seconds), or None. `twins`: the identical requests of its stretch kept before it;
+    `floors`: what a timing resolves over the client's TTFT and over the engine's own prefill
+    time (seconds). See the module."""
     if o.error is not None:
         return None
     if o.ttft_late_s and o.server_prefill_ms is None:
@@ -75,7 +103,32 @@ def why_again(o: Outcome, anchor: Outcome | None) -> tuple[str, float] | None:
     drift = drift_of(o, anchor)
     if drift is not None and drift > ALLOWANCE:
         return f"decoded {drift:.1f}x slower than {anchor.id if anchor else '?'}", 1.0
+    off = apart(o, twins, anchor, floors)
+    if off is not None:
+        return f"prefilled the same work {off[0]:.1f}x slower than {off[1]}", 1.0
     return None
+
+
+def apart(o: Outcome, twins: Sequence[Outcome], anchor: Outcome | None,
+          floors: tuple[float, float]) -> tuple[float, str] | None:
+    """Output: how many times slower `o`'s prefill time (plus its floor) is than that of the
+    fastest identical request kept before it, and that one's id, when more than `ALLOWANCE`;
+    None when within it, or none is faster. Neither may have drifted from `anchor`: a drift is
+    measured again and read for itself."""
+    def steady(x: Outcome) -> bool:
+        d = drift_of(x, anchor)
+        return d is None or 1 / ALLOWANCE <= d <= ALLOWANCE
+
+    def paced(x: Outcome) -> float | None:
+        t = prefill_s(x)
+        return None if t is None or not steady(x) else t + floors[x.server_prefill_ms is not None]
+
+    mine = paced(o)
+    kept = [(t, x.id) for x in twins if (t := paced(x)) is not None and t > 0]
+    if mine is None or not kept:
+        return None
+    fastest, twin = min(kept)
+    return (mine / fastest, twin) if mine > ALLOWANCE * fastest else None
 
 
 def repeatable(plan: Plan) -> frozenset[str]:
@@ -111,8 +164,11 @@ class Remeasure:
 
     def __init__(self, plan: Plan, clock: Callable[[], float],
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, floors: tuple[float, float] = (0.005, 0.005)) -> None:
         self.can = repeatable(plan) if enabled else frozenset()
+        self.floors = floors  # what a timing resolves: the client's TTFT, the engine's prefill
+        # (anchor id, `twins_key`) -> the identical requests of that stretch kept so far
+        self.twins: dict[tuple[str, tuple[str, str, int, int]], list[Outcome]] = {}
         self.clock, self.sleep = clock, sleep
         self.tries: dict[str, int] = {}
         self.notes: dict[str, list[str]] = {}
@@ -134,8 +190,10 @@ class Remeasure:
         self.anchors[req.id] = anchor.id
         if req.id not in self.can:
             return o
+        key = twins_key(req)
+        twins = self.twins.setdefault((anchor.id, key), []) if key is not None else []
         for k in range(1, TRIES):
-            why = why_again(o, anchor)
+            why = why_again(o, anchor, twins, self.floors)
             if why is None:
                 break
             t0 = self.clock()
@@ -152,6 +210,8 @@ class Remeasure:
                                     cached + (o.cached_tokens or 0))
             o = got[0]
         self.tries.pop(req.id, None)
+        if key is not None:
+            twins.append(o)
         return o
 
     def summary(self) -> dict[str, Any]:
