@@ -27,9 +27,9 @@ from typing import Any
 
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
-from workloadlang.noise import Noise, noise_of
+from workloadlang.noise import Noise, noise_of, steady
 from workloadlang.plan.model import Plan
-from workloadlang.results import DRIFT_ALLOWANCE, GateResult, Record, ScopeResult, Status
+from workloadlang.results import GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
 from workloadlang.spans import (  # noqa: F401
     BOOLEAN,
@@ -163,7 +163,7 @@ DRIFTING = frozenset({"ttft", "prefill_time", "ttft_per_uncached"})
 def drifted(r: Record) -> bool:
     """Output: True when `r` decoded more than `DRIFT_ALLOWANCE` times slower or faster per
     token than the first request of its stretch timed alone (`Record.drift`)."""
-    return r.drift is not None and not 1 / DRIFT_ALLOWANCE <= r.drift <= DRIFT_ALLOWANCE
+    return not steady(r.drift)
 
 
 def widened(v: Any, drift: float) -> Span:

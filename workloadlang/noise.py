@@ -53,7 +53,7 @@ def noise_of(records: Iterable[Record], floor: float) -> dict[str, Noise]:
     groups: dict[tuple[str, str, str, int, int], list[Record]] = {}
     for r in records:
         if r.drift_of is None or not r.isolated or r.new_tokens < MIN_OWN or r.error \
-                or r.prefill_s is None or not steady(r):
+                or r.prefill_s is None or not steady(r.drift):
             continue
         key = (r.drift_of, r.session, r.label, r.planned_prompt_tokens, r.new_tokens)
         groups.setdefault(key, []).append(r)
@@ -68,7 +68,7 @@ def noise_of(records: Iterable[Record], floor: float) -> dict[str, Noise]:
     return out
 
 
-def steady(r: Record) -> bool:
-    """Output: True when `r` decoded within `DRIFT_ALLOWANCE` of its anchor's pace, or has no
-    decode pace to say it did not."""
-    return r.drift is None or 1 / DRIFT_ALLOWANCE <= r.drift <= DRIFT_ALLOWANCE
+def steady(drift: float | None) -> bool:
+    """Output: True when a request decoded within `DRIFT_ALLOWANCE` of its anchor's pace
+    (`drift`: how many times slower, `Record.drift`), or has no decode pace to say it did not."""
+    return drift is None or 1 / DRIFT_ALLOWANCE <= drift <= DRIFT_ALLOWANCE

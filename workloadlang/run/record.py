@@ -27,6 +27,7 @@ from workloadlang.run.contention import Slots
 from workloadlang.run.health import percentile
 from workloadlang.run.isolation import Isolation
 from workloadlang.run.remeasure import Remeasure, drift_of
+from workloadlang.run.sse import prefill_time
 
 
 class TtftReference(BaseModel):
@@ -257,15 +258,6 @@ def evidence(req: PRequest, o: Any, src_req: PRequest | None, src: Any | None, h
         out["hit"] = ref.hit_by_ttft(prompt, o.ttft_s, doubt)
         out["hit_basis"] = None if out["hit"] is None else "ttft"
     return out
-
-
-def prefill_time(o: Any) -> tuple[float | None, str | None]:
-    """Time spent prefilling: the engine's own figure when it reports one (llama.cpp
-    `timings.prompt_ms` excludes queueing, so concurrent sessions waiting on one slot do not look
-    degraded), else the client's TTFT."""
-    if o.server_prefill_ms is not None:
-        return o.server_prefill_ms / 1000, "server"
-    return o.ttft_s, None if o.ttft_s is None else "client_ttft"
 
 
 TIMING_FLOOR_S = 0.005

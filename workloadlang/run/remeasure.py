@@ -37,24 +37,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from workloadlang.noise import MIN_OWN
+from workloadlang.noise import MIN_OWN, steady
 from workloadlang.plan.model import Plan, PRequest
 from workloadlang.results import DRIFT_ALLOWANCE
-from workloadlang.run.sse import Outcome
+from workloadlang.run.sse import Outcome, prefill_time
 
 TRIES = 3  # sends of a request at most, the first included
 ALLOWANCE = DRIFT_ALLOWANCE  # decode paces within this factor are the same machine's
 MIN_DECODE = 4  # tokens decoded, at least, for a decode pace
 MIN_DECODE_S = 0.005  # and seconds of decoding: shorter, a timer's noise is most of it
 PAUSES = (0.25, 1.0)  # before each try again after a drift, seconds
-
-
-def prefill_s(o: Outcome) -> float | None:
-    """Output: `o`'s prefill time in seconds: the engine's own when it reports one, else the
-    TTFT; None for an error or neither."""
-    if o.error is not None:
-        return None
-    return o.server_prefill_ms / 1000 if o.server_prefill_ms is not None else o.ttft_s
 
 
 def twins_key(req: PRequest) -> tuple[str, str, int, int] | None:
@@ -115,13 +107,11 @@ def apart(o: Outcome, twins: Sequence[Outcome], anchor: Outcome | None,
     fastest identical request kept before it, and that one's id, when more than `ALLOWANCE`;
     None when within it, or none is faster. Neither may have drifted from `anchor`: a drift is
     measured again and read for itself."""
-    def steady(x: Outcome) -> bool:
-        d = drift_of(x, anchor)
-        return d is None or 1 / ALLOWANCE <= d <= ALLOWANCE
-
     def paced(x: Outcome) -> float | None:
-        t = prefill_s(x)
-        return None if t is None or not steady(x) else t + floors[x.server_prefill_ms is not None]
+        t = None if x.error is not None else prefill_time(x)[0]
+        if t is None or not steady(drift_of(x, anchor)):
+            return None
+        return t + floors[x.server_prefill_ms is not None]
 
     mine = paced(o)
     kept = [(t, x.id) for x in twins if (t := paced(x)) is not None and t > 0]

@@ -465,3 +465,11 @@ def read_json_body(body: bytes, state: Stream) -> None:
         return
     state.done = True
 
+
+def prefill_time(o: Outcome) -> tuple[float | None, str | None]:
+    """Time spent prefilling: the engine's own figure when it reports one (llama.cpp
+    `timings.prompt_ms` excludes queueing, so concurrent sessions waiting on one slot do not look
+    degraded), else the client's TTFT."""
+    if o.server_prefill_ms is not None:
+        return o.server_prefill_ms / 1000, "server"
+    return o.ttft_s, None if o.ttft_s is None else "client_ttft"
