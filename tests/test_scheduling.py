@@ -1,5 +1,6 @@
 """The suite's scheduling under xdist (`scheduling.py`): an `alone` test (every `llama` test is
-one) runs with no other test in flight, the others run side by side.
+one) runs with no other test in flight, a `paired` test beside another `paired` test only, the
+others side by side.
 
 A small suite in a temp dir, run by a real `pytest -n 2` with the plugin: each test writes when it
 ran and on which worker, then sleeps, so that without the lock an `alone` test would overlap a
@@ -27,7 +28,8 @@ def ran(request):
     yield
     time.sleep(0.25)
     row = {"name": request.node.name, "file": request.node.path.name, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-           "alone": request.node.get_closest_marker("alone") is not None, "t0": t0,
+           "alone": request.node.get_closest_marker("alone") is not None,
+           "paired": request.node.get_closest_marker("paired") is not None, "t0": t0,
            "t1": time.time()}
     with open(os.environ["RAN_FILE"], "a") as f:
         f.write(json.dumps(row) + "\\n")
@@ -109,20 +111,50 @@ def test_the_files_with_alone_tests_run_after_the_others(tmp_path):
     assert any(overlap(a, b) for a in shared for b in shared if a is not b)
 
 
-class Item:
-    """What `in_suite_order` reads of a test: its node id and whether it is `alone`."""
+def paired_file(n: int) -> str:
+    """A test file of `n` paired tests."""
+    return HEAD + f"@pytest.mark.paired\n@pytest.mark.parametrize('i', range({n}))\n" \
+        "def test_p(i):\n    pass\n"
 
-    def __init__(self, nodeid: str, alone: bool = False) -> None:
-        self.nodeid, self.alone = nodeid, alone
+
+def test_paired_tests_run_beside_each_other_and_never_beside_a_shared_or_alone_one(tmp_path):
+    """Two paired files, two shared ones and an `alone` one, a file to a worker: the paired
+    tests overlap one another, never a test of another kind. The shared files are of 6 tests
+    and 1, so that the worker given the short one turns to a paired file while the other still
+    runs shared tests."""
+    files = {"test_p1.py": paired_file(8), "test_p2.py": paired_file(8),
+             "test_s1.py": shared_file(6), "test_s2.py": shared_file(1),
+             "test_z.py": ALONE_FILE}
+    rows = run_suite(tmp_path, files, "--dist", "loadfile", "--no-loadscope-reorder")
+    paired = [r for r in rows if r["paired"]]
+    assert len(paired) == 16 and len(rows) == 25
+    for p in paired:
+        others = [r for r in rows if r is not p and not r["paired"] and overlap(p, r)]
+        assert not others, (p, others)
+    assert any(overlap(a, b) for a in paired for b in paired if a["file"] != b["file"]), \
+        "the paired tests ran one at a time"
+    for a in (r for r in rows if r["alone"]):
+        assert not [r for r in rows if r is not a and overlap(a, r)]
+
+
+class Item:
+    """What `in_suite_order` reads of a test: its node id and its kind's marker, if any."""
+
+    def __init__(self, nodeid: str, alone: bool = False, paired: bool = False) -> None:
+        self.nodeid, self.alone, self.paired = nodeid, alone, paired
 
     def get_closest_marker(self, name: str) -> object:
-        return self.alone if name == "alone" and self.alone else None
+        return (name == "alone" and self.alone) or (name == "paired" and self.paired) or None
 
 
-def test_the_suite_order_keeps_each_file_together_alone_files_last_bigger_files_first():
+def test_the_suite_order_keeps_each_file_together_paired_then_alone_last_bigger_first():
     items = [Item("t/a.py::x", alone=True), Item("t/a.py::y"), Item("t/b.py::x"),
              Item("t/c.py::x"), Item("t/c.py::y"), Item("t/d.py::x", alone=True),
              Item("t/d.py::y", alone=True), Item("t/d.py::z", alone=True)]
     got = [i.nodeid for i in in_suite_order(items)]  # type: ignore[arg-type]
     assert got == ["t/c.py::x", "t/c.py::y", "t/b.py::x", "t/d.py::x", "t/d.py::y",
                    "t/d.py::z", "t/a.py::x", "t/a.py::y"]
+    paired = [Item("t/e.py::x", paired=True), Item("t/f.py::x", paired=True),
+              Item("t/f.py::y", alone=True), Item("t/g.py::x")]
+    got = [i.nodeid for i in in_suite_order(paired)]  # type: ignore[arg-type]
+    assert got == ["t/g.py::x", "t/e.py::x", "t/f.py::x", "t/f.py::y"]

@@ -398,8 +398,8 @@ def test_trace_start_runs_small(tmp_path: Path) -> None:
 
 
 def test_suite_time_reads_a_saved_run(tmp_path: Path, capsys) -> None:
-    """A saved run's durations: each test's phases summed, per file, `alone` apart from shared;
-    the bound is the `alone` time plus half the shared time."""
+    """A saved run's durations: each test's phases summed, per file, `alone`, `paired` and shared
+    apart; the bound is the `alone` time plus half the others'."""
     from bench import suite_time
 
     saved = tmp_path / "out.txt"
@@ -408,14 +408,18 @@ def test_suite_time_reads_a_saved_run(tmp_path: Path, capsys) -> None:
                      "1.00s setup    tests/a.py::test_x[1]\n"
                      "2.00s call     tests/a.py::test_y\n"
                      "4.00s call     tests/b.py::test_z\n"
+                     "2.00s call     tests/b.py::test_p\n"
                      "1 failed, 3 passed in 9.50s (0:00:09)\n")
     alone = tmp_path / "alone.txt"
     alone.write_text("tests/a.py::test_x[1]\n")
+    paired = tmp_path / "paired.txt"
+    paired.write_text("tests/b.py::test_p\n")
     out = tmp_path / "suite.json"
-    assert suite_time.main(["--from", str(saved), "--alone-list", str(alone),
-                            "--json", str(out)]) == 0
+    assert suite_time.main(["--from", str(saved), "--alone-list", str(alone), "--paired-list",
+                            str(paired), "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["rows"] == [{"file": "tests/a.py", "alone_s": 4.0, "shared_s": 2.0},
-                           {"file": "tests/b.py", "alone_s": 0.0, "shared_s": 4.0}]
-    assert doc["totals"] == {"wall_s": 9.5, "alone_s": 4.0, "shared_s": 6.0, "bound_s": 7.0}
+    assert doc["rows"] == [{"file": "tests/a.py", "alone_s": 4.0, "paired_s": 0.0, "shared_s": 2.0},
+                           {"file": "tests/b.py", "alone_s": 0.0, "paired_s": 2.0, "shared_s": 4.0}]
+    assert doc["totals"] == {"wall_s": 9.5, "alone_s": 4.0, "paired_s": 2.0, "shared_s": 6.0,
+                             "bound_s": 8.0}
     assert "1 failed, 3 passed: wall 9.5 s" in capsys.readouterr().out

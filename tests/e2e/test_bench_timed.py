@@ -1,5 +1,5 @@
 """bench/: the smoke runs of the bench scripts that read a verdict or a rate from time, at a small
-size, with nothing else of the suite in flight (the others are in test_bench.py, which runs beside
+size, beside another `paired` test at most (the others are in test_bench.py, which runs beside
 the rest)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_bench import figures
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 
 def test_scale_runs_small(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 SMALL = ["--system-tokens", "500", "--tools-tokens", "500", "--tasks", "1",
          "--task-tokens", "300", "--search-tokens", "300", "--read-tokens", "600",

@@ -15,7 +15,7 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 
 def small(sessions: int, timings: str = "engine") -> list[str]:

@@ -17,7 +17,7 @@ from test_groundtruth_degraded import small, survival_agrees_with_its_report
 from runhelp import gate, records, verdicts, wl_run
 from workloadlang.resources import bundled_workloads
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 DRIFT = ["--sim-fault", "slow_prefill=3@*/finalize/*"]
 CONDITION = " when cached_tokens{finalize} >= 10% * prompt_tokens{finalize}"

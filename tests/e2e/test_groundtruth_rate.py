@@ -26,7 +26,7 @@ from workloadlang.cli.main import main
 from workloadlang.results import ListSink
 from workloadlang.sim import SimConfig, start_in_process
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 # ---------------------------------------------------------------- ITL against the emission log
 

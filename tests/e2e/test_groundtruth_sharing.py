@@ -12,7 +12,7 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 NO_HOST = ["--sim-host-tokens", "0"]
 SHARED = ["--sessions", "4", "--system-tokens", "2k", "--turn-tokens", "1k", "--turns", "3",

@@ -7,7 +7,7 @@ import pytest
 
 from runhelp import gate, records, verdicts, wl_run
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 # Small, but shaped like agent work: a context much larger than each new step, so a reported
 # hit that was really recomputed is visible in timing (cold/warm cost ratio >= 8).

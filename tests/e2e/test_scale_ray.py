@@ -20,7 +20,8 @@ if os.environ.get("WL_REQUIRE_RAY") != "1":
     pytest.importorskip("ray")
 import ray  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # a local Ray cluster owns the CPU
+# a local Ray cluster takes the CPU: it runs beside shared tests, which read no time
+pytestmark = pytest.mark.slow
 WL = [sys.executable, "-m", "workloadlang.cli"]
 # agent-sim and abort-sim at sizes that take a second or two on the simulator (the defaults take
 # ~10 s): what is measured does not matter here, only where it ran and what came back of it

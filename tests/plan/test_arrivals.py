@@ -19,7 +19,7 @@ from faultserver import FaultServer
 from runhelp import wl_run_text as wl_run
 from workloadlang.plan.dryrun import render_plan
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 POISSON = """workload poisson {
   params { rate: float = 50; n: int = 400 }

@@ -14,7 +14,7 @@ from runexec import SSE, answer, execute, plan_of
 from workloadlang.plan.realise import Realiser
 from workloadlang.results import ListSink
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 WORKLOAD = """
 workload sizing {

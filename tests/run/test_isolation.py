@@ -15,7 +15,7 @@ from runhelp import wl_run_text
 from workloadlang.plan.model import PRequest
 from workloadlang.run.isolation import Isolation
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 WL = """
 workload iso {

@@ -21,7 +21,7 @@ from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
 from workloadlang.run.executor import Executor
 from workloadlang.wire import Outgoing, Pool, StartWrites
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 WORKLOAD = """
 workload start {

@@ -14,7 +14,7 @@ import pytest
 from faultserver import FaultServer
 from runhelp import wl_run_text as wl_run
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 READING = """workload reading {
   session s repeat 2 {

@@ -14,7 +14,7 @@ import pytest
 from runexec import answer, execute, plan_of
 from workloadlang.run.schedule import planned_wait, reading_time
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 PACINGS = pytest.mark.parametrize("ahead", [True, False], ids=["write-ahead", "in-turn"])
 

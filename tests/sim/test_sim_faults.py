@@ -12,7 +12,7 @@ import pytest
 
 from workloadlang.sim import SimConfig, parse_fault, start_in_thread
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 FAST = dict(prefill_us_per_token=0.0, decode_us_per_token=0.0)
 CLIENT = httpx.Client(timeout=30)

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from workloadlang.sim import SimConfig, start_in_thread
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 FAST = dict(prefill_us_per_token=0.0, decode_us_per_token=0.0)
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

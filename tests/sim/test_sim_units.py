@@ -22,7 +22,7 @@ from workloadlang.sim.tokenizer import (
     token_id,
 )
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
