@@ -14,9 +14,10 @@ test is of one of three kinds, and two tests run side by side only when their ki
 Each test file runs on one worker (`--dist loadfile`), so a module's fixtures are made once.
 
 The order: the shared files first, then the files whose most demanding test is `paired`, then
-those with an `alone` test; within each part the files with the most tests first (pyproject's
-`--no-loadscope-reorder` keeps this order for xdist). A test that must wait idles the other
-worker, so the kinds run in blocks rather than mixed.
+those with an `alone` test; within each part the files with a `slow` test first (a long file
+begun last keeps the other worker idle at the next part's first test), then those with the most
+tests (pyproject's `--no-loadscope-reorder` keeps this order for xdist). A test that must wait
+idles the other worker, so the kinds run in blocks rather than mixed.
 
 The locks: each kind but `alone` has a lock its tests hold shared from setup to teardown. A test
 takes `gate.lock` first, then the other kind's lock exclusively (it waits until no test of that
@@ -62,14 +63,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def in_suite_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """Input: tests in collection order. Output: the same tests, each file's together and in
     its own order; the shared files first, then those whose most demanding test is `paired`, then
-    those with an `alone` test, each part by number of tests, most first (ties in collection
-    order)."""
+    those with an `alone` test; in each part the files with a `slow` test first, then by number
+    of tests, most first (ties in collection order)."""
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
 
-    def key(tests: list[pytest.Item]) -> tuple[int, int]:
-        return max(KINDS.index(kind(t)) for t in tests), -len(tests)
+    def key(tests: list[pytest.Item]) -> tuple[int, bool, int]:
+        return (max(KINDS.index(kind(t)) for t in tests),
+                not any(t.get_closest_marker("slow") for t in tests), -len(tests))
 
     return [item for tests in sorted(files.values(), key=key) for item in tests]
 

@@ -140,11 +140,13 @@ def test_paired_tests_run_beside_each_other_and_never_beside_a_shared_or_alone_o
 class Item:
     """What `in_suite_order` reads of a test: its node id and its kind's marker, if any."""
 
-    def __init__(self, nodeid: str, alone: bool = False, paired: bool = False) -> None:
-        self.nodeid, self.alone, self.paired = nodeid, alone, paired
+    def __init__(self, nodeid: str, alone: bool = False, paired: bool = False,
+                 slow: bool = False) -> None:
+        self.nodeid, self.alone, self.paired, self.slow = nodeid, alone, paired, slow
 
     def get_closest_marker(self, name: str) -> object:
-        return (name == "alone" and self.alone) or (name == "paired" and self.paired) or None
+        return (name == "alone" and self.alone) or (name == "paired" and self.paired) \
+            or (name == "slow" and self.slow) or None
 
 
 def test_the_suite_order_keeps_each_file_together_paired_then_alone_last_bigger_first():
@@ -155,6 +157,8 @@ def test_the_suite_order_keeps_each_file_together_paired_then_alone_last_bigger_
     assert got == ["t/c.py::x", "t/c.py::y", "t/b.py::x", "t/d.py::x", "t/d.py::y",
                    "t/d.py::z", "t/a.py::x", "t/a.py::y"]
     paired = [Item("t/e.py::x", paired=True), Item("t/f.py::x", paired=True),
-              Item("t/f.py::y", alone=True), Item("t/g.py::x")]
+              Item("t/f.py::y", alone=True), Item("t/g.py::x"), Item("t/h.py::x", paired=True),
+              Item("t/h.py::y", paired=True), Item("t/i.py::x", paired=True, slow=True)]
     got = [i.nodeid for i in in_suite_order(paired)]  # type: ignore[arg-type]
-    assert got == ["t/g.py::x", "t/e.py::x", "t/f.py::x", "t/f.py::y"]
+    assert got == ["t/g.py::x", "t/i.py::x", "t/h.py::x", "t/h.py::y", "t/e.py::x",
+                   "t/f.py::x", "t/f.py::y"]

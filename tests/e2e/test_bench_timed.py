@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from test_bench import figures
 
-pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
+# it reads time, light on the CPU: beside a `paired` test at most; a few long tests
+pytestmark = [pytest.mark.paired, pytest.mark.slow]
 
 
 def test_scale_runs_small(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from workloadlang.card import read_card
 from workloadlang.cli.main import main as wl_main
 
-pytestmark = pytest.mark.alone  # the probe reads timings: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 SMALL = ["--sim", "--sim-max-model-len", "8192", "--sim-device-tokens", "12288",
          "--sim-prefill-us-per-token", "4", "--sim-prefill-ctx-scale", "2048", "--idle", "0.2s"]

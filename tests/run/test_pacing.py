@@ -40,7 +40,7 @@ from workloadlang.run.sse import Answer
 from workloadlang.wire import HttpxTransport, Outgoing, Pool, content_length
 from workloadlang.wire.request import rest_after
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 GROWING = """
 workload grow {

@@ -18,7 +18,7 @@ from workloadlang.scale.driver import run_sharded
 from workloadlang.sim import PRESETS
 from workloadlang.sim.server import start_in_process
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 try:
     from scalehelp import backend_for

@@ -20,7 +20,7 @@ from workloadlang.run.client import send
 from workloadlang.run.endpoint import ChatRequest, Endpoint, outgoing
 from workloadlang.wire import Outgoing, Pool, Reader, ReadTimeout
 
-pytestmark = pytest.mark.alone  # it reads time: nothing else of the suite in flight
+pytestmark = pytest.mark.paired  # it reads time, light on the CPU: beside a `paired` test at most
 
 READER = Reader()  # this module's pools share it: `hold_reader` keeps it from reading
 
