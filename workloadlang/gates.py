@@ -27,7 +27,7 @@ from typing import Any
 
 from workloadlang import ir, latency
 from workloadlang.evaluate import evaluate
-from workloadlang.noise import Noise, noise_of, steady
+from workloadlang.noise import Noise, noise_of, steady, twin_drifts
 from workloadlang.plan.model import Plan
 from workloadlang.results import GateResult, Record, ScopeResult, Status
 from workloadlang.selector import select
@@ -135,11 +135,13 @@ SPANS: dict[str, Callable[[Record], Span | None]] = {
 }
 
 
-def metric_value(metric: str, r: Record, noise: Noise | None = None) -> Any:
+def metric_value(metric: str, r: Record, noise: Noise | None = None,
+                 drift: float | None = None) -> Any:
     """Output: `metric` of record `r`: a `Span` when it is read from a first-token stamp
     that may be late, stands for a prefill that shared the engine, or is a time measured while
     the machine ran at another speed than for the first request of its stretch timed alone
-    (`drifted`) or, for that first request, in a stretch whose identical requests disagreed
+    (`drifted`: at `drift` when given, its identical requests' reading, `noise.twin_drifts`,
+    else its own) or, for that first request, in a stretch whose identical requests disagreed
     (`noise`: down to what it would have been that many times faster), else the plain value
     (None when unknown)."""
     v = METRICS[metric](r)
@@ -148,8 +150,9 @@ def metric_value(metric: str, r: Record, noise: Noise | None = None) -> Any:
         span = SPANS[metric](r)
         if span is not None and span.lo != span.hi:
             v = span
-    if v is not None and metric in DRIFTING and drifted(r):
-        return widened(v, r.drift)  # type: ignore[arg-type]
+    drift = r.drift if drift is None else drift
+    if v is not None and metric in DRIFTING and not steady(drift):
+        return widened(v, drift)  # type: ignore[arg-type]
     if v is not None and metric in DRIFTING and noise is not None:
         lo, hi = ends(v)
         return Span(lo / noise.factor, hi, stamped(v))
@@ -208,10 +211,13 @@ class Judge:
     def __init__(self, plan: Plan, records: list[Record], env: Mapping[str, Any],
                  by_id: Mapping[str, Any] | None = None, unknown_flags: bool = False,
                  span: tuple[float, float] | None = None,
-                 noise: Mapping[str, Noise] | None = None):
+                 noise: Mapping[str, Noise] | None = None,
+                 drifts: Mapping[str, float] | None = None):
         self.plan, self.env = plan, env
         # anchor id -> how far apart its stretch's identical requests took (`noise`)
         self.noise = noise if noise is not None else noise_of(records, floor_of(env))
+        # request id -> the drift it is read at, its identical requests' (`twin_drifts`)
+        self.drifts = drifts if drifts is not None else twin_drifts(records, floor_of(env))
         self.by_id = by_id if by_id is not None else plan.by_id()
         self.records = latency.measured(records)  # sent, outside the warm-up and cool-down
         # the measured window `rate(...)` is per second of: the run's
@@ -248,7 +254,7 @@ class Judge:
         (`unknown_value`), counted with the exact ones and the ranges."""
         out: list[Any] = []
         for r in self.picked(ref):
-            v = metric_value(ref.metric, r, self.noise.get(r.id))
+            v = metric_value(ref.metric, r, self.noise.get(r.id), self.drifts.get(r.id))
             if isinstance(v, list):  # every gap of a request
                 self.exact += len(v)
                 out.extend(v)
@@ -267,7 +273,8 @@ class Judge:
     def saw_drift(self, r: Record, metric: str) -> None:
         """Keep `r` for the detail when its `metric` is a range because the machine drifted
         (`drift`, `noise`)."""
-        if metric in DRIFTING and (drifted(r) or r.id in self.noise) and r not in self.drifted:
+        if metric in DRIFTING and (not steady(self.drifts.get(r.id, r.drift))
+                                   or r.id in self.noise) and r not in self.drifted:
             self.drifted.append(r)
 
     def mark_unknown(self, r: Record, metric: str) -> None:
@@ -321,10 +328,12 @@ def undecided(value: Any, threshold: Any) -> str:
             f"ran at another speed: drift)")
 
 
-def drift_detail(rs: list[Record], noise: Mapping[str, Noise] | None = None) -> str:
+def drift_detail(rs: list[Record], noise: Mapping[str, Noise] | None = None,
+                 drifts: Mapping[str, float] | None = None) -> str:
     """Output: `; the machine drifted: ID decoded 2.9x slower than ID (3 tries)`, for the
     ranges a drifting machine made (`Record.drift`; `noise`: an anchor's stretch whose
-    identical requests disagreed), or "" for none."""
+    identical requests disagreed; `drifts`: read at their identical requests' drift,
+    `noise.twin_drifts`), or "" for none."""
     if not rs:
         return ""
     def pace(d: float) -> str:
@@ -333,8 +342,11 @@ def drift_detail(rs: list[Record], noise: Mapping[str, Noise] | None = None) -> 
     def said(r: Record) -> str:
         if noise and r.id in noise and not drifted(r):
             return noise[r.id].detail(r.id)
+        read = (drifts or {}).get(r.id)
+        priced = "" if read is None or read == r.drift else \
+            f", priced {pace(read)} as its identical requests"
         return (f"{r.id} decoded {pace(r.drift or 1.0)} than {r.drift_of} ({r.attempts} "
-                f"tr{'y' if r.attempts == 1 else 'ies'})")
+                f"tr{'y' if r.attempts == 1 else 'ies'}{priced})")
 
     return "; the machine drifted: " + ", ".join(said(r) for r in rs[:3]) + (
         f" and {len(rs) - 3} more" if len(rs) > 3 else "")
@@ -347,7 +359,8 @@ def judge_scope(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     out = judge_once(j, g, scope)
     if not j.flag_unknown or out.status == "unknown":
         return out
-    again = judge_once(Judge(j.plan, j.records, j.env, j.by_id, True, j.span, j.noise), g, scope)
+    again = judge_once(Judge(j.plan, j.records, j.env, j.by_id, True, j.span, j.noise, j.drifts),
+                       g, scope)
     if again.status == out.status:
         return out
     return out.model_copy(update={"status": "unknown", "detail": (
@@ -362,7 +375,7 @@ def judge_once(j: Judge, g: ir.Gate, scope: str) -> ScopeResult:
     if g.when is None:
         return judge_test(j, g, scope)
     jc = Judge(j.plan, j.records, j.env, j.by_id, j.unknown_flags, j.span,
-               j.noise)  # the condition's
+               j.noise, j.drifts)  # the condition's
     cond = judge_test(jc, g.when, scope)
     j.flag_unknown += jc.flag_unknown
     if cond.status == "fail":
@@ -412,7 +425,7 @@ def judge_test(j: Judge, g: ir.Gate | ir.Condition, scope: str) -> ScopeResult:
         ok = compare(g.op, value, threshold)
         if ok is None:
             why = left_out(j, decides=True) if j.unknown else undecided(value, threshold) \
-                + drift_detail(j.drifted, j.noise)
+                + drift_detail(j.drifted, j.noise, j.drifts)
             return scope_result(j, scope, "unknown", stamped(value), stamped(threshold), why)
         return scope_result(j, scope, "pass" if ok else "fail", stamped(value),
                             stamped(threshold))
@@ -453,7 +466,7 @@ def judge_each(j: Judge, left: ir.MetricRef, op: str, right: ir.GExpr,
                scope: str) -> ScopeResult:
     """`metric{...} CMP rhs` (a test's `left`, `op`, `right`): every selected value must satisfy
     the comparison (each gap of `itl`)."""
-    picked, vals = each_value(left.metric, j.picked(left), j.noise)
+    picked, vals = each_value(left.metric, j.picked(left), j.noise, j.drifts)
     if not picked:
         raise Unknown("no data: the selector matched no completed request")
     threshold = j.scalar(right)
@@ -482,17 +495,18 @@ def judge_each(j: Judge, left: ir.MetricRef, op: str, right: ir.GExpr,
         why = "; ".join(
             ([errors_or_unreported(j, unknown)] if unknown else [])
             + [f"{rid}: {undecided(v, threshold)}" for rid, v in open_[:3]]) \
-            + drift_detail(j.drifted, j.noise)
+            + drift_detail(j.drifted, j.noise, j.drifts)
         return scope_result(j, scope, "unknown", None if unknown else worst,
                             stamped(threshold), why)
     return scope_result(j, scope, "pass", worst, stamped(threshold))
 
 
-def each_value(metric: str, picked: list[Record], noise: Mapping[str, Noise]
-               ) -> tuple[list[Record], list[Any]]:
+def each_value(metric: str, picked: list[Record], noise: Mapping[str, Noise],
+               drifts: Mapping[str, float]) -> tuple[list[Record], list[Any]]:
     """Output: the selected records and their values of `metric`, a record once per value
     (`itl`: once per gap)."""
-    pairs = [(r, x) for r in picked for x in as_list(metric_value(metric, r, noise.get(r.id)))]
+    pairs = [(r, x) for r in picked
+             for x in as_list(metric_value(metric, r, noise.get(r.id), drifts.get(r.id)))]
     return [r for r, _ in pairs], [x for _, x in pairs]
 
 
@@ -520,6 +534,7 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
     for r in records:
         by_session.setdefault(r.session, []).append(r)
     noise = noise_of(records, floor_of(env))
+    drifts = twin_drifts(records, floor_of(env))
     out = []
     for gp in plan.gates:
         g = gp.gate
@@ -529,8 +544,8 @@ def evaluate_gates(plan: Plan, records: list[Record], extra_env: Mapping[str, An
         results = []
         for scope in scopes:
             rs = records if scope == "overall" else by_session.get(scope, [])
-            results.append(judge_scope(Judge(plan, rs, env, by_id, span=span, noise=noise), g,
-                                       scope))
+            results.append(judge_scope(Judge(plan, rs, env, by_id, span=span, noise=noise,
+                                             drifts=drifts), g, scope))
         status = overall_status([r.status for r in results])
         out.append(GateResult(name=g.name, scope="each session" if g.scope == "each_session"
                               else "overall", severity=g.severity, verdict=g.verdict,

@@ -15,16 +15,28 @@ pace did not show, and the anchor, which nothing can repeat, may have run at the
 times are read as ranges down to what they would have been that much faster
 (`gates.metric_value`). A gate judged on them is then `unknown` where that could decide it,
 and still fails where even the faster end fails.
+
+The decode pace says how much slower the machine ran for a request (`Record.drift`), and a time
+that drifted is read as a range down to what it would have been at the anchor's speed
+(`gates.widened`). The decode pace can overstate what slowed a prefill: on a CPU shared with
+other work, a short decode waits for a time slice at every token and slows far more than a long
+prefill does. Identical requests of a stretch price the same work, so each one's range holds
+the same price: where at least `MIN_TWINS` of them slowed down and their prefill times agree
+(within `DRIFT_ALLOWANCE`), the price is at least the second highest of their ranges' lower
+ends (`twin_drifts`). The second, not the highest: a drift that ends during one of them leaves
+that one a slow prefill and a decode that shows less of it, a lower end too high; one edge per
+drift, and the others' ranges still hold the price.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from workloadlang.results import DRIFT_ALLOWANCE, Record
 
 MIN_OWN = 32  # new tokens, at least, of identical requests whose prefill times must agree
+MIN_TWINS = 3  # identical requests that slowed down, at least, to price them together
 
 
 @dataclass(frozen=True)
@@ -50,15 +62,8 @@ def noise_of(records: Iterable[Record], floor: float) -> dict[str, Noise]:
     for the anchors where the fastest is not confirmed (see the module). `floor`: seconds a
     timing resolves, added to each prefill time so that two times near nothing do not
     disagree by their noise."""
-    groups: dict[tuple[str, str, str, int, int], list[Record]] = {}
-    for r in records:
-        if r.drift_of is None or not r.isolated or r.new_tokens < MIN_OWN or r.error \
-                or r.prefill_s is None or not steady(r.drift):
-            continue
-        key = (r.drift_of, r.session, r.label, r.planned_prompt_tokens, r.new_tokens)
-        groups.setdefault(key, []).append(r)
     out: dict[str, Noise] = {}
-    for (anchor, *_), rs in groups.items():
+    for (anchor, *_), rs in twins(records, steady).items():
         if len(rs) < 2:
             continue
         fast, slow = sorted(rs, key=lambda r: r.prefill_s or 0.0)[:2]
@@ -72,3 +77,37 @@ def steady(drift: float | None) -> bool:
     """Output: True when a request decoded within `DRIFT_ALLOWANCE` of its anchor's pace
     (`drift`: how many times slower, `Record.drift`), or has no decode pace to say it did not."""
     return drift is None or 1 / DRIFT_ALLOWANCE <= drift <= DRIFT_ALLOWANCE
+
+
+def twins(records: Iterable[Record], keep: Callable[[float | None], bool]
+          ) -> dict[tuple[str, str, str, int, int], list[Record]]:
+    """Output: the identical requests of each stretch (anchor, session, label, planned prompt
+    and new tokens, at least `MIN_OWN` of them), timed alone, answered, with a prefill time and
+    a drift that `keep` accepts."""
+    groups: dict[tuple[str, str, str, int, int], list[Record]] = {}
+    for r in records:
+        if r.drift_of is None or not r.isolated or r.new_tokens < MIN_OWN or r.error \
+                or r.prefill_s is None or not keep(r.drift):
+            continue
+        key = (r.drift_of, r.session, r.label, r.planned_prompt_tokens, r.new_tokens)
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def twin_drifts(records: Iterable[Record], floor: float) -> dict[str, float]:
+    """Output: record id -> the drift its time is read at (`gates.widened`), for identical
+    requests of a stretch that decoded slower than their anchor, at least `MIN_TWINS` of them,
+    whose prefill times (plus `floor`) agree within `DRIFT_ALLOWANCE`: at most its own, and no
+    more than takes its range down to the second highest of theirs (see the module). A request
+    not in the output is read at its own drift."""
+    out: dict[str, float] = {}
+    for rs in twins(records, lambda d: d is not None and d > 1).values():
+        times = sorted((r.prefill_s or 0.0) + floor for r in rs)
+        if len(rs) < MIN_TWINS or times[-1] > DRIFT_ALLOWANCE * times[0]:
+            continue
+        lows = sorted((r.prefill_s or 0.0) / (r.drift or 1.0) for r in rs)
+        low = lows[-2]
+        for r in rs:
+            if low > 0:
+                out[r.id] = max(1.0, min(r.drift or 1.0, (r.prefill_s or 0.0) / low))
+    return out

@@ -153,13 +153,14 @@ workload w {
 """
 
 
-def twins(fin: float, bases: list[float], **extra) -> tuple[object, list[Record]]:
+def twins(fin: float, bases: list[float], drifts: list[float] | None = None,
+          **extra) -> tuple[object, list[Record]]:
     """Output: the plan of `TWINS` and its records: the finalize's prefill time `fin`, the
     baselines' `bases` (seconds, the engine's own), each baseline decoding at the finalize's
-    pace unless `extra` says (fields for every baseline)."""
+    pace unless `drifts` (one a baseline) or `extra` (fields for every baseline) say."""
     source = Source(name="w.wl", text=TWINS)
     p = make_plan(parse_checked(source), source, {}, salt="t")
-    out, times = [], iter(bases)
+    out, times, paces = [], iter(bases), iter(drifts or [1.0] * len(bases))
     fin_id = next(r.id for r in p.requests if r.label == "fin")
     for req in p.requests:
         fields = dict(prompt_tokens=req.prompt_tokens, cached_tokens=2000, hit=True,
@@ -168,7 +169,8 @@ def twins(fin: float, bases: list[float], **extra) -> tuple[object, list[Record]
         if req.label == "fin":
             fields["prefill_s"] = fin
         if req.label == "base":
-            fields.update({"prefill_s": next(times), "drift": 1.0, "drift_of": fin_id, **extra})
+            fields.update({"prefill_s": next(times), "drift": next(paces), "drift_of": fin_id,
+                           **extra})
         out.append(Record(**base_record(req), **fields))
     return p, out
 
@@ -206,3 +208,42 @@ def test_identical_baselines_that_disagree_make_the_finalize_a_range() -> None:
     # times near nothing do not disagree by their noise: the floor is added to each
     p, rs = twins(0.004, [0.001, 0.003, 0.002])
     assert noise_of(rs, 0.005) == {}
+
+
+def test_identical_baselines_that_slowed_down_are_priced_together() -> None:
+    """llama-server under a CPU load placed after its finalize: the three baselines (the same
+    work) prefilled 2.26, 2.17 and 2.08 s, within 1.5x of one another, and decoded 34x, 3.7x
+    and 3.6x slower than the finalize (a short decode on a shared CPU slows far more than a
+    prefill). Each one's range holds the same price, so the price is at least the second
+    highest of their lower ends (2.17 / 3.73), not 2.26 / 34: a finalize under the bound even
+    there passes; one between that and the bound at the measured speed is still a range; one
+    over it still fails. Two baselines, or prefill times that disagree, are read each for
+    itself; one baseline whose decode shows less of the drift (a drift that ended during it)
+    does not raise the price."""
+    from workloadlang.noise import twin_drifts
+
+    bases, paces = [2.26, 2.17, 2.08], [34.2, 3.73, 3.55]
+    p, rs = twins(0.8, bases, paces)
+    read = twin_drifts(rs, 0.001)
+    assert sorted(read.values()) == pytest.approx([3.55, 3.73, 2.26 / (2.17 / 3.73)])
+    (price,) = evaluate_gates(p, rs, {"timing_floor": 0.001})
+    assert price.status == "pass", price  # 0.8 < 1.5 x 0.58
+    assert "priced" not in price.results[0].detail
+    (price,) = evaluate_gates(*twins(1.0, bases, paces), {"timing_floor": 0.001})
+    assert price.status == "unknown" and "priced 3.9x slower as its identical requests" in \
+        price.results[0].detail, price
+    (price,) = evaluate_gates(*twins(3.5, bases, paces), {"timing_floor": 0.001})
+    assert price.status == "fail"
+    # each for itself: two baselines (the third not answered); prefill times 1.9x apart
+    p, rs = twins(0.8, bases, paces)
+    two = [r for r in rs if not r.id.endswith("base/2")]
+    p, three = twins(0.8, [2.26, 2.17, 4.2], [34.2, 3.73, 3.6])
+    for kept in (two, three):
+        assert twin_drifts(kept, 0.001) == {}
+        (price,) = evaluate_gates(p, kept, {"timing_floor": 0.001})
+        assert price.status == "unknown"
+    # a drift that ended during the third: its lower end (2.0 / 1.6) is left out
+    p, rs = twins(1.1, [2.0, 2.0, 2.0], [3.0, 3.0, 1.6])
+    assert sorted(twin_drifts(rs, 0.001).values()) == pytest.approx([1.6, 3.0, 3.0])
+    (price,) = evaluate_gates(p, rs, {"timing_floor": 0.001})
+    assert price.status == "unknown"  # 1.1 > 1.5 x 2.0 / 3
