@@ -21,9 +21,9 @@ that drifted is read as a range down to what it would have been at the anchor's 
 (`gates.widened`). The decode pace can overstate what slowed a prefill: on a CPU shared with
 other work, a short decode waits for a time slice at every token and slows far more than a long
 prefill does. Identical requests of a stretch price the same work, so each one's range holds
-the same price: where at least `MIN_TWINS` of them slowed down and their prefill times agree
+the same price: where at least `MIN_TWINS` of them were kept and their prefill times agree
 (within `DRIFT_ALLOWANCE`), the price is at least the second highest of their ranges' lower
-ends (`twin_drifts`). The second, not the highest: a drift that ends during one of them leaves
+ends, and the range of one that slowed down reaches no lower (`twin_drifts`). The second, not the highest: a drift that ends during one of them leaves
 that one a slow prefill and a decode that shows less of it, a lower end too high; one edge per
 drift, and the others' ranges still hold the price.
 """
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from workloadlang.results import DRIFT_ALLOWANCE, Record
 
 MIN_OWN = 32  # new tokens, at least, of identical requests whose prefill times must agree
-MIN_TWINS = 3  # identical requests that slowed down, at least, to price them together
+MIN_TWINS = 3  # identical requests kept, at least, to price them together
 
 
 @dataclass(frozen=True)
@@ -96,18 +96,25 @@ def twins(records: Iterable[Record], keep: Callable[[float | None], bool]
 
 def twin_drifts(records: Iterable[Record], floor: float) -> dict[str, float]:
     """Output: record id -> the drift its time is read at (`gates.widened`), for identical
-    requests of a stretch that decoded slower than their anchor, at least `MIN_TWINS` of them,
-    whose prefill times (plus `floor`) agree within `DRIFT_ALLOWANCE`: at most its own, and no
-    more than takes its range down to the second highest of theirs (see the module). A request
-    not in the output is read at its own drift."""
+    requests of a stretch, at least `MIN_TWINS` of them, whose prefill times (plus `floor`)
+    agree within `DRIFT_ALLOWANCE`, for those that decoded slower than their anchor: at most
+    its own, and no more than takes its range down to the second highest of the group's lower
+    ends (see the module; a request that did not drift is its own lower end, one that ran
+    faster reaches up from its own). A request not in the output is read at its own drift."""
     out: dict[str, float] = {}
-    for rs in twins(records, lambda d: d is not None and d > 1).values():
+    for rs in twins(records, lambda _: True).values():
         times = sorted((r.prefill_s or 0.0) + floor for r in rs)
         if len(rs) < MIN_TWINS or times[-1] > DRIFT_ALLOWANCE * times[0]:
             continue
-        lows = sorted((r.prefill_s or 0.0) / (r.drift or 1.0) for r in rs)
-        low = lows[-2]
+        low = sorted(lower_end(r) for r in rs)[-2]
         for r in rs:
-            if low > 0:
+            if low > 0 and not steady(r.drift) and (r.drift or 1.0) > 1:
                 out[r.id] = max(1.0, min(r.drift or 1.0, (r.prefill_s or 0.0) / low))
     return out
+
+
+def lower_end(r: Record) -> float:
+    """Output: the least `r`'s prefill time is read as (`gates.widened`): itself when `r` did
+    not drift or ran faster than its anchor, else down by its drift."""
+    p = r.prefill_s or 0.0
+    return p if steady(r.drift) else p / max(r.drift or 1.0, 1.0)

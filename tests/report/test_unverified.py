@@ -242,6 +242,11 @@ def test_identical_baselines_that_slowed_down_are_priced_together() -> None:
         assert twin_drifts(kept, 0.001) == {}
         (price,) = evaluate_gates(p, kept, {"timing_floor": 0.001})
         assert price.status == "unknown"
+    # two that did not drift (0.75x, 0.89x) price the third with them: not a range at all
+    p, rs = twins(1.9, [1.97, 1.95, 2.38], [0.75, 0.89, 36.2])
+    assert list(twin_drifts(rs, 0.001).values()) == pytest.approx([2.38 / 1.95])
+    (price,) = evaluate_gates(p, rs, {"timing_floor": 0.001})
+    assert price.status == "pass" and price.results[0].ranges == 0, price
     # a drift that ended during the third: its lower end (2.0 / 1.6) is left out
     p, rs = twins(1.1, [2.0, 2.0, 2.0], [3.0, 3.0, 1.6])
     assert sorted(twin_drifts(rs, 0.001).values()) == pytest.approx([1.6, 3.0, 3.0])
