@@ -23,9 +23,10 @@ other work, a short decode waits for a time slice at every token and slows far m
 prefill does. Identical requests of a stretch price the same work, so each one's range holds
 the same price: where at least `MIN_TWINS` of them were kept and their prefill times agree
 (within `DRIFT_ALLOWANCE`), the price is at least the second highest of their ranges' lower
-ends, and the range of one that slowed down reaches no lower (`twin_drifts`). The second, not the highest: a drift that ends during one of them leaves
-that one a slow prefill and a decode that shows less of it, a lower end too high; one edge per
-drift, and the others' ranges still hold the price.
+ends, and the range of one that slowed down reaches no lower (`twin_drifts`). The second, not
+the highest: a drift that ends during one of them leaves that one a slow prefill and a decode
+that shows less of it, a lower end too high; one edge per drift, and the others' ranges still
+hold the price.
 """
 
 from __future__ import annotations
