@@ -7,9 +7,10 @@ test is of one of three kinds, and two tests run side by side only when their ki
 - `paired`: reads time, but is light on the CPU (a run against the embedded simulator spends
   about a third of one CPU; the rest of its time the simulator sleeps through prefills). It runs
   beside another `paired` test, never beside a shared one, which may take a whole CPU.
-- `alone`: measures time and owns the CPU (llama-server's prefill, a local Ray cluster, a CPU
-  load the test places, several simulators at once) or times to the millisecond: it runs with no
-  other test of the suite in flight. Every `llama` test is `alone`.
+- `alone`: measures time and owns the CPU (llama-server's prefill, a CPU load the test places,
+  several simulators at once) or times to a fraction of a millisecond: it runs with no other test
+  of the suite in flight. Every `llama` test is `alone`. (A local Ray cluster owns the CPU but
+  reads no time: its tests are shared.)
 
 Each test file runs on one worker (`--dist loadfile`), so a module's fixtures are made once.
 
