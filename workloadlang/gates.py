@@ -574,15 +574,19 @@ def evaluate_report(plan: Plan, records: list[Record],
                     extra_env: Mapping[str, Any]) -> dict[str, Any]:
     """Headline numbers; an item with `by` gives a dict group -> number."""
     env, span = {**plan.params, **extra_env}, latency.window(latency.measured(records))
+    # the run's stretches, read once for every item
+    noise, drifts = noise_of(records, floor_of(env)), twin_drifts(records, floor_of(env))
     out: dict[str, Any] = {}
     for item in plan.report:
         if item.by is None:
-            out[item.name] = safe_scalar(Judge(plan, records, env, span=span), item.value)
+            out[item.name] = safe_scalar(Judge(plan, records, env, span=span, noise=noise,
+                                                 drifts=drifts), item.value)
         else:
             groups: dict[Any, list[Record]] = {}
             for r in records:
                 groups.setdefault(getattr(r, item.by), []).append(r)
-            out[item.name] = {str(k): safe_scalar(Judge(plan, v, env, span=span), item.value)
+            out[item.name] = {str(k): safe_scalar(Judge(plan, v, env, span=span, noise=noise,
+                                                       drifts=drifts), item.value)
                               for k, v in sorted(groups.items(), key=lambda kv: str(kv[0]).zfill(8))}
     return out
 
