@@ -115,6 +115,38 @@ def test_a_drift_is_measured_again_after_pauses_at_most_twice_more() -> None:
     assert len(again.notes[rid]) == TRIES - 1 and slept == list(PAUSES)
 
 
+def test_of_tries_that_all_drifted_the_one_nearest_the_anchor_s_pace_is_kept() -> None:
+    """A drift that grew over the tries: the send whose decode pace was nearest the anchor's
+    was timed at the speed the anchor's was, and is kept; the record says which and why, and
+    counts every send. Within the allowance, or with no earlier try nearer, the last is kept."""
+    p = agent_plan()
+    rid = next(r.id for r in p.requests if r.label == "baseline")
+    fin = next(r.id for r in p.requests if r.label == "finalize")
+    def counted(o: Outcome, prompt: int, cached: int) -> Outcome:
+        return o.model_copy(update={"prompt_tokens": prompt, "cached_tokens": cached})
+
+    first, worse = counted(outcome(rid, decode_s=0.1), 1, 0), counted(outcome(rid, decode_s=1.2), 100, 10)
+    kept, again, _ = run_settle(p, first, [counted(outcome(rid, decode_s=0.6), 20, 2), worse], fin)
+    assert kept is first, "3.3x off beats 20x and 40x off"
+    notes = again.notes[rid]
+    assert len(notes) == TRIES and notes[-1].startswith(
+        f"kept send 1 of 3: decoded nearest {fin}'s pace; the last decoded 40.0x slower")
+    assert again.sends[rid] == TRIES and again.summary()["remeasures"] == TRIES - 1
+    # the sends not kept are the ones the engine counted beside the kept one
+    assert again.earlier[rid] == (120, 12)
+    # the last within the allowance: kept, even when an earlier one was nearer
+    steady = outcome(rid, decode_s=0.04)
+    kept, again, _ = run_settle(p, outcome(rid, decode_s=0.1), [outcome(rid, decode_s=0.2),
+                                                                steady], fin)
+    assert kept is steady and len(again.notes[rid]) == TRIES - 1
+    # a try that failed is never kept over one that answered
+    bad, drifted = outcome(rid, decode_s=0.1, error=True), outcome(rid, decode_s=0.3)
+    kept, again, _ = run_settle(p, drifted, [bad], fin)
+    assert kept is drifted and again.notes[rid][-1].endswith("the last failed (http)")
+    kept, _, _ = run_settle(p, drifted, [outcome(rid, decode_s=0.6), bad], fin)
+    assert kept is drifted, "of those that answered, the nearest"
+
+
 def test_the_stretch_s_first_is_never_measured_again() -> None:
     p = agent_plan()
     fin = next(r.id for r in p.requests if r.label == "finalize")

@@ -457,7 +457,8 @@ def remeasured(rec: Record, again: Remeasure, outcomes: Mapping[str, Any]) -> Re
     if not notes and anchor is None:
         return rec
     drift = drift_of(outcomes.get(rec.id), outcomes.get(anchor)) if anchor else None
-    return rec.model_copy(update={"attempts": 1 + len(notes), "remeasured": list(notes),
+    sends = again.sends.get(rec.id, 1 + len(notes))
+    return rec.model_copy(update={"attempts": sends, "remeasured": list(notes),
                                   "drift": None if drift is None else round(drift, 4),
                                   "drift_of": anchor})
 

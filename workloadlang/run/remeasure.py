@@ -28,7 +28,10 @@ again, at most `TRIES - 1` more times, when
   shared with other work slows a long prefill and a short decode unequally). Of identical
   requests the fastest counts (noise only adds time), and it counts when another confirms it
   (`noise`); a pause first, as for a drift, so this one may.
-The last try is kept; the earlier ones are in its note.
+The last try is kept, unless it decoded more than `ALLOWANCE` times off its anchor's pace and an
+earlier try decoded nearer to it: then that one is (`closest`), its time taken nearer the speed
+the anchor's was. A try that failed is kept only when every one did. The tries not kept are in
+its note.
 """
 
 from __future__ import annotations
@@ -165,15 +168,18 @@ class Remeasure:
         self.anchors: dict[str, str] = {}  # request id -> the first request of its stretch
         # request id -> the prompt and cached tokens the engine counted for its tries not kept
         self.earlier: dict[str, tuple[int, int]] = {}
+        self.sends: dict[str, int] = {}  # request id -> its sends, when more than one
         self.spent = 0.0  # seconds of measuring again, pauses included
+        self.retries = 0  # tries again begun
 
     async def settle(self, req: PRequest, o: Outcome, outcomes: Mapping[str, Outcome],
                      first: Mapping[str, str],
                      send: Callable[[], Awaitable[tuple[Outcome, Any] | str]]) -> Outcome:
-        """Output: the outcome to keep for `req` (answered with `o`): `o`, or that of its last
-        try again (`send` sends `req` again, its outcome first, or says why it was not: a stop
-        of the run; its session still holds the isolation). `outcomes`: the run's so far; `first`: session -> the first request of its
-        stretch timed alone (`Isolation.first`), whose outcome is `req`'s anchor."""
+        """Output: the outcome to keep for `req` (answered with `o`): `o`, or that of a try
+        again (the last, or the one `closest` to its anchor's pace). `send` sends `req` again,
+        its outcome first, or says why it was not: a stop of the run; its session still holds
+        the isolation. `outcomes`: the run's so far; `first`: session -> the first request of
+        its stretch timed alone (`Isolation.first`), whose outcome is `req`'s anchor."""
         anchor = outcomes.get(first.get(req.session, "")) if req.isolated else None
         if anchor is None or anchor.id == req.id:
             return o
@@ -182,6 +188,7 @@ class Remeasure:
             return o
         key = twins_key(req)
         twins = self.twins.setdefault((anchor.id, key), []) if key is not None else []
+        tried = [o]
         for k in range(1, TRIES):
             why = why_again(o, anchor, twins, self.floors)
             if why is None:
@@ -191,30 +198,68 @@ class Remeasure:
             if why[1]:
                 await self.sleep(PAUSES[min(k - 1, len(PAUSES) - 1)])
             self.tries[req.id] = k
+            self.retries += 1
             got = await send()
             self.spent += self.clock() - t0
             if isinstance(got, str):  # a stop came (the time budget ran out): keep what is in
                 break
-            prompt, cached = self.earlier.get(req.id, (0, 0))
-            self.earlier[req.id] = (prompt + (o.prompt_tokens or 0),
-                                    cached + (o.cached_tokens or 0))
             o = got[0]
+            tried.append(o)
         self.tries.pop(req.id, None)
+        kept = closest(tried, anchor)  # the last, or one timed nearer the anchor's speed
+        if len(tried) > 1:
+            self.sends[req.id] = len(tried)
+            self.earlier[req.id] = (sum(x.prompt_tokens or 0 for x in tried if x is not kept),
+                                    sum(x.cached_tokens or 0 for x in tried if x is not kept))
+        if kept is not o:
+            self.notes[req.id].append(
+                f"kept send {tried.index(kept) + 1} of {len(tried)}: decoded nearest "
+                f"{anchor.id}'s pace; the last {last_try(o, anchor)}")
         if key is not None:
-            twins.append(o)
-        return o
+            twins.append(kept)
+        return kept
 
     def summary(self) -> dict[str, Any]:
         """Output: the results' `client` fields of measuring again: requests measured again, the
         extra sends, and the seconds they took (pauses included); when a send was not kept,
         the prompt and cached tokens the engine counted for those sends."""
         out: dict[str, Any] = {"remeasured_requests": len(self.notes),
-                               "remeasures": sum(len(v) for v in self.notes.values()),
+                               "remeasures": self.retries,
                                "remeasure_s": round(self.spent, 6)}
         if self.earlier:  # what the engine counted for the sends not kept
             out["remeasure_prompt_tokens"] = sum(p for p, _ in self.earlier.values())
             out["remeasure_cached_tokens"] = sum(c for _, c in self.earlier.values())
         return out
+
+
+def closest(tried: Sequence[Outcome], anchor: Outcome) -> Outcome:
+    """Output: of a request's tries (its first send first), the one to keep: the last without
+    an error (the last of all when every one failed), unless its decode pace is more than
+    `ALLOWANCE` times off `anchor`'s (either way) and an earlier try's is nearer to it (by
+    ratio); then the nearest of those."""
+    def off(x: Outcome) -> float | None:
+        d = drift_of(x, anchor)
+        return None if d is None or d <= 0 else max(d, 1 / d)
+
+    ok = [x for x in tried if x.error is None]
+    if not ok:
+        return tried[-1]
+    last = off(ok[-1])
+    if last is None or last <= ALLOWANCE:
+        return ok[-1]
+    known = [(d, i) for i, x in enumerate(ok[:-1]) if (d := off(x)) is not None and d < last]
+    return ok[min(known)[1]] if known else ok[-1]
+
+
+def last_try(o: Outcome, anchor: Outcome) -> str:
+    """Output: what a last try not kept did, as a note says it: `decoded 2.9x slower (TTFT
+    ...)`, `decoded 3.0x faster (...)`, `failed (http)`."""
+    if o.error is not None:
+        return f"failed ({o.error.kind})"
+    d = drift_of(o, anchor)
+    if not d:
+        return f"decoded at an unknown pace{timing(o)}"
+    return f"decoded {d:.1f}x {'slower' if d >= 1 else 'faster'}{timing(o)}"
 
 
 def timing(o: Outcome) -> str:
