@@ -19,11 +19,17 @@ What the host does:
   prefill takes about 8 ms (over the client's TTFT a finalize of half such a context is too
   small to price a token: `undecidable`, said before sending).
 
+With `--llama`, the cases are llama-server's instead (built by scripts/build-llama-server.sh,
+started here): `llama cpu over finalize|baselines|both`, the healthy server under the same
+placed load, and a real eviction (the server without its host-RAM cache, `--cache-ram 0`) under
+the load throughout; agent-sim at tests/llama/test_groundtruth_busy_llama.py's small sizes, one
+session, a salt of its own per run.
+
 Run i of a case has 1, 2 or 8 sessions (i mod 3) and the engine's own prefill time or not
 (i mod 2), so every case is measured at every size and both ways. Each run is `wl run` in a
 child process.
 
-Usage: python -m bench.busy_verdicts [--runs 10] [--only drift] [--json PATH]
+Usage: python -m bench.busy_verdicts [--runs 10] [--only drift] [--llama] [--json PATH]
 Output: a markdown table (sessions per verdict, runs per exit code) and, with --json, the
 figures and the machine they were measured on.
 """
@@ -79,12 +85,14 @@ def expected(truth: str) -> str:
 
 
 def run(args: list[str], records: Path | None = None) -> tuple[int, dict]:
-    """Output: the exit code and the results JSON of `wl run agent-sim --sim ARGS`."""
+    """Output: the exit code and the results JSON of `wl run agent-sim --sim ARGS` (without
+    `--sim` when ARGS name an engine's `--base-url`)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         extra = ["--records", str(records)] if records else []
+        extra += [] if "--base-url" in args else ["--sim"]
         code = subprocess.run([sys.executable, "-m", "workloadlang.cli", "run", "agent-sim",
-                               "--sim", "--no-viz", "--output", str(out), *extra, *args],
+                               "--no-viz", "--output", str(out), *extra, *args],
                               cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL).returncode
         return code, json.loads(out.read_text()) if out.exists() else {}
@@ -121,6 +129,35 @@ def cases(only: str | None) -> list[tuple[str, str, object]]:
                 "--main-tokens", main, *(["--sim-fault", truth] if truth != "healthy" else []),
                 *(["--sim-fault", "no_timings"] if i % 2 else [])], None)))
     return [c for c in out if only is None or c[0].startswith(only)]
+
+
+LLAMA_AGENT = ["--sessions", "1", "--main-tokens", "1k", "--step-tokens", "500",
+               "--sub-tokens", "500", "--finalize-tokens", "300", "--max-tokens", "16"]
+
+
+def llama_cases(healthy: str, no_cache: str) -> list[tuple[str, str, object]]:
+    """Output: the llama-server cases (see the module) against the servers at `healthy` and
+    `no_cache` (base URLs)."""
+    def make(url: str, where: str):
+        return lambda i: ([*LLAMA_AGENT, "--base-url", url, "--salt", f"busy-{where}-{i}"],
+                          where)
+    out: list[tuple[str, str, object]] = [
+        (f"llama cpu {where.replace('_', ' ')}", "healthy", make(healthy, where))
+        for where in ("over_finalize", "over_baselines", "both")]
+    return out + [("llama cpu both", "evicted", make(no_cache, "both"))]
+
+
+def llama_servers(tmp: Path) -> list:
+    """Output: two llama-servers started (tests/llama.py): the CI's, and one without its host-RAM
+    cache. Raises SystemExit when llama-server is not built."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llama import find_llama, start_llama_server
+    binary, model, why = find_llama()
+    if binary is None or model is None:
+        raise SystemExit(f"--llama: {why}")
+    return [start_llama_server(binary, model, tmp / "llama.log"),
+            start_llama_server(binary, model, tmp / "llama-nocache.log",
+                               extra_args=["--cache-ram", "0"])]
 
 
 SIXTY_FOUR = ["--sessions", "64", "--main-tokens", "2k", "--step-tokens", "1k", "--sub-tokens",
@@ -170,15 +207,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=10, help="runs per case (default 10)")
     ap.add_argument("--only", help="the cases whose host starts so (`drift`, `cpu`, `fast`, ...)")
+    ap.add_argument("--llama", action="store_true",
+                    help="llama-server's cases (scripts/build-llama-server.sh builds it)")
     add_json_argument(ap)
     ns = ap.parse_args(argv)
+    if not ns.llama:
+        return table(ns, cases(ns.only))
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = llama_servers(Path(tmp))
+        try:
+            return table(ns, llama_cases(*(s.base_url for s in servers)))
+        finally:
+            for s in servers:
+                s.stop()
+
+
+def table(ns: argparse.Namespace, todo: list[tuple[str, str, object]]) -> int:
+    """Measure each case of `todo` `ns.runs` times; print the table, write the JSON. Output: 0."""
     started = machine()
     print(f"machine: {describe_machine(started)}; {ns.runs} runs per case")
     print("| host | truth | sessions judged | right | other verdicts (sessions) | exit codes (runs) "
           "| tries again | median s/run |")
     print("|---|---|---|---|---|---|---|---|")
     rows = []
-    for host, truth, make in cases(ns.only):
+    for host, truth, make in todo:
         r = row(host, truth, measure(make, ns.runs))
         rows.append(r)
         wrong = ", ".join(f"{n}× {k}" for k, n in sorted(r["wrong"].items())) or "–"
