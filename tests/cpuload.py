@@ -22,13 +22,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-SPIN = "while True: pass"
+SPIN = ("import os, sys\nparent, i = int(sys.argv[1]), 0\nwhile True:\n    i += 1\n"
+        "    if i % 2_000_000 == 0 and os.getppid() != parent:\n        break\n")
+"""Spins until stopped, or until the process that started it is gone (an interrupted test or
+bench leaves no load behind)."""
 
 
 def start_load(n: int) -> list[int]:
     """Output: the PIDs of `n` new processes that spin on a CPU each until stopped."""
-    return [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL).pid for _ in range(n)]
+    return [subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
+            for _ in range(n)]
 
 
 def stop_load(pids: list[int]) -> None:
