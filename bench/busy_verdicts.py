@@ -29,9 +29,11 @@ Run i of a case has 1, 2 or 8 sessions (i mod 3) and the engine's own prefill ti
 (i mod 2), so every case is measured at every size and both ways. Each run is `wl run` in a
 child process.
 
-Usage: python -m bench.busy_verdicts [--runs 10] [--only drift] [--llama] [--json PATH]
+Usage: python -m bench.busy_verdicts [--runs 10] [--only drift] [--llama] [--keep DIR]
+       [--json PATH]
 Output: a markdown table (sessions per verdict, runs per exit code) and, with --json, the
-figures and the machine they were measured on.
+figures and the machine they were measured on; with --keep, each run's records and results in
+DIR (`<case>-<run>.jsonl`, `.json`: what a verdict was judged on, to read why).
 """
 
 from __future__ import annotations
@@ -84,11 +86,13 @@ def expected(truth: str) -> str:
     return {"healthy": "ok", "evicted": "evicted"}.get(truth, "degraded")
 
 
-def run(args: list[str], records: Path | None = None) -> tuple[int, dict]:
+def run(args: list[str], records: Path | None = None, keep: Path | None = None
+        ) -> tuple[int, dict]:
     """Output: the exit code and the results JSON of `wl run agent-sim --sim ARGS` (without
-    `--sim` when ARGS name an engine's `--base-url`)."""
+    `--sim` when ARGS name an engine's `--base-url`); `keep`: where the results are written
+    (and kept), else a temporary file."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r.json"
+        out = keep or Path(tmp) / "r.json"
         extra = ["--records", str(records)] if records else []
         extra += [] if "--base-url" in args else ["--sim"]
         code = subprocess.run([sys.executable, "-m", "workloadlang.cli", "run", "agent-sim",
@@ -167,22 +171,24 @@ FAST = ["--sessions", "2", "--step-tokens", "1k", "--sub-tokens", "1k", "--max-t
         "--sim-prefill-us-per-token", "2"]
 
 
-def measure(make, runs: int) -> dict:
+def measure(make, runs: int, keep: Path | None = None) -> dict:
     """Output: for `runs` runs of a case, sessions per verdict, runs per exit code, the tries
-    again and the seconds."""
+    again and the seconds. `keep`: the path prefix each run's records and results are kept at
+    (`<keep>-<run>.jsonl`, `.json`), else none are."""
     verdicts: Counter = Counter()
     codes: Counter = Counter()
     again, seconds = 0, []
     for i in range(runs):
         args, where = make(i)
         t0 = time.perf_counter()
-        if where:
-            with tempfile.TemporaryDirectory() as tmp:
-                rec = Path(tmp) / "r.jsonl"
+        kept = Path(f"{keep}-{i}.json") if keep else None
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = Path(f"{keep}-{i}.jsonl") if keep else Path(tmp) / "r.jsonl"
+            if where:
                 with placed_load(rec, where, n=2):
-                    code, res = run(args, rec)
-        else:
-            code, res = run(args)
+                    code, res = run(args, rec, kept)
+            else:
+                code, res = run(args, rec if keep else None, kept)
         seconds.append(time.perf_counter() - t0)
         codes[code] += 1
         verdicts.update(res.get("verdicts", {}).values() if res else ["(no results)"])
@@ -206,17 +212,23 @@ def row(host: str, truth: str, m: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=10, help="runs per case (default 10)")
-    ap.add_argument("--only", help="the cases whose host starts so (`drift`, `cpu`, `fast`, ...)")
+    ap.add_argument("--only", help="the cases whose host starts so (`drift`, `cpu`, `fast`, ...);"
+                    " with --llama, whose host and truth hold it (`over finalize`, `evicted`)")
     ap.add_argument("--llama", action="store_true",
                     help="llama-server's cases (scripts/build-llama-server.sh builds it)")
+    ap.add_argument("--keep", type=Path,
+                    help="a directory for each run's records and results")
     add_json_argument(ap)
     ns = ap.parse_args(argv)
+    if ns.keep:
+        ns.keep.mkdir(parents=True, exist_ok=True)
     if not ns.llama:
         return table(ns, cases(ns.only))
     with tempfile.TemporaryDirectory() as tmp:
         servers = llama_servers(Path(tmp))
         try:
-            return table(ns, llama_cases(*(s.base_url for s in servers)))
+            return table(ns, [c for c in llama_cases(*(s.base_url for s in servers))
+                              if not ns.only or ns.only in f"{c[0]} {c[1]}"])
         finally:
             for s in servers:
                 s.stop()
@@ -231,7 +243,8 @@ def table(ns: argparse.Namespace, todo: list[tuple[str, str, object]]) -> int:
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for host, truth, make in todo:
-        r = row(host, truth, measure(make, ns.runs))
+        name = f"{host}-{truth}".replace(" ", "_").replace(",", "")
+        r = row(host, truth, measure(make, ns.runs, ns.keep / name if ns.keep else None))
         rows.append(r)
         wrong = ", ".join(f"{n}× {k}" for k, n in sorted(r["wrong"].items())) or "–"
         codes = ", ".join(f"{n}× {c}" for c, n in sorted(r["exit_codes"].items()))
