@@ -189,6 +189,9 @@ class HealthFigures(Sparse):
     remeasure_s: Number | None = None
     remeasure_prompt_tokens: int | None = None
     remeasure_cached_tokens: int | None = None
+    stretches_again: int | None = None
+    stretches_again_kept: int | None = None
+    pressure_again: int | None = None
     quiet_waits: int | None = None
     quiet_wait_s: Number | None = None
     scheduled: int | None = None

@@ -34,7 +34,7 @@ from workloadlang.run.endpoint import (
     head_of,
     outgoing,
 )
-from workloadlang.run.executor import Executor
+from workloadlang.run.executor import Executor, chainable
 from workloadlang.run.pacing import InTurn
 from workloadlang.run.sse import Answer
 from workloadlang.wire import HttpxTransport, Outgoing, Pool, content_length
@@ -232,6 +232,11 @@ def executor_for(plan: Any, pacing: Any = None, **options: Any) -> Executor:
                     Endpoint(base_url="http://e/v1", model="m"), ListSink(), **options)
 
 
+def chained(ex: Executor, req: Any, after: Any) -> Any:
+    """Output: the request chained after `req` in `ex` (`executor.chainable`), or None."""
+    return chainable(req, after, ex.waiting, ex.stops.decides(req), ex.phases.index)
+
+
 def test_only_a_next_request_due_at_once_and_decided_by_nothing_is_chained() -> None:
     """The core says which next request is due the moment an answer ends; of those the latency
     pacing writes ahead only one without a planned abort (its session may be held before
@@ -239,11 +244,11 @@ def test_only_a_next_request_due_at_once_and_decided_by_nothing_is_chained() -> 
     plan = plan_of(MIXED)
     ex = executor_for(plan)
     by = {r.id.split("/")[-2]: r for r in plan.requests}
-    assert ex._chainable(by["a"], by["b"]) is by["b"]
-    assert ex._chainable(by["a"], None) is None
-    assert ex._chainable(by["b"], by["c"]) is by["c"]  # due at once, but planned to abort
-    assert ex._chainable(by["c"], by["d"]) is None  # a planned wait (the settle time)
-    assert ex._chainable(by["d"], by["e"]) is None  # a phase barrier
+    assert chained(ex, by["a"], by["b"]) is by["b"]
+    assert chained(ex, by["a"], None) is None
+    assert chained(ex, by["b"], by["c"]) is by["c"]  # due at once, but planned to abort
+    assert chained(ex, by["c"], by["d"]) is None  # a planned wait (the settle time)
+    assert chained(ex, by["d"], by["e"]) is None  # a phase barrier
     took: list[str] = []
     real = Executor.took_over
 
@@ -276,9 +281,9 @@ def tokens(n: int) -> Any:
     return handler
     until = plan_of('workload u { session s { for i in 0..3 until miss { user "a"; reply 4 } } }')
     r0, r1 = until.requests[:2]
-    assert executor_for(until)._chainable(r0, r1) is None  # its record may stop the loop
+    assert chained(executor_for(until), r0, r1) is None  # its record may stop the loop
     fast = plan_of('workload f { fail_fast = true; session s { repeat 2 { user "a"; reply 4 } } }')
-    assert executor_for(fast)._chainable(*fast.requests[:2]) is None
+    assert chained(executor_for(fast), *fast.requests[:2]) is None
 
 
 class FakePool:

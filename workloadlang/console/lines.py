@@ -288,6 +288,11 @@ def client_notes(client: ClientHealth) -> str:
                  f"measured again alone ({client.remeasures} more send(s), "
                  f"{client.remeasure_s or 0:.1f}s): a time that was a range or ran at "
                  "another speed than its stretch's first (records' `remeasured`)")
+    if client.stretches_again:
+        line += (f" · NOTE: {client.stretches_again} stretch(es) timed alone were measured "
+                 f"again whole, their sub-agents first ({client.stretches_again_kept or 0} "
+                 "kept): the first request ran at another speed than the requests that price "
+                 "it (records' `remeasured`)")
     late, most = client.ttft_late, client.ttft_late_max_ms
     if late:
         upto = f" up to {most:.1f} ms" if most is not None else ""

@@ -56,6 +56,7 @@ from workloadlang.run.remeasure import Remeasure
 from workloadlang.run.schedule import Copies, planned_wait
 from workloadlang.run.sse import Outcome
 from workloadlang.run.stops import Stops
+from workloadlang.run.stretch import Stretches
 
 MAKE_AHEAD_S = 1.0
 """A request with a planned send time (a trace's, an arrival's, after a wait) is made this long
@@ -118,13 +119,17 @@ class Executor:
                            max_errors=max_consecutive_errors, sleep=sleep)
         self.phases = Phases(self.requests, plan.phases, clock, self._phase_opened)
         self.copies = Copies(plan.sessions, self.requests, clock, self.stops.sleep_until)
+        self.outcomes: dict[str, Outcome] = {}
         self.recorder = Recorder(plan, self.slots, self.isolation, timing,
                                  prefill_own, realiser.source_of, self.again)
+        self.stretches = Stretches(plan, self.again,
+                                   lambda r, o: self.recorder.hit(r, o, self.outcomes),
+                                   partial(self._send, after=None, within=True),
+                                   self.isolation.first, self.outcomes, enabled=measure_again)
         self.health = ClientHealth(clock, cpu_clock)
         self.on_phase, self.start_at, self.shared = on_phase, start_at, shared
         # a shard tells its driver what it writes, before any record of it (`Shared.sent`)
         self.sending: Callable[[str], None] = shared.sent if shared else lambda rid: None
-        self.outcomes: dict[str, Outcome] = {}
         self.records: dict[str, Record] = {}
         self.cut: dict[str, Outcome] = {}  # in flight when the run was stopped (`fill_unrun`)
         self.holding: set[str] = set()  # written ahead of their turn, each holding a slot
@@ -162,6 +167,8 @@ class Executor:
             self.health.stop()
             self.isolation.on_alone(False)  # a run stopped in an isolated stretch
             self.pacing.end()
+            for r, o in self.stretches.release_all():  # a run stopped in a stretch
+                self._keep(r, o)
             self.pacing.flush()
             self.fill_unrun()
         if self.sink_error is not None:
@@ -174,7 +181,8 @@ class Executor:
                          elapsed_s=self.clock() - self.t0,
                          incomplete=incomplete or self.stops.incomplete(self.records.values()),
                          client=self.health.summary(self.outcomes.values(), {
-                             **self.isolation.summary(), **self.again.summary()}))
+                             **self.isolation.summary(), **self.again.summary(),
+                             **self.stretches.summary()}))
 
     def _spawn(self, req: PRequest, ready: float) -> None:
         self.ready_at[req.id] = ready
@@ -223,15 +231,20 @@ class Executor:
         first, waited = sent
         outcome = await self.again.settle(req, first, self.outcomes, self.isolation.first,
                                           partial(self._send, req, None))
-        self.isolation.leave(req.session, _same_phase(self.phases, req, after))
         self.health.sent(due, first.t_send, waited, self.recorder.planned_at.get(req.id))
         self.outcomes[req.id] = outcome
-        if outcome.error is not None or self.stops.decides(req):
+        next_alone = _same_phase(self.phases, req, after)
+        held, kept = await self.stretches.answered(  # a stretch measured again, `run.stretch`
+            req, outcome, next_alone is None or not next_alone.isolated, self.stops.decides(req))
+        for r, o in kept:
+            self.pacing.later(partial(self._keep, r, o))
+        if not held and (outcome.error is not None or self.stops.decides(req)):
             self.pacing.flush()  # the records of earlier answers first: stops and sink in order
             self._keep(req, outcome)
-        else:
+        elif not held:
             self.pacing.later(partial(self._keep, req, outcome))
-        return outcome.t_send + outcome.e2e_s
+        self.isolation.leave(req.session, next_alone)
+        return self.outcomes[req.id].t_send + self.outcomes[req.id].e2e_s
 
     def _skip(self, req: PRequest, reason: str, after: PRequest | None) -> float:
         """Record `req` as not sent, for `reason`. Output: now (its dependents may go)."""
@@ -239,16 +252,20 @@ class Executor:
         self.isolation.leave(req.session, _same_phase(self.phases, req, after))
         return self.clock()
 
-    async def _send(self, req: PRequest, after: PRequest | None) -> tuple[Outcome, float] | str:
+    async def _send(self, req: PRequest, after: PRequest | None,
+                    within: bool = False) -> tuple[Outcome, float] | str:
         """Output: the outcome and how long it waited for its turn (isolation, a slot), or why
         it is not sent after all (a stop came meanwhile). A request written ahead holds its slot
-        already; one that takes over `req`'s turn (`took_over`) keeps `req`'s."""
+        already; one that takes over `req`'s turn (`took_over`) keeps `req`'s. `within`: sent
+        inside its session's own isolation (a stretch measured again), which it does not ask
+        for."""
         waited = 0.0
         if req.id in self.holding:
             self.holding.discard(req.id)
         else:
             t = self.clock()
-            await self.isolation.enter(req)
+            if not within:
+                await self.isolation.enter(req)
             if req.isolated:  # nothing of the client's own in its way either
                 await self.health.quiet(self.pacing.flush)
             self.queued += 1
@@ -265,7 +282,7 @@ class Executor:
                 self.isolation.poke()
                 return stop
             self.sending(req.id)
-        chain = self._chainable(req, after)
+        chain = chainable(req, after, self.waiting, self.stops.decides(req), self.phases.index)
         try:
             outcome = await self.pacing.send(req, chain, partial(self.cut.__setitem__, req.id))
         finally:
@@ -273,18 +290,6 @@ class Executor:
                 self.slots.release()
                 self.isolation.poke()
         return outcome, waited
-
-    def _chainable(self, req: PRequest, after: PRequest | None) -> PRequest | None:
-        """Output: `after` when it is due the moment `req`'s answer ends: `req` is the last of
-        its dependencies, no planned wait, send time or barrier lies between, it is not timed
-        alone (it waits for the run to drain), and nothing about it waits for `req`'s record
-        (`Stops.decides`). Else None."""
-        if (after is None or after.wait_before or after.wait_per_token or after.isolated
-                or after.send_at is not None or req.id not in after.deps
-                or self.waiting[after.id] != 1 or self.stops.decides(req)
-                or self.phases.index[after.id] != self.phases.index[req.id]):
-            return None
-        return after
 
     def may_take_over(self, req: PRequest) -> bool:
         return (not self.queued and self.sink_error is None
@@ -347,6 +352,20 @@ def fill_unrun(ex: Executor) -> None:
         ex.records[r.id] = rec
         ex._to_sink(rec)
 
+
+
+def chainable(req: PRequest, after: PRequest | None, waiting: dict[str, int], decides: bool,
+              phase: dict[str, int]) -> PRequest | None:
+    """Output: `after` when it is due the moment `req`'s answer ends: `req` is the last of its
+    dependencies (`waiting`: each request's dependencies not done), no planned wait, send time
+    or barrier (`phase`: each request's phase) lies between, it is not timed alone (it waits
+    for the run to drain), and nothing about it waits for `req`'s record (`decides`, from
+    `Stops.decides`). Else None."""
+    if (after is None or after.wait_before or after.wait_per_token or after.isolated
+            or after.send_at is not None or req.id not in after.deps
+            or waiting[after.id] != 1 or decides or phase[after.id] != phase[req.id]):
+        return None
+    return after
 
 
 def links(requests: list[PRequest]) -> tuple[dict[str, list[PRequest]], dict[str, PRequest]]:

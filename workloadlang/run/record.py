@@ -413,6 +413,16 @@ class Recorder:
         self.cold.see(rec)
         return rec
 
+    def hit(self, req: PRequest, o: Any, outcomes: Mapping[str, Any]) -> bool:
+        """Output: True when `req` answered with `o` is a hit, as its record would say
+        (`outcomes`: the run's, for its prefix source's counts)."""
+        planned, src = req.prefix_source, self.source_of(req)
+        if src != planned:
+            req = req.model_copy(update={"prefix_source": src})
+        found = evidence(req, o, self.by_id.get(planned) if planned else None,
+                         outcomes.get(src) if src else None, self.hit_ratio, self.reference())
+        return bool(found.get("hit"))
+
     def contended(self, o: Any) -> float | None:
         """Output: how long, between `o`'s send and its first token, another request of the
         run was in flight; None without a first token."""

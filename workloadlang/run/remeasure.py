@@ -37,7 +37,7 @@ its note.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from workloadlang.noise import MIN_OWN, steady
@@ -134,14 +134,15 @@ def repeatable(plan: Plan) -> frozenset[str]:
     extended: set[int] = set()  # messages some request's prompt goes on from
     for r in plan.requests:
         extended.update(plan.message_ids(r)[:-1])
-    out = set()
-    for r in iso:
-        if r.kind == "probe":
-            out.add(r.id)
-        elif r.kind == "reply" and r.last_message is not None and r.new_tokens > 0 \
-                and r.last_message not in extended and own_filler(plan, r):
-            out.add(r.id)
-    return frozenset(out)
+    return frozenset(r.id for r in iso if r.kind == "probe" or resendable(plan, r, extended))
+
+
+def resendable(plan: Plan, r: PRequest, extended: Collection[int]) -> bool:
+    """Output: True when `r` can be sent again with fresh filler and measure the same work: a
+    reply whose last message is its own turn of filler only, which no request's prompt goes on
+    from (`extended`: the messages some prompt goes on from)."""
+    return r.kind == "reply" and r.last_message is not None and r.new_tokens > 0 \
+        and r.last_message not in extended and own_filler(plan, r)
 
 
 def own_filler(plan: Plan, r: PRequest) -> bool:
@@ -169,6 +170,8 @@ class Remeasure:
         # request id -> the prompt and cached tokens the engine counted for its tries not kept
         self.earlier: dict[str, tuple[int, int]] = {}
         self.sends: dict[str, int] = {}  # request id -> its sends, when more than one
+        self.used: dict[str, int] = {}  # request id -> the last try whose filler it was sent with
+        self.before: dict[str, int] = {}  # request id -> its sends before its stretch's repeat
         self.spent = 0.0  # seconds of measuring again, pauses included
         self.retries = 0  # tries again begun
 
@@ -197,7 +200,7 @@ class Remeasure:
             self.notes.setdefault(req.id, []).append(f"try {k}: {why[0]}{timing(o)}")
             if why[1]:
                 await self.sleep(PAUSES[min(k - 1, len(PAUSES) - 1)])
-            self.tries[req.id] = k
+            self.tries[req.id] = self.next_try(req.id)
             self.retries += 1
             got = await send()
             self.spent += self.clock() - t0
@@ -207,17 +210,47 @@ class Remeasure:
             tried.append(o)
         self.tries.pop(req.id, None)
         kept = closest(tried, anchor)  # the last, or one timed nearer the anchor's speed
-        if len(tried) > 1:
-            self.sends[req.id] = len(tried)
-            self.earlier[req.id] = (sum(x.prompt_tokens or 0 for x in tried if x is not kept),
-                                    sum(x.cached_tokens or 0 for x in tried if x is not kept))
+        if len(tried) > 1 or req.id in self.before:
+            self.sends[req.id] = self.before.get(req.id, 0) + len(tried)
+            self.count_aside(req.id, [x for x in tried if x is not kept])
         if kept is not o:
+            b = self.before.get(req.id, 0)  # sends of its stretch's first round
             self.notes[req.id].append(
-                f"kept send {tried.index(kept) + 1} of {len(tried)}: decoded nearest "
+                f"kept send {b + tried.index(kept) + 1} of {b + len(tried)}: decoded nearest "
                 f"{anchor.id}'s pace; the last {last_try(o, anchor)}")
         if key is not None:
             twins.append(kept)
         return kept
+
+    def next_try(self, rid: str) -> int:
+        """Output: the try whose fresh filler `rid` is sent with next (each try's is its own:
+        an engine that cached an earlier try's text has none of this one's)."""
+        self.used[rid] = self.used.get(rid, 0) + 1
+        return self.used[rid]
+
+    def begin_again(self, anchor: str, ids: Sequence[str]) -> None:
+        """The stretch of `anchor` (its requests `ids`, the anchor first) is measured again
+        (`run.stretch`): its identical requests are compared anew, and each request's sends so
+        far are counted before those to come."""
+        for key in [k for k in self.twins if k[0] == anchor]:
+            del self.twins[key]
+        for rid in ids:
+            self.before[rid] = self.sends.get(rid, 1)
+
+    def set_aside(self, rid: str, other: Outcome | None, note: str) -> None:
+        """`rid`'s stretch was measured again (`run.stretch`): `other`, the outcome of the round
+        not kept (None: that round did not reach it), counts as a send not kept; `note` says
+        what was done."""
+        self.sends[rid] = max(self.sends.get(rid, 1), self.before.get(rid, 1) + 1)
+        self.count_aside(rid, [other] if other is not None else [])
+        self.notes.setdefault(rid, []).append(note)
+
+    def count_aside(self, rid: str, aside: Sequence[Outcome]) -> None:
+        """The prompt and cached tokens the engine counted for `aside`, sends of `rid` not
+        kept, are added to its `earlier`."""
+        p, c = self.earlier.get(rid, (0, 0))
+        self.earlier[rid] = (p + sum(x.prompt_tokens or 0 for x in aside),
+                             c + sum(x.cached_tokens or 0 for x in aside))
 
     def summary(self) -> dict[str, Any]:
         """Output: the results' `client` fields of measuring again: requests measured again, the

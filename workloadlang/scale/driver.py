@@ -278,7 +278,8 @@ async def drive_barriers(plan: Plan, coord: Calls, engine: Any, snaps: list[dict
 
 SUMMED = ("client_delay_over_10ms", "ttft_late", "isolated_requests", "isolation_wait_s",
           "isolation_held_s", "cpu_s", "remeasured_requests", "remeasures", "remeasure_s",
-          "remeasure_prompt_tokens", "remeasure_cached_tokens")
+          "remeasure_prompt_tokens", "remeasure_cached_tokens", "stretches_again",
+          "stretches_again_kept", "pressure_again")
 WORST = ("loop_lag_p99_ms", "loop_lag_max_ms", "client_delay_p99_ms", "client_delay_max_ms",
          "ttft_late_max_ms", "gc_pause_max_ms")
 
