@@ -381,3 +381,21 @@ def test_needle_inside_and_outside_effective_context(sim):
     assert outside["content"].startswith("[") and "wombat-1234" not in outside["content"]
     plain = chat(h, [user("x", 50)], max_tokens=5)
     assert "[" not in plain["content"] and len(plain["content"].split()) == 5
+
+
+def test_the_state_names_the_requests_answered_in_the_order_their_answers_ended(sim):
+    """/sim/state's `answered`: each answered request's `x-wl-request` id (else the
+    simulator's own), streamed or not, the last answered last; the last 64 only."""
+    h = sim()
+    for i in range(3):
+        CLIENT.post(f"{h.base_url}/chat/completions", headers={"x-wl-request": f"s/r/{i}"},
+                    json={"messages": [user(f"a{i}-", 20)], "max_tokens": 2,
+                          "stream": i != 1}).raise_for_status()
+    assert state(h)["answered"] == ["s/r/0", "s/r/1", "s/r/2"]
+    chat(h, [user("anon-", 20)])
+    last = state(h)["answered"]
+    assert last[:3] == ["s/r/0", "s/r/1", "s/r/2"] and len(last) == 4 and last[3] != "s/r/2"
+    for i in range(70):
+        CLIENT.post(f"{h.base_url}/chat/completions", headers={"x-wl-request": f"m/{i}"},
+                    json={"messages": [user(f"m{i}-", 5)], "max_tokens": 1, "stream": False})
+    assert state(h)["answered"] == [f"m/{i}" for i in range(6, 70)]

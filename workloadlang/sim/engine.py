@@ -20,6 +20,7 @@ import itertools
 import random
 import time
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from time import perf_counter
@@ -47,6 +48,9 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param,
                           "code": self.status}}
+
+
+ANSWERED_KEPT = 64  # the requests last answered that `state` names
 
 
 @dataclass
@@ -265,6 +269,7 @@ class Simulator:
         self.renderer = Renderer(config.block_size)
         self.slots = SlotPool(config.slots)
         self.counters = SimCounters()
+        self.answered: deque[str] = deque(maxlen=ANSWERED_KEPT)  # ids, the last answered last
         self.emissions = EmissionLog(config.emission_log)
         self.active = 0
         self._rng = random.Random(config.seed)
@@ -475,6 +480,7 @@ class Simulator:
         if not job.t_last:
             job.t_last = perf_counter()
         self.counters.generation_tokens += job.emitted
+        self.answered.append(job.request_id or job.id)
         if aborted:
             self.counters.aborted += 1
             job.finish_reason = job.finish_reason or "abort"
@@ -505,10 +511,13 @@ class Simulator:
     # -------------------------------------------------------------- admin
 
     def state(self) -> dict:
-        """A JSON-ready snapshot: cache occupancy, counters, load and config."""
+        """A JSON-ready snapshot: cache occupancy, counters, the requests last answered (their
+        `x-wl-request` ids, else the simulator's, in the order their answers ended), load and
+        config."""
         return {
             "cache": self.cache.snapshot(),
             "counters": vars(self.counters).copy(),
+            "answered": list(self.answered),
             "active": self.active,
             "queued": self.slots.waiting,
             "renderer": {"memo_hits": self.renderer.memo_hits,
