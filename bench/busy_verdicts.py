@@ -11,8 +11,8 @@ What the host does:
   opened by the first finalize (while it is served), by the first baseline (0.5 s), or by the
   first finalize for the rest of the run;
 - `cpu over finalize|baselines|both`: two processes spinning on this machine's CPUs (started and
-  stopped by PID) from the start to the first finalize's record, from then to the end, or
-  throughout;
+  stopped by PID) from the start until the engine answered the first finalize, from then to the
+  end, or throughout (tests/cpuload.py; the simulator is served apart, to be watched);
 - `64 sessions` (2k contexts, the engine's own prefill times) on the simulator and on one with
   almost no prefill cost;
 - `fast 2k|4k|8k`: 2 sessions whose main context is that size on a simulator whose cold 4k
@@ -33,7 +33,8 @@ Usage: python -m bench.busy_verdicts [--runs 10] [--only drift] [--llama] [--kee
        [--json PATH]
 Output: a markdown table (sessions per verdict, runs per exit code) and, with --json, the
 figures and the machine they were measured on; with --keep, each run's records and results in
-DIR (`<case>-<run>.jsonl`, `.json`: what a verdict was judged on, to read why).
+DIR (`<case>-<run>.jsonl`, `.json`: what a verdict was judged on, to read why; `.load.json`: when
+the placed load started and stopped, unix times).
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.harness import ROOT, add_json_argument, describe_machine, machine, write_json
 
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' CPU load helper
-from cpuload import placed_load  # noqa: E402
+from cpuload import placed_load, served_sim  # noqa: E402
 
 BASE = ["--step-tokens", "2k", "--max-tokens", "64", "--sim-prefill-us-per-token", "10",
         "--sim-decode-us-per-token", "200"]
@@ -171,6 +174,21 @@ FAST = ["--sessions", "2", "--step-tokens", "1k", "--sub-tokens", "1k", "--max-t
         "--sim-prefill-us-per-token", "2"]
 
 
+@contextmanager
+def placed(args: list[str], records: Path, where: str
+           ) -> Iterator[tuple[list[str], list[tuple[str, float]]]]:
+    """The CPU load placed `where` over the run of `args` writing `records`, by when its engine
+    answered the first finalize (`tests/cpuload.py`): the simulator is served apart to be
+    watched. Output (yielded): the run's arguments, and when the load started and stopped."""
+    if "--base-url" in args:
+        url = args[args.index("--base-url") + 1]
+        with placed_load(records, where, n=2, url=url) as events:
+            yield args, events
+        return
+    with served_sim(args) as (url, served), placed_load(records, where, 2, url) as events:
+        yield served, events
+
+
 def measure(make, runs: int, keep: Path | None = None) -> dict:
     """Output: for `runs` runs of a case, sessions per verdict, runs per exit code, the tries
     again and the seconds. `keep`: the path prefix each run's records and results are kept at
@@ -185,8 +203,10 @@ def measure(make, runs: int, keep: Path | None = None) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             rec = Path(f"{keep}-{i}.jsonl") if keep else Path(tmp) / "r.jsonl"
             if where:
-                with placed_load(rec, where, n=2):
-                    code, res = run(args, rec, kept)
+                with placed(args, rec, where) as (served, events):
+                    code, res = run(served, rec, kept)
+                if keep:  # when the load ran, to read against the records' times
+                    Path(f"{keep}-{i}.load.json").write_text(json.dumps(events))
             else:
                 code, res = run(args, rec if keep else None, kept)
         seconds.append(time.perf_counter() - t0)

@@ -3,7 +3,8 @@ and a lie `degraded`, whatever the host does meanwhile, and a healthy engine nev
 because its sizes were small.
 
 - A real CPU load (processes that spin, started and stopped by PID, `tests/cpuload.py`) placed
-  over the finalize, over the baselines or over both, against the simulator.
+  over the finalize, over the baselines or over both (by when the simulator, served apart,
+  answered the first finalize), against the simulator.
 - agent-sim at 64 sessions, on the simulator and on one with almost no prefill cost.
 - agent-sim with 2k, 4k and 8k main contexts on a simulator whose cold 4k prefill takes under
   10 ms: the re-reads `timing` reads are padded to what decides on this engine
@@ -16,7 +17,7 @@ from __future__ import annotations
 import pytest
 from test_groundtruth_drift import case_args, timings_args
 
-from cpuload import placed_load
+from cpuload import placed_load, served_sim
 from runhelp import gate, records, verdicts, wl_run
 
 pytestmark = pytest.mark.alone  # it reads time and owns the CPU: nothing else in flight
@@ -30,9 +31,9 @@ LOAD = [("over_finalize", "healthy", "engine"), ("over_finalize", "degraded_host
 @pytest.mark.parametrize("where, case, timings", LOAD)
 def test_verdicts_hold_under_a_real_cpu_load(tmp_path, where, case, timings):
     rec = tmp_path / "r.jsonl"
-    with placed_load(rec, where, n=2):
-        code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args(case, 2, timings),
-                           *timings_args(timings), "--records", str(rec))
+    with served_sim([*case_args(case, 2, timings), *timings_args(timings)]) as (url, args):
+        with placed_load(rec, where, n=2, url=url):
+            code, res = wl_run(tmp_path, "agent-sim", *args, "--records", str(rec))
     verdict, exit_code = WANT[case]
     assert set(verdicts(res).values()) == {verdict}, (res["gates"], verdicts(res))
     assert code == exit_code

@@ -27,7 +27,7 @@ def test_a_healthy_llama_server_is_never_failed_under_a_cpu_load(tmp_path, llama
     is `ok`, or, where the load left the finalize's price a range the repeats did not close,
     `unverified` with `restore` unknown (exit 6), the range in its detail."""
     rec = tmp_path / "r.jsonl"
-    with placed_load(rec, where, n=2):
+    with placed_load(rec, where, n=2, url=llama_server.base_url):
         code, res = wl_run(tmp_path, "agent-sim", "--base-url", llama_server.base_url,
                            *SMALL_AGENT, "--salt", f"busy-{where}", "--records", str(rec))
     assert verdicts(res)["main#0"] in ("ok", "unverified"), res["gates"]
