@@ -14,7 +14,7 @@ Without `--from` it runs `python -m pytest -q -m "not llama" --durations=0 -p no
 `--from` it reads a saved output instead. The `alone` and `paired` tests are collected from this
 checkout (`-m alone`, `-m "paired and not alone"`) unless `--alone-list` and `--paired-list` name
 files of their ids, one a line.
-Output: a table of the files that took longest, and the totals.
+Output: a table of the files that took longest, the totals, and the tests that failed.
 """
 
 from __future__ import annotations
@@ -124,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{said}: wall {total['wall_s']} s; alone tests {total['alone_s']} s, paired "
           f"{total['paired_s']} s, shared {total['shared_s']} s; bound (alone + (paired + "
           f"shared) / 2) {total['bound_s']} s")
-    write_json(args.json, "suite_time", args, rows, started, totals=total, summary=said)
+    failed = [ln for ln in output.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+    print("\n".join(["", *failed]) if failed else "", end="\n" if failed else "")
+    write_json(args.json, "suite_time", args, rows, started, totals=total, summary=said,
+               failed=failed)
     return 0
 
 
