@@ -158,4 +158,4 @@ def write_json(path: str | None, bench: str, args: argparse.Namespace, rows: lis
     doc = {"bench": bench, "args": {k: v for k, v in vars(args).items() if k != "json"},
            "machine": started, "load_average_after": round(os.getloadavg()[0], 2),
            "rows": rows, **extra}
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    Path(path).write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
