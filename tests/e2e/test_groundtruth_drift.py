@@ -200,13 +200,13 @@ def test_a_finalize_that_kept_part_of_its_context_is_not_degraded_when_the_machi
     assert res["client"]["stretches_again_kept"] == 1
 
 def test_a_finalize_that_ran_at_another_speed_is_measured_again_with_its_stretch(tmp_path):
-    """Over the first finalize only (the window opens once), two healthy sessions: the
-    finalize decoded about 3x slower than its baselines, so its sub-agents and its whole
-    stretch were sent again while the other session waited for the isolation, and the repeat
-    (at one speed) was kept: every session `ok`, the run says what it cost."""
-    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args("healthy", 2),
+    """Over the first finalize only (the window opens once), one healthy session: the finalize
+    decoded about 3x slower than its baselines, so its sub-agents and its whole stretch were
+    sent again inside its isolation, and the repeat (at one speed) was kept: `ok`, and the run
+    says what it cost. With two sessions the pressure was the other's too: no repeat."""
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args("healthy", 1),
                        *WINDOWS["finalize"])
-    assert verdicts(res) == {"main#0": "ok", "main#1": "ok"}, res["gates"]
+    assert verdicts(res) == {"main#0": "ok"}, res["gates"]
     assert code == 0
     client = res["client"]
     assert client["stretches_again"] == 1 and client["stretches_again_kept"] == 1, client
@@ -215,3 +215,7 @@ def test_a_finalize_that_ran_at_another_speed_is_measured_again_with_its_stretch
                                                 for n in r.get("remeasured") or [])]
     assert [r["label"] for r in again][0] == "finalize" and len(again) == 7, again
     assert client["remeasures"] >= 2 + 7, "the sub-agents and the stretch sent again"
+    code, res = wl_run(tmp_path, "agent-sim", "--sim", *case_args("healthy", 2),
+                       *WINDOWS["finalize"])
+    assert "stretches_again" not in res["client"] and code in (0, 6), res["client"]
+    assert "ok" in verdicts(res).values()

@@ -156,6 +156,33 @@ def test_a_repeat_whose_finalize_came_from_a_nearer_tier_keeps_the_first() -> No
         **{r.id: [outcome(r.id, ttft=0.06 if r is reqs[0] else 0.2)] for r in reqs},
         **{s: [outcome(s, cached=10, prompt=1000)] for s in subs}})
     assert again.notes[reqs[0].id][-1].endswith(
-        "the second time it prefilled 5.0x faster than the first time at the same speed "
-        "(60.0 ms, the first's at this speed 300.0 ms): not the same experiment, the first "
+        "the second time it prefilled 5.0x faster than the first would have at its speed "
+        "(60.0 ms against 300.0 ms): not the same experiment, the first "
         "kept"), again.notes[reqs[0].id]
+
+
+def test_a_repeat_on_a_slower_machine_is_kept_unless_it_prefilled_faster_outright() -> None:
+    """The first finalize decoded 3x faster than its baselines (the machine slowed after it);
+    the second, at the baselines' speed, is taken as no slower than the first (a decode slows
+    far more than a prefill on a shared CPU): a second 1.2x faster than the first is kept, one
+    2x faster outright came from a nearer place and is not."""
+    p = agent_plan()
+    reqs = [r for r in p.requests if r.phase == "back"]
+    subs = [r.id for r in p.requests if r.label == "sub"]
+    first = [outcome(reqs[0].id, ttft=0.3, decode_s=0.01)] + [outcome(r.id) for r in reqs[1:]]
+    for ttft, kept_first in ((0.25, False), (0.15, True)):
+        answers = {r.id: [outcome(r.id, ttft=ttft if r is reqs[0] else 0.2)] for r in reqs}
+        answers.update({s: [outcome(s, cached=10, prompt=1000)] for s in subs})
+        kept, st, _, again, _ = run_end(p, first, answers)
+        assert ([o for _, o in kept] == first) == kept_first, ttft
+        if kept_first:
+            assert "prefilled 2.0x faster than the first would have" in again.notes[reqs[0].id][-1]
+
+
+def test_only_a_run_of_one_session_measures_a_stretch_again() -> None:
+    """With two sessions the pressure that pushed a context out was the other's too."""
+    again = Remeasure(agent_plan(), clock=lambda: 0.0)
+    assert Stretches(agent_plan(), again, lambda r, o: True, None, {}, {}).can  # type: ignore
+    two = agent_plan(sessions="2")
+    assert not Stretches(two, Remeasure(two, clock=lambda: 0.0), lambda r, o: True,
+                         None, {}, {}).can  # type: ignore

@@ -160,7 +160,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "--enable-prompt-tokens-details, SGLang --enable-cache-report)")
     p.add_argument("--sim", action="store_true", help="run against the embedded simulator")
     p.add_argument("--output", "-o", help="write the summary JSON here")
-    p.add_argument("--records", help="write one JSON line per request as it completes")
+    p.add_argument("--records", help="write one JSON line per request as it completes (a "
+                   "stretch timed alone that may be measured again: once it ends)")
     p.add_argument("--report", metavar="FILE", help="also write the HTML report here")
     p.add_argument("--time-budget", type=positive_seconds,
                    help="stop after this many seconds (exit 4)")

@@ -28,8 +28,10 @@ stretch is kept; and so is one whose anchor prefilled far faster than the first 
 machine's speed (`easier_than`: its context came from a nearer tier, the pressure sent again
 having pushed out other sessions' blocks rather than its own; a slow restore must never be
 hidden by a second chance either). Once per session.
-A stretch is measured again only when every pressure request and the anchor can be sent again
-with fresh filler (their last message is their own filler, which no request goes on from).
+A stretch is measured again only in a run of one session (with others, the pressure that pushed
+the context out was theirs too, and what their requests left in the cache cannot be sent
+again), and only when every pressure request and the anchor can be sent again with fresh filler
+(their last message is their own filler, which no request goes on from).
 """
 
 from __future__ import annotations
@@ -102,19 +104,21 @@ def drifted(held: Held) -> str | None:
 
 def easier_than(first: Outcome, again: Outcome) -> str | None:
     """Output: why `again`, the anchor sent again, did not repeat `first`'s experiment, or None:
-    it prefilled more than `ALLOWANCE` times faster than `first` did at the machine's speed then
-    and now (`first`'s prefill scaled by how much faster `again` decoded): its context came from
-    a faster place than the first time (a tier nearer the device: the pressure sent again
-    pushed other sessions' blocks out instead), and a slow restore the first showed must not be
-    hidden by it. None too when either has no prefill time or decode pace."""
+    it prefilled more than `ALLOWANCE` times faster than `first` would have at `again`'s speed:
+    its context came from a faster place than the first time (a tier nearer the device: the
+    pressure sent again pushed other blocks out instead), and a slow restore the first showed
+    must not be hidden by it. `first`'s prefill is scaled by how much faster `again` decoded,
+    never up: a decode slows far more than a prefill on a CPU shared with other work, so a
+    machine that got slower is taken as no slower (`again` must then be faster outright). None
+    too when either has no prefill time or decode pace."""
     p1, p2, scale = prefill_time(first)[0], prefill_time(again)[0], drift_of(again, first)
     if p1 is None or p2 is None or scale is None or p2 <= 0:
         return None
-    expected = p1 * scale
+    expected = p1 * min(scale, 1.0)
     if expected <= ALLOWANCE * p2:
         return None
-    return (f"prefilled {expected / p2:.1f}x faster than the first time at the same speed "
-            f"({p2 * 1000:.1f} ms, the first's at this speed {expected * 1000:.1f} ms)")
+    return (f"prefilled {expected / p2:.1f}x faster than the first would have at its speed "
+            f"({p2 * 1000:.1f} ms against {expected * 1000:.1f} ms)")
 
 
 class Stretches:
@@ -128,7 +132,8 @@ class Stretches:
         the kept ones of a stretch measured again."""
         self.plan, self.again, self.hit, self.send = plan, again, hit, send
         self.first, self.outcomes = first, outcomes
-        self.can = {r.id: p for r in plan.requests if enabled and r.isolated
+        alone = len({r.session for r in plan.requests}) == 1  # its pressure all its own
+        self.can = {r.id: p for r in plan.requests if enabled and alone and r.isolated
                     and (p := pressure(plan, r)) is not None}  # anchor id -> its pressure
         self.held: dict[str, Held] = {}  # session -> its stretch answered so far
         self.done: set[str] = set()  # sessions whose stretch was measured again
