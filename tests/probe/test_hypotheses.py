@@ -53,3 +53,42 @@ def test_the_model_serves_what_the_simulator_serves(seq, policy, end, device, ho
     expected = [sim_serve(sim, p) for p in prompts]
     got, _ = replay(Hypothesis(policy, end, device, host), prompts)
     assert got == expected
+
+
+# contexts of tens of blocks, answers of up to 16 one-block keys: block-by-block evictions and
+# restores (what a block size of 1 gives a probe's contexts)
+LARGE = {"a": (("head", 20), ("a", 60)), "b": (("head", 20), ("b", 45)), "c": (("c", 70),),
+         "d": (("c", 70), ("d", 25)), "e": (("e", 90),),
+         "f": (("head", 20), ("a", 60), ("f", 30))}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(LARGE)), st.integers(0, 16)), min_size=1,
+                max_size=40),
+       st.sampled_from(["lru", "fifo", "lfu"]), st.sampled_from(["tail", "head"]),
+       st.integers(60, 300), st.integers(0, 120))
+def test_the_model_serves_what_the_simulator_serves_block_by_block(seq, policy, end, device,
+                                                                   host):
+    sim = PrefixCache(1, device, host, eviction=policy, tail_first=end == "tail")
+    prompts = [Prompt(LARGE[name], cap=sum(n for _, n in LARGE[name]),
+                      answer=tuple(f"{name}#{i}#answer{j}" for j in range(dead)))
+               for i, (name, dead) in enumerate(seq)]
+    expected = [sim_serve(sim, p) for p in prompts]
+    got, _ = replay(Hypothesis(policy, end, device, host), prompts)
+    assert got == expected
+
+
+def test_a_context_evicted_and_restored_block_by_block_is_one_segment_again():
+    """One-block answers push a context to the host a block at a time; reading it again
+    restores it whole. The model serves what the simulator does, and holds the context as one
+    segment (not one per block, which every later lookup in it would scan)."""
+    context = Prompt((("ctx", 1000),), cap=999)
+    fillers = [Prompt(((f"x{i}", 1),), cap=0, answer=tuple(f"x{i}#{j}" for j in range(16)))
+               for i in range(20)]
+    prompts = [context, *fillers, context]
+    sim = PrefixCache(1, 1100, 1000, eviction="lru", tail_first=False)
+    expected = [sim_serve(sim, p) for p in prompts]
+    got, cache = replay(Hypothesis("lru", "head", 1100, 1000), prompts)
+    assert got == expected and got[-1] == 999
+    assert cache.where("ctx", 1000) == (1000, 0)
+    assert len(cache.segs["ctx"]) == 1

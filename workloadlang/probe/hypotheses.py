@@ -18,6 +18,7 @@ hypotheses over the same requests.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -76,7 +77,7 @@ class Cache:
     """One hypothesis, run request by request (`serve`)."""
 
     hyp: Hypothesis
-    segs: dict[str, list[Seg]] = field(default_factory=dict)
+    segs: dict[str, list[Seg]] = field(default_factory=dict)  # per unit, by start
     device_used: int = 0
     host_used: int = 0
     now: int = 0
@@ -106,21 +107,61 @@ class Cache:
             self._fill(tuple((key, 1) for key in prompt.answer), held, pos)
         for s in held:
             s.pinned = False
+        for unit in dict.fromkeys(s.unit for s in held):
+            self._coalesce(unit)
+        for s in held:
             if not s.gone and not s.host:
                 self._push(s)
         self.restored = restored
         return min(matched, prompt.cap)
 
+    def _coalesce(self, unit: str) -> None:
+        """Join the unit's adjacent device segments that share their history (those one
+        request restored or placed block by block): a block-by-block eviction or restore would
+        otherwise leave a segment per block, and every lookup in the unit would scan them all.
+        A joined segment is evicted, moved and restored as its parts would be, in the same
+        order (its blocks' eviction keys are consecutive, and nothing falls between them)."""
+        segs = self.segs.get(unit)
+        if not segs or len(segs) < 2:
+            return
+        kept: list[Seg] = []
+        joined: list[Seg] = []
+        for s in segs:
+            last = kept[-1] if kept else None
+            if (last is not None and not s.host and not last.host and last.end == s.start
+                    and (last.pos, last.used, last.placed, last.hits)
+                    == (s.pos, s.used, s.placed, s.hits)):
+                last.end = s.end
+                s.gone = True
+                if not joined or joined[-1] is not last:
+                    joined.append(last)
+            else:
+                kept.append(s)
+        if len(kept) < len(segs):
+            self.segs[unit] = kept
+            for s in joined:
+                self._push(s)
+
     def _match(self, key: str, blocks: int, pos: int, held: list) -> int:
         """The unit's leading present blocks (a host one restored), pinned. Output: how many."""
         have = 0
         while have < blocks:
-            s = next((x for x in self.segs.get(key, ()) if x.start == have), None)
-            if s is None:
+            s = self._at(key, have)
+            if s is None or s.start != have:
                 break
             self._take(s, held, blocks)
             have = s.end
         return min(have, blocks)
+
+    def _at(self, key: str, block: int) -> Seg | None:
+        """The unit's segment that holds `block`, else the first one after it (None when
+        there is none). The unit's segments never overlap, and head-first eviction only moves
+        a segment's start towards its end, so they stay in order of their starts."""
+        segs = self.segs.get(key, ())
+        i = bisect_right(segs, block, key=_start)
+        if i and segs[i - 1].end > block:
+            return segs[i - 1]
+        return segs[i] if i < len(segs) else None
 
     def _split(self, s: Seg, at: int) -> None:
         """Cut `s` at block `at` (when inside it): the blocks from `at` on keep its history."""
@@ -167,13 +208,13 @@ class Cache:
     def _insert(self, key: str, blocks: int, pos: int, held: list) -> None:
         at = 0
         while at < blocks:
-            s = next((x for x in self.segs.get(key, ()) if x.start <= at < x.end), None)
-            if s is not None:
+            s = self._at(key, at)
+            if s is not None and s.start <= at:
                 if s.host and not s.pinned:
                     self._take(s, held, blocks)
                 at = s.end
                 continue
-            upto = min([x.start for x in self.segs.get(key, ()) if x.start > at] + [blocks])
+            upto = min(s.start, blocks) if s is not None else blocks
             room = self._room(upto - at)
             if room <= 0:
                 return
@@ -182,9 +223,6 @@ class Cache:
             self.device_used += room
             held.append(s)
             at += room
-
-    def _present(self, key: str) -> list[tuple[int, int]]:
-        return sorted((s.start, s.end) for s in self.segs.get(key, ()))
 
     # ---------------------------------------------------------------- eviction
 
@@ -214,7 +252,7 @@ class Cache:
     def _add(self, s: Seg) -> None:
         self.serials += 1
         s.serial = self.serials
-        self.segs.setdefault(s.unit, []).append(s)
+        insort(self.segs.setdefault(s.unit, []), s, key=_start)
         self._push(s)
 
     def _push(self, s: Seg) -> None:
@@ -226,7 +264,8 @@ class Cache:
             heapq.heappush(self.heap, (self._key(s), s.version, s.serial, s))
 
     def _remove(self, s: Seg) -> None:
-        self.segs[s.unit].remove(s)
+        segs = self.segs[s.unit]
+        del segs[bisect_left(segs, s.start, key=_start)]
         s.gone = True
 
     def _within(self, s: Seg) -> int:
@@ -317,7 +356,7 @@ class Cache:
     def where(self, key: str, blocks: int) -> tuple[int, int]:
         """Of the unit's leading blocks that a match would reach: (on the device, on the host)."""
         dev = host = have = 0
-        for s in sorted(self.segs.get(key, ()), key=lambda s: s.start):
+        for s in self.segs.get(key, ()):
             if s.start != have or have >= blocks:
                 break
             dev, host = (dev, host + s.size) if s.host else (dev + s.size, host)
@@ -325,17 +364,8 @@ class Cache:
         return dev, host
 
 
-def _gaps(present: list[tuple[int, int]], blocks: int) -> Iterable[tuple[int, int]]:
-    """The ranges of [0, blocks) that `present` does not cover."""
-    at = 0
-    for a, b in present:
-        if a > at:
-            yield at, min(a, blocks)
-        at = max(at, b)
-        if at >= blocks:
-            return
-    if at < blocks:
-        yield at, blocks
+def _start(s: Seg) -> int:
+    return s.start
 
 
 def replay(hyp: Hypothesis, prompts: list[Prompt]) -> tuple[list[int], Cache]:
