@@ -265,7 +265,9 @@ class Cache:
 
     def _remove(self, s: Seg) -> None:
         segs = self.segs[s.unit]
-        del segs[bisect_left(segs, s.start, key=_start)]
+        i = bisect_left(segs, s.start, key=_start)
+        assert segs[i] is s, "a unit's segments are kept in order of their starts"
+        del segs[i]
         s.gone = True
 
     def _within(self, s: Seg) -> int:
