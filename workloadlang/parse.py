@@ -62,7 +62,10 @@ def _syntax_tree(text: str, filename: str) -> Any:
 
 def _too_many_tokens(text: str, filename: str) -> Diagnostic | None:
     """`bounds.too_many_tokens` over the plain lexer (no parser: cheap); a character the lexer
-    cannot take ends the count, and the parser reports it."""
+    cannot take ends the count, and the parser reports it. A text no longer than the limit is
+    not lexed for it: every token is at least one character (Lark refuses an empty match)."""
+    if len(text) <= bounds.MAX_TOKENS:
+        return None
     tokens = parser().lex(text)
     try:
         return bounds.too_many_tokens(tokens, filename)

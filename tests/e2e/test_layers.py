@@ -34,7 +34,20 @@ def parse_text(text: str) -> ast.Module:
     return ast.parse(text)
 
 
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Input: a Python file. Output: every node of its syntax tree (`ast.walk`'s order), kept:
+    each check below walks the whole package, some several times."""
+    return _nodes(parsed(path))
+
+
+@functools.cache
+def _nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(tree))
+
+
+@functools.cache
 def modules() -> dict[str, Path]:
+    """Module name -> its file, for the whole package (the same dict each call: read only)."""
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -42,7 +55,7 @@ def imports(path: Path, name: str) -> set[str]:
     """Every module of the package that `path` imports, at its top or in a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(parsed(path)):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -56,7 +69,9 @@ def imports(path: Path, name: str) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (the same dict each call: read only)."""
     return {name: imports(path, name) for name, path in modules().items()}
 
 
@@ -171,7 +186,7 @@ def test_no_private_name_of_httpx_or_httpcore_is_used() -> None:
     no private attribute of a client or transport (`client._transport_for_url`)."""
     found = []
     for name, path in modules().items():
-        for node in ast.walk(parsed(path)):
+        for node in nodes(path):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in \
                     ("httpx", "httpcore"):
                 found += [f"{name}: from {node.module} import {a.name}" for a in node.names
@@ -194,7 +209,7 @@ def private_reach(path: Path, name: str) -> list[str]:
     private = lambda n: n.startswith("_") and not n.startswith("__")  # noqa: E731
     found: list[str] = []
     aliases: dict[str, str] = {}  # a local name -> the package module it is
-    for node in ast.walk(parsed(path)):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             aliases.update({(a.asname or a.name): a.name for a in node.names
                             if a.asname and a.name in known})
@@ -209,7 +224,7 @@ def private_reach(path: Path, name: str) -> list[str]:
                       if private(a.name)]
             aliases.update({(a.asname or a.name): f"{base}.{a.name}" for a in node.names
                             if f"{base}.{a.name}" in known})
-    for node in ast.walk(parsed(path)):
+    for node in nodes(path):
         if isinstance(node, ast.Attribute) and private(node.attr) and \
                 isinstance(node.value, ast.Name) and node.value.id in aliases:
             found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
@@ -244,7 +259,7 @@ def test_a_class_of_several_bases_declares_its_interface() -> None:
     checker's are a `checkexpr.Checker`)."""
     mixed = []
     for name, path in modules().items():
-        for node in ast.walk(parsed(path)):
+        for node in nodes(path):
             if isinstance(node, ast.ClassDef) and len(node.bases) > 1 and not any(
                     ast.unparse(b).rpartition(".")[2] == "Protocol" for b in node.bases):
                 mixed.append(f"{name}.{node.name}({', '.join(map(ast.unparse, node.bases))})")
@@ -265,7 +280,7 @@ def lark_uses(tree: ast.AST) -> list[str]:
     undocumented module or of a private name, a private attribute (`x._y`) or one of the parser's
     internals (`LARK_INTERNALS`), read or assigned."""
     found = []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else None
             for a in node.names:
@@ -289,7 +304,7 @@ def test_lark_is_used_through_its_documented_surface() -> None:
         tree = parsed(path)
         if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "lark" in
                {(getattr(n, "module", None) or a.name).split(".")[0] for a in n.names}
-               for n in ast.walk(tree)):
+               for n in _nodes(tree)):
             found[name] = lark_uses(tree)
     assert "workloadlang.syntax" in found
     assert not any(found.values()), found
@@ -311,7 +326,7 @@ def test_exit_codes_are_one_enum_in_the_results_contract() -> None:
     no `EXIT_*` constant anywhere in the package."""
     declared = []
     for name, path in modules().items():
-        for node in ast.walk(parsed(path)):
+        for node in nodes(path):
             if isinstance(node, ast.ClassDef) and "exit" in node.name.lower():
                 declared.append(f"{name}.{node.name}")
             elif isinstance(node, ast.Assign):
@@ -375,7 +390,7 @@ def test_no_two_modules_share_a_name() -> None:
 def test_a_fresh_salt_is_drawn_in_one_place() -> None:
     """One `fresh_salt` in the package (`plan.draws`), used by the API and the runner alike."""
     defined = [f"{name}.{node.name}" for name, path in modules().items()
-               for node in ast.walk(parsed(path))
+               for node in nodes(path)
                if isinstance(node, ast.FunctionDef) and node.name == "fresh_salt"]
     assert defined == ["workloadlang.plan.draws.fresh_salt"]
 
@@ -383,7 +398,7 @@ def test_a_fresh_salt_is_drawn_in_one_place() -> None:
 def argparse_uses(path: Path) -> list[str]:
     """Where a module imports argparse, names its `Namespace`, or reads `getattr(args, ...)`."""
     found = []
-    for node in ast.walk(parsed(path)):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name == "argparse"]
         elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
@@ -437,7 +452,7 @@ def test_no_parameter_shadows_a_module() -> None:
     for name, path in modules().items():
         tree = parsed(path)
         bound = module_names_bound(tree, name, path)
-        for node in ast.walk(tree):
+        for node in _nodes(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 a = node.args
                 params = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]

@@ -92,3 +92,28 @@ def test_the_limits_are_far_above_the_bundled_workloads():
         text = path.read_text(encoding="utf-8")
         assert len(list(parser().lex(text))) * 20 < bounds.MAX_TOKENS
         assert bounds.too_deep(parse_tree(text), "x", bounds.MAX_DEPTH // 4) is None
+
+
+def test_the_token_count_starts_past_as_many_characters_as_tokens(monkeypatch):
+    """Each token is at least one character: a text of the limit's length is not lexed a
+    second time to count its tokens, and one a character longer, all tokens, is refused."""
+    from workloadlang.diagnostics import WorkloadError
+    from workloadlang.parse import parse, parser
+    from workloadlang.resources import bundled_workloads
+
+    at_limit = "{" * bounds.MAX_TOKENS
+    over = at_limit + "{"
+    with pytest.raises(WorkloadError) as over_limit:
+        parse(over, "f.wl")
+    assert [d.code for d in over_limit.value.diagnostics] == ["WL110"]
+    assert "more than 50,000 tokens" in over_limit.value.diagnostics[0].message
+
+    def no_second_lex(*args, **kwargs):
+        raise AssertionError("lexed to count tokens")
+
+    monkeypatch.setattr(parser(), "lex", no_second_lex)
+    with pytest.raises(WorkloadError) as at:
+        parse(at_limit, "f.wl")
+    assert "WL110" not in {d.code for d in at.value.diagnostics}
+    for _, path in bundled_workloads():
+        parse(path.read_text(encoding="utf-8"), path.name)
