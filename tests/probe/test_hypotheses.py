@@ -92,3 +92,20 @@ def test_a_context_evicted_and_restored_block_by_block_is_one_segment_again():
     assert got == expected and got[-1] == 999
     assert cache.where("ctx", 1000) == (1000, 0)
     assert len(cache.segs["ctx"]) == 1
+
+
+def test_an_answer_is_placed_in_one_step_and_evicts_a_run_of_blocks():
+    """Sixteen one-block answers on a full device evict for all of them at once: the context
+    goes to the host a run of blocks per answer (what the simulator keeps, block by block,
+    the same), not a segment per block that each restore and later lookup would take alone
+    (each filler's prompt, a block of its own, evicts one more)."""
+    context = Prompt((("ctx", 1000),), cap=999)
+    fillers = [Prompt(((f"x{i}", 1),), cap=0, answer=tuple(f"x{i}#{j}" for j in range(16)))
+               for i in range(20)]
+    sim = PrefixCache(1, 1100, 1000, eviction="lru", tail_first=False)
+    expected = [sim_serve(sim, p) for p in [context, *fillers]]
+    got, cache = replay(Hypothesis("lru", "head", 1100, 1000), [context, *fillers])
+    assert got == expected
+    on_host = [s for s in cache.segs["ctx"] if s.host]
+    assert sum(s.size for s in on_host) == cache.where("ctx", 1000)[1] > 16 * 5
+    assert len(on_host) <= 2 * len(fillers)

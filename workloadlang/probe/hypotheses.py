@@ -201,9 +201,37 @@ class Cache:
             for s in list(self.segs.get(key, ())):
                 if not s.pinned and not s.host and s.start < blocks:
                     self._take(s, held, blocks)
-        for key, blocks in units:
+        i = 0
+        while i < len(units):
+            j = i
+            while j < len(units) and not self.segs.get(units[j][0]):
+                j += 1
+            if j > i:  # units with no block anywhere: room for all of them at once
+                pos = self._place(units[i:j], pos, held)
+                i = j
+                continue
+            key, blocks = units[i]
             self._insert(key, blocks, pos, held)
             pos += blocks
+            i += 1
+
+    def _place(self, units, pos: int, held: list) -> int:
+        """Place units no block of which is cached (an answer's blocks), head first, in the
+        room one eviction makes for them all: the victims go in the order that evicting for
+        each in turn takes them (the blocks placed are pinned, never victims), and the host
+        sees them arrive in that order, so only the number of steps changes. Output: the
+        position after them."""
+        room = self._room(sum(blocks for _, blocks in units))
+        for key, blocks in units:
+            n = min(blocks, room)
+            if n > 0:
+                s = Seg(key, 0, n, pos, used=self.now, placed=self.now, pinned=True)
+                self._add(s)
+                self.device_used += n
+                held.append(s)
+                room -= n
+            pos += blocks
+        return pos
 
     def _insert(self, key: str, blocks: int, pos: int, held: list) -> None:
         at = 0
