@@ -203,8 +203,9 @@ class Cache:
                     self._take(s, held, blocks)
         i = 0
         while i < len(units):
-            j = i
-            while j < len(units) and not self.segs.get(units[j][0]):
+            j, fresh = i, set()  # a key twice in a row is placed once, as `_insert` does
+            while j < len(units) and units[j][0] not in fresh and not self.segs.get(units[j][0]):
+                fresh.add(units[j][0])
                 j += 1
             if j > i:  # units with no block anywhere: room for all of them at once
                 pos = self._place(units[i:j], pos, held)
