@@ -226,13 +226,18 @@ class Cache:
         for key, blocks in units:
             n = min(blocks, room)
             if n > 0:
-                s = Seg(key, 0, n, pos, used=self.now, placed=self.now, pinned=True)
-                self._add(s)
-                self.device_used += n
-                held.append(s)
+                self._new(key, 0, n, pos, held)
                 room -= n
             pos += blocks
         return pos
+
+    def _new(self, key: str, start: int, n: int, pos: int, held: list) -> None:
+        """Place `n` blocks of unit `key` from block `start` on the device, new and pinned
+        (the room is already made)."""
+        s = Seg(key, start, start + n, pos, used=self.now, placed=self.now, pinned=True)
+        self._add(s)
+        self.device_used += n
+        held.append(s)
 
     def _insert(self, key: str, blocks: int, pos: int, held: list) -> None:
         at = 0
@@ -247,10 +252,7 @@ class Cache:
             room = self._room(upto - at)
             if room <= 0:
                 return
-            s = Seg(key, at, at + room, pos, used=self.now, placed=self.now, pinned=True)
-            self._add(s)
-            self.device_used += room
-            held.append(s)
+            self._new(key, at, room, pos, held)
             at += room
 
     # ---------------------------------------------------------------- eviction
